@@ -1,0 +1,45 @@
+"""Numeric formats and their storage cost.
+
+Bytes per element include the block-scale overhead that each format carries in practice, because
+the cost model charges HBM traffic and capacity for the scales too:
+
+- bf16: 2 bytes, no scales.
+- fp8: 1 byte; DeepSeek-style 128x128 block scales add one fp32 per 16,384 elements (2.4e-4 B/elem),
+  which we neglect (below 0.03%).
+- fp4: 4 bits plus one 8-bit scale per 16 elements (NVFP4, e4m3 scale per 16-element block:
+  0.5 + 1/16 = 0.5625 B). MXFP4 (gpt-oss) uses one e8m0 scale per 32 elements (0.53125 B); we use the
+  NVFP4 figure for every fp4 weight, an overestimate of at most 6% for MXFP4 weights.
+- int4: weight-only int4 (AWQ/GPTQ style) with one bf16 scale per 128-element group: 0.5 + 2/128.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class Dtype(StrEnum):
+    """Storage formats a scenario may choose for weights, experts and the KV cache."""
+
+    BF16 = "bf16"
+    FP8 = "fp8"
+    FP4 = "fp4"
+    INT4 = "int4"
+
+
+BYTES_PER_ELEMENT: dict[Dtype, float] = {
+    Dtype.BF16: 2.0,
+    Dtype.FP8: 1.0,
+    Dtype.FP4: 0.5 + 1.0 / 16.0,
+    Dtype.INT4: 0.5 + 2.0 / 128.0,
+}
+
+# Formats a KV cache may be stored in (4-bit KV is not offered by the engines we model).
+KV_DTYPES: frozenset[Dtype] = frozenset({Dtype.BF16, Dtype.FP8})
+
+# Linear-attention recurrent states are kept in fp32 by the reference kernels (fla KDA / GDN).
+STATE_BYTES_PER_ELEMENT = 4.0
+
+
+def bytes_per_element(dtype: Dtype | str) -> float:
+    """Storage bytes per element of `dtype`, scales included."""
+    return BYTES_PER_ELEMENT[Dtype(dtype)]
