@@ -23,3 +23,11 @@ class ConfigError(CostModelError):
     def __init__(self, message: str, field: str | None = None) -> None:
         super().__init__(message)
         self.field = field
+
+
+class ScenarioError(CostModelError):
+    """A scenario or layout that is well-formed but cannot be used: names the field to change."""
+
+    def __init__(self, message: str, field: str) -> None:
+        super().__init__(message)
+        self.field = field

@@ -1,0 +1,85 @@
+"""Layout schema: a concrete deployment, what `plan solve` outputs and `plan evaluate` takes.
+
+Scripts depend on these names; later placement details (stages, expert replicas, node and rack
+assignment) are added as optional fields and never rename these.
+
+GPU accounting: one instance holds tp x dp_attention x pp GPUs; its expert layers use the same GPUs
+as moe_tp x moe_ep per stage, so tp x dp_attention must equal moe_tp x moe_ep.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import Field, model_validator
+
+from costmodel.scenario import ServingMode, StrictModel
+
+PositiveInt = Annotated[int, Field(gt=0)]
+PoolRole = Literal["mixed", "prefill", "decode"]
+
+
+class Pool(StrictModel):
+    """Identical instances serving one role."""
+
+    role: PoolRole = Field(description="mixed (aggregated serving), prefill or decode.")
+    replicas: PositiveInt = Field(1, description="Identical instances in this pool.")
+    tp: PositiveInt = Field(1, description="Attention tensor parallelism per attention-DP rank.")
+    dp_attention: PositiveInt = Field(1, description="Attention data-parallel ranks per instance.")
+    pp: PositiveInt = Field(1, description="Pipeline stages.")
+    moe_tp: PositiveInt = Field(1, description="Expert tensor parallelism.")
+    moe_ep: PositiveInt = Field(1, description="Expert parallelism.")
+    batch: PositiveInt = Field(description="Concurrent sequences per instance (all its attention-DP ranks together).")
+
+    @model_validator(mode="after")
+    def _gpus_add_up(self) -> Pool:
+        attention, experts = self.tp * self.dp_attention, self.moe_tp * self.moe_ep
+        if attention != experts:
+            raise ValueError(
+                f"GPUs per pipeline stage differ: tp x dp_attention = {self.tp} x {self.dp_attention} = "
+                f"{attention} but moe_tp x moe_ep = {self.moe_tp} x {self.moe_ep} = {experts}; "
+                "make the two products equal"
+            )
+        if self.batch < self.dp_attention:
+            raise ValueError(
+                f"batch {self.batch} leaves some of the {self.dp_attention} attention-DP ranks idle; "
+                f"use batch >= dp_attention"
+            )
+        return self
+
+    @property
+    def gpus_per_instance(self) -> int:
+        return self.tp * self.dp_attention * self.pp
+
+    @property
+    def gpus(self) -> int:
+        return self.gpus_per_instance * self.replicas
+
+
+class Layout(StrictModel):
+    """Pools of instances: one `mixed` pool when aggregated, a `prefill` and a `decode` pool when not."""
+
+    schema_version: Literal[1] = Field(1, description="Layout format version; this release reads 1.")
+    serving: ServingMode = Field(description="aggregated or disaggregated.")
+    pools: Annotated[list[Pool], Field(min_length=1)] = Field(description="The pools of instances.")
+
+    @model_validator(mode="after")
+    def _roles_match_serving(self) -> Layout:
+        roles = sorted(pool.role for pool in self.pools)
+        expected = ["mixed"] if self.serving == "aggregated" else ["decode", "prefill"]
+        if roles != expected:
+            raise ValueError(
+                f"{self.serving} serving needs pools with roles {expected}, found {roles}"
+            )
+        return self
+
+    @property
+    def gpus(self) -> int:
+        """Every GPU the layout holds, all pools included."""
+        return sum(pool.gpus for pool in self.pools)
+
+    def pool(self, role: PoolRole) -> Pool:
+        for candidate in self.pools:
+            if candidate.role == role:
+                return candidate
+        raise KeyError(role)

@@ -1,0 +1,184 @@
+"""Semantic layer over the scenario schema: resolve names against the catalogs and check that the
+pieces fit together. Every check raises `ScenarioError(message, field)` saying what to change.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from costmodel.architecture import Architecture
+from costmodel.errors import CatalogError, ScenarioError
+from costmodel.hardware import SystemSpec, load_system, with_overrides
+from costmodel.layout import Layout, Pool
+from costmodel.models import load_model
+from costmodel.precision import Dtype
+from costmodel.scenario import Cluster, Scenario
+
+
+@dataclass(frozen=True)
+class ClusterPartition:
+    """GPUs of one system type. A cluster is a tuple of these so that later releases can mix GPU types;
+    this release's scenario schema yields exactly one."""
+
+    system: SystemSpec
+    gpus: int
+
+    @property
+    def nodes(self) -> int:
+        return -(-self.gpus // self.system.gpus_per_node)
+
+    @property
+    def racks(self) -> int:
+        return -(-self.gpus // self.system.gpus_per_rack)
+
+
+@dataclass(frozen=True)
+class ResolvedScenario:
+    """A scenario with its model, system and formats looked up; what the cost model and planner use."""
+
+    scenario: Scenario
+    architecture: Architecture
+    partitions: tuple[ClusterPartition, ...]
+    weights: Dtype
+    experts: Dtype
+    kv_cache: Dtype
+
+    @property
+    def system(self) -> SystemSpec:
+        """The (single) system type of this release's clusters."""
+        return self.partitions[0].system
+
+    @property
+    def gpus(self) -> int:
+        return sum(p.gpus for p in self.partitions)
+
+
+def resolve(scenario: Scenario, base_dir: Path | None = None) -> ResolvedScenario:
+    """Look up the model and system, apply overrides, and run every semantic check."""
+    architecture = _resolve_model(scenario.model, base_dir)
+    partition = _resolve_cluster(scenario.cluster)
+    weights = Dtype(scenario.precision.weights or architecture.native_weights)
+    experts_name = scenario.precision.experts or scenario.precision.weights or architecture.native_experts
+    resolved = ResolvedScenario(
+        scenario=scenario,
+        architecture=architecture,
+        partitions=(partition,),
+        weights=weights,
+        experts=Dtype(experts_name),
+        kv_cache=Dtype(scenario.precision.kv_cache),
+    )
+    check_precision(resolved)
+    check_context(resolved)
+    check_speculative(resolved)
+    check_search_degrees(resolved)
+    return resolved
+
+
+def _resolve_model(ref: str, base_dir: Path | None) -> Architecture:
+    try:
+        return load_model(ref, base_dir)
+    except CatalogError as exc:
+        raise ScenarioError(str(exc), "model") from None
+
+
+def _resolve_cluster(cluster: Cluster) -> ClusterPartition:
+    try:
+        system = load_system(cluster.system)
+    except CatalogError as exc:
+        raise ScenarioError(str(exc), "cluster.system") from None
+    try:
+        system = with_overrides(system, cluster.overrides)
+    except CatalogError as exc:
+        raise ScenarioError(str(exc), "cluster.overrides") from None
+    if cluster.racks is not None:
+        return ClusterPartition(system, cluster.racks * system.gpus_per_rack)
+    if cluster.nodes is not None:
+        return ClusterPartition(system, cluster.nodes * system.gpus_per_node)
+    gpus = cluster.gpus or 0
+    if gpus > system.gpus_per_node and gpus % system.gpus_per_node:
+        raise ScenarioError(
+            f"{gpus} GPUs is not a whole number of {system.name} nodes of {system.gpus_per_node}; "
+            f"use a multiple of {system.gpus_per_node} or give `nodes:`",
+            "cluster.gpus",
+        )
+    return ClusterPartition(system, gpus)
+
+
+def check_precision(resolved: ResolvedScenario) -> None:
+    """4-bit float weights need fp4 tensor cores; int4 is weight-only and runs anywhere."""
+    supported = resolved.system.peak_flops_per_s
+    for field, dtype in (("precision.weights", resolved.weights), ("precision.experts", resolved.experts)):
+        if dtype is Dtype.FP4 and Dtype.FP4 not in supported:
+            formats = ", ".join(sorted(str(d) for d in supported))
+            raise ScenarioError(
+                f"{resolved.system.gpu_name} has no fp4 tensor cores (it computes in {formats}); "
+                "use fp8, or int4 for weight-only 4-bit",
+                field,
+            )
+
+
+def check_context(resolved: ResolvedScenario) -> None:
+    workload = resolved.scenario.workload
+    context = workload.cached_tokens + workload.input_tokens + workload.output_tokens
+    limit = resolved.architecture.max_position_embeddings
+    if context > limit:
+        raise ScenarioError(
+            f"cached + input + output = {context} tokens exceeds the model's context of {limit} tokens; "
+            "shorten the request",
+            "workload",
+        )
+
+
+def check_speculative(resolved: ResolvedScenario) -> None:
+    method = resolved.scenario.workload.speculative.method
+    if method == "mtp" and resolved.architecture.mtp_layers == 0:
+        raise ScenarioError(
+            f"{resolved.architecture.name} has no MTP layers; use method: draft or none",
+            "workload.speculative.method",
+        )
+
+
+def check_search_degrees(resolved: ResolvedScenario) -> None:
+    search = resolved.scenario.search
+    for name in ("tp", "dp_attention", "pp", "moe_tp", "moe_ep"):
+        degrees: list[int] | None = getattr(search, name)
+        too_big = [d for d in degrees or [] if d > resolved.gpus]
+        if too_big:
+            raise ScenarioError(
+                f"degrees {too_big} exceed the cluster's {resolved.gpus} GPUs; remove them",
+                f"search.{name}",
+            )
+
+
+def check_layout(resolved: ResolvedScenario, layout: Layout) -> None:
+    """A layout must fit the cluster's GPU count and divide the model the way engines can split it."""
+    if layout.gpus > resolved.gpus:
+        raise ScenarioError(
+            f"the layout holds {layout.gpus} GPUs but the cluster has {resolved.gpus}; "
+            "reduce replicas or parallel degrees",
+            "pools",
+        )
+    for index, pool in enumerate(layout.pools):
+        _check_pool(resolved.architecture, pool, f"pools.{index}")
+
+
+def _check_pool(architecture: Architecture, pool: Pool, where: str) -> None:
+    heads = max(layer.attention.num_heads for layer in architecture.layers)
+    if heads % pool.tp:
+        raise ScenarioError(f"tp {pool.tp} does not divide the {heads} attention heads", f"{where}.tp")
+    if pool.pp > architecture.num_layers:
+        raise ScenarioError(
+            f"pp {pool.pp} exceeds the model's {architecture.num_layers} layers", f"{where}.pp"
+        )
+    experts = architecture.num_experts
+    if experts is None:
+        if pool.moe_ep > 1:
+            raise ScenarioError(
+                f"{architecture.name} has no experts; use moe_ep: 1 (put the GPUs in moe_tp)", f"{where}.moe_ep"
+            )
+        return
+    if pool.moe_ep > experts:
+        raise ScenarioError(
+            f"moe_ep {pool.moe_ep} exceeds the {experts} routed experts", f"{where}.moe_ep"
+        )

@@ -1,0 +1,171 @@
+"""Scenario schema: the deployment question a user asks.
+
+Structural validation only (pydantic, strict, unknown keys rejected). Resolution of names against the
+catalogs and cross-field semantic checks live in `costmodel.resolve`. The schema lives in `costmodel`
+rather than `planner` so that `costmodel.evaluate(scenario, layout)` can be typed without the cost model
+importing the planner (layering rule of the architecture guide).
+
+Units: token counts in tokens, times in the unit their name ends with (`_ms`, `_s`), rates per second.
+Every field carries a `description`; `plan schema` prints them as JSON Schema.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+DtypeName = Literal["bf16", "fp8", "fp4", "int4"]
+KvDtypeName = Literal["bf16", "fp8"]
+ServingMode = Literal["aggregated", "disaggregated"]
+SolverName = Literal["cpsat", "highs", "cbc"]
+EngineName = Literal["trtllm", "vllm", "sglang", "generic"]
+CacheTier = Literal["hbm", "host_dram", "ssd"]
+
+PositiveInt = Annotated[int, Field(gt=0)]
+_BOTH_MODES: tuple[ServingMode, ...] = ("aggregated", "disaggregated")
+Degrees = Annotated[list[PositiveInt], Field(min_length=1)]
+
+
+class StrictModel(BaseModel):
+    """Frozen, strict, and closed: a misspelt key is an error, never silently ignored."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
+
+
+class Precision(StrictModel):
+    """Storage formats. Omitted fields take the model's native format (from its config.json)."""
+
+    weights: DtypeName | None = Field(
+        None, description="Format of attention, dense FFN, shared-expert, embedding and head weights."
+    )
+    experts: DtypeName | None = Field(
+        None, description="Format of routed-expert weights; defaults to `weights` when that is given."
+    )
+    kv_cache: KvDtypeName = Field("bf16", description="Format of the KV cache (bf16 or fp8).")
+    activations: Literal["bf16", "fp8"] = Field(
+        "bf16",
+        description="Format of activations sent in all-to-all dispatch and pipeline hops "
+        "(fp8 dispatch as in DeepEP; combine stays bf16).",
+    )
+
+
+class Cluster(StrictModel):
+    """One GPU system type and how many of it. Give exactly one of `gpus`, `nodes` or `racks`."""
+
+    system: str = Field(description="System catalog name, e.g. h200-sxm or gb200-nvl72 (`plan catalog systems`).")
+    gpus: PositiveInt | None = Field(None, description="Number of GPUs (a whole number of nodes, or part of one node).")
+    nodes: PositiveInt | None = Field(None, description="Number of nodes (trays of `gpus_per_node` GPUs).")
+    racks: PositiveInt | None = Field(None, description="Number of racks (`gpus_per_rack` GPUs each).")
+    overrides: dict[str, float | int | str] = Field(
+        default_factory=dict,
+        description="Replace any system field by name, in SI units "
+        "(e.g. {hbm_capacity_bytes: 1.2e11, nic_bandwidth_bytes_per_s: 1.0e11}).",
+    )
+
+    @model_validator(mode="after")
+    def _one_count(self) -> Cluster:
+        given = [k for k in ("gpus", "nodes", "racks") if getattr(self, k) is not None]
+        if len(given) != 1:
+            raise ValueError(
+                f"give exactly one of gpus, nodes or racks (found {', '.join(given) or 'none'})"
+            )
+        return self
+
+
+class Speculative(StrictModel):
+    """Speculative decoding (MTP heads or a draft model). Acceptance depends on the data, hence here."""
+
+    method: Literal["none", "mtp", "draft"] = Field(
+        "none", description="none, mtp (the model's own MTP layers) or draft."
+    )
+    draft_tokens: int = Field(1, ge=1, le=16, description="Tokens proposed per decode step.")
+    acceptance_rate: float = Field(
+        0.7, ge=0.0, le=1.0, description="Probability that each proposed token is accepted (independent per token)."
+    )
+
+
+class Workload(StrictModel):
+    """What each request looks like and how many are in flight."""
+
+    input_tokens: PositiveInt = Field(description="New input tokens per request (excluding `cached_tokens`).")
+    output_tokens: PositiveInt = Field(description="Generated tokens per request.")
+    cached_tokens: int = Field(
+        0, ge=0, description="Earlier context already held as KV (multi-turn); > 0 makes the fill a midfill."
+    )
+    cached_tier: CacheTier = Field(
+        "hbm", description="Where the cached context lives before the turn: hbm, host_dram or ssd."
+    )
+    prefix_hit_rate: float = Field(
+        0.0, ge=0.0, le=1.0, description="Fraction of `input_tokens` found in a shared prefix cache (not recomputed)."
+    )
+    concurrency: PositiveInt | None = Field(
+        None, description="Closed loop: requests in flight across the cluster. None = the planner chooses."
+    )
+    arrival_rate_per_s: float | None = Field(
+        None, gt=0, description="Open loop: request arrival rate across the cluster, requests/s."
+    )
+    routing_skew: float = Field(
+        0.0,
+        ge=0.0,
+        le=3.0,
+        description="Zipf exponent of expert popularity per layer (0 = uniform routing; about 0.5-1.0 is "
+        "typical of real traffic before load balancing).",
+    )
+    speculative: Speculative = Field(default_factory=Speculative, description="Speculative decoding.")
+
+    @model_validator(mode="after")
+    def _one_load_driver(self) -> Workload:
+        if self.concurrency is not None and self.arrival_rate_per_s is not None:
+            raise ValueError("give at most one of concurrency (closed loop) or arrival_rate_per_s (open loop)")
+        return self
+
+
+class Slo(StrictModel):
+    """Service-level targets on mean latencies. Omit one to leave it unconstrained."""
+
+    ttft_ms: float | None = Field(None, gt=0, description="Largest mean time to first token, ms.")
+    tpot_ms: float | None = Field(None, gt=0, description="Largest mean time per output token after the first, ms.")
+
+
+class Search(StrictModel):
+    """What the planner may choose, and how hard it may try."""
+
+    serving: Annotated[list[ServingMode], Field(min_length=1)] = Field(
+        default_factory=lambda: list(_BOTH_MODES),
+        description="Serving modes to consider.",
+    )
+    solver: SolverName = Field("cpsat", description="MILP backend: cpsat (OR-Tools), highs or cbc.")
+    time_limit_s: float = Field(60.0, gt=0, description="Wall-clock limit of the whole solve, s.")
+    seed: int = Field(0, ge=0, description="Random seed; same scenario and seed give the same plans.")
+    threads: PositiveInt | None = Field(None, description="Solver threads; None = all cores, 1 = deterministic.")
+    tp: Degrees | None = Field(None, description="Allowed attention tensor-parallel degrees (None = powers of 2).")
+    dp_attention: Degrees | None = Field(None, description="Allowed attention data-parallel degrees.")
+    pp: Degrees | None = Field(None, description="Allowed pipeline depths.")
+    moe_tp: Degrees | None = Field(None, description="Allowed expert tensor-parallel degrees.")
+    moe_ep: Degrees | None = Field(None, description="Allowed expert-parallel degrees.")
+    max_batch: PositiveInt | None = Field(None, description="Largest batch per instance the planner may pick.")
+    redundant_experts: int = Field(
+        0, ge=0, description="Extra expert slots per expert-parallel group for replicas of hot experts."
+    )
+    split_hybrid_groups: bool = Field(
+        False, description="Allow pipeline stage boundaries inside a hybrid layer group."
+    )
+
+
+class Scenario(StrictModel):
+    """A deployment question: this model, on this cluster, for this workload, under these targets."""
+
+    schema_version: Literal[1] = Field(description="Scenario format version; this release reads 1.")
+    name: str = Field(min_length=1, description="Short name, used in reports and output files.")
+    model: str = Field(
+        min_length=1,
+        description="Catalog id or alias (`plan catalog models`), or a path to a Hugging Face config.json or "
+        "a model YAML written by `plan import-hf`, relative to the scenario file.",
+    )
+    precision: Precision = Field(default_factory=Precision, description="Storage formats.")
+    cluster: Cluster = Field(description="The GPUs available.")
+    workload: Workload = Field(description="The requests to serve.")
+    slo: Slo = Field(default_factory=Slo, description="Latency targets.")
+    search: Search = Field(default_factory=Search, description="Planner options.")
+    engine: EngineName = Field("generic", description="Serving engine the plan is for: trtllm, vllm, sglang, generic.")

@@ -1,0 +1,143 @@
+"""The `plan` command. Thin: parse arguments, call the library, print, map errors to exit codes.
+
+Exit codes: 0 success; 1 internal error (a bug: rerun with --debug for the traceback); 2 bad input;
+3 infeasible scenario; 4 no solution within the time limit.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import traceback
+from pathlib import Path
+from typing import Any
+
+import click
+import yaml
+
+from costmodel.errors import CostModelError
+from planner import __version__, report
+from planner.errors import InputError, PlannerError
+from planner.scenario import layout_from_document, load_scenario
+from planner.schemas import json_schema
+from planner.sourcefile import read_document
+
+FORMAT = click.option(
+    "--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True,
+    help="table for people, json for scripts.",
+)
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--debug", is_flag=True, help="Show tracebacks of errors.")
+@click.version_option(__version__, prog_name="moe-planner")
+def cli(debug: bool) -> None:
+    """Plan Mixture-of-Experts inference deployments: Pareto fronts of TTFT against tokens/s per GPU."""
+
+
+@cli.command()
+@click.argument("file", type=click.Path(path_type=Path))
+def validate(file: Path) -> None:
+    """Check a scenario or layout FILE; exit 2 with the line and field of each problem."""
+    document = read_document(file)
+    if isinstance(document.data, dict) and "pools" in document.data:
+        layout = layout_from_document(document)
+        click.echo(f"{file}: valid layout ({layout.serving}, {layout.gpus} GPUs)")
+        return
+    resolved = load_scenario(file)
+    click.echo(
+        f"{file}: valid scenario '{resolved.scenario.name}': {resolved.architecture.name} on "
+        f"{resolved.gpus} x {resolved.system.name}"
+    )
+
+
+@cli.command()
+@click.argument("what", type=click.Choice(["models", "systems"]), required=False)
+@FORMAT
+def catalog(what: str | None, fmt: str) -> None:
+    """List the bundled models and systems (or only WHAT)."""
+    kinds = [what] if what else ["models", "systems"]
+    if fmt == "json":
+        _echo_json({kind: report.catalog_rows(kind) for kind in kinds})
+        return
+    for kind in kinds:
+        report.print_catalog(kind)
+
+
+@cli.group()
+def show() -> None:
+    """Show one model or system in detail."""
+
+
+@show.command("model")
+@click.argument("name")
+@FORMAT
+def show_model(name: str, fmt: str) -> None:
+    """Parameters, active parameters, KV bytes per token and layer groups of model NAME."""
+    summary = report.model_summary(report.find_model(name))
+    if fmt == "json":
+        _echo_json(summary)
+    else:
+        report.print_model(summary)
+
+
+@show.command("system")
+@click.argument("name")
+@FORMAT
+def show_system(name: str, fmt: str) -> None:
+    """Every field of system NAME, with units and sources."""
+    summary = report.system_summary(name)
+    if fmt == "json":
+        _echo_json(summary)
+    else:
+        report.print_system(summary)
+
+
+@cli.command("import-hf")
+@click.argument("config", type=click.Path(path_type=Path))
+@click.option("-o", "--output", type=click.Path(path_type=Path), help="Write here instead of stdout.")
+@click.option("--name", help="Model name to record (default: the config file's stem).")
+def import_hf(config: Path, output: Path | None, name: str | None) -> None:
+    """Normalise a Hugging Face CONFIG.json into a model YAML that a scenario can reference."""
+    text = yaml.safe_dump(report.import_hf_config(config, name), sort_keys=False)
+    if output is None:
+        click.echo(text, nl=False)
+    else:
+        output.write_text(text, encoding="utf-8")
+        click.echo(f"wrote {output}", err=True)
+
+
+@cli.command()
+@click.argument("what", type=click.Choice(["scenario", "layout"]), default="scenario")
+def schema(what: str) -> None:
+    """Print the JSON Schema of a scenario (default) or layout file."""
+    _echo_json(json_schema(what))
+
+
+def _echo_json(data: Any) -> None:
+    click.echo(json.dumps(data, indent=2, sort_keys=False))
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Entry point: run the CLI and turn expected failures into messages and exit codes."""
+    args = list(sys.argv[1:] if argv is None else argv)
+    debug = "--debug" in args
+    try:
+        cli.main(args=args, prog_name="plan", standalone_mode=False)
+    except click.exceptions.Abort:
+        sys.exit(130)
+    except click.ClickException as exc:
+        exc.show()
+        sys.exit(exc.exit_code)
+    except (PlannerError, CostModelError) as exc:
+        if debug:
+            traceback.print_exc()
+        code = exc.exit_code if isinstance(exc, PlannerError) else InputError.exit_code
+        for line in str(exc).splitlines():
+            click.echo(f"error: {line}", err=True)
+        sys.exit(code)
+    except Exception as exc:  # a bug: say so, keep the traceback for --debug
+        if debug:
+            raise
+        click.echo(f"internal error: {type(exc).__name__}: {exc} (rerun with --debug for the traceback)", err=True)
+        sys.exit(1)

@@ -1,0 +1,67 @@
+"""Load scenario and layout files: parse, validate structure, resolve and check semantics.
+
+Every failure becomes an `InputError` naming the file, the line and the field, with what to change.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from costmodel.errors import ConfigError, ScenarioError
+from costmodel.layout import Layout
+from costmodel.resolve import ResolvedScenario, check_layout, resolve
+from costmodel.scenario import Scenario
+from planner.errors import InputError
+from planner.sourcefile import SourceDocument, parse_text, read_document
+from planner.validation import validate_document
+
+__all__ = ["Layout", "ResolvedScenario", "Scenario", "load_layout", "load_scenario", "scenario_from_data"]
+
+
+def load_scenario(path: Path) -> ResolvedScenario:
+    """Read, validate and resolve a scenario file."""
+    return _resolve_document(read_document(path))
+
+
+def scenario_from_data(data: dict[str, Any], base_dir: Path | None = None) -> ResolvedScenario:
+    """Validate and resolve a scenario given as a mapping (e.g. one line of a JSONL file)."""
+    document = SourceDocument(path=None, data=data, root=None)
+    return _resolve_document(document, base_dir)
+
+
+def _resolve_document(document: SourceDocument, base_dir: Path | None = None) -> ResolvedScenario:
+    scenario = validate_document(Scenario, document, "scenario")
+    if base_dir is None and document.path is not None:
+        base_dir = document.path.parent
+    try:
+        return resolve(scenario, base_dir)
+    except ScenarioError as exc:
+        raise _located(document, exc.field, str(exc)) from None
+    except ConfigError as exc:
+        detail = f" (config field {exc.field})" if exc.field else ""
+        raise _located(document, "model", f"{exc}{detail}") from None
+
+
+def load_layout(path: Path, resolved: ResolvedScenario | None = None) -> Layout:
+    """Read and validate a layout file; with a scenario, also check that it fits its model and cluster."""
+    return layout_from_document(read_document(path), resolved)
+
+
+def layout_from_text(text: str, resolved: ResolvedScenario | None = None) -> Layout:
+    return layout_from_document(parse_text(text), resolved)
+
+
+def layout_from_document(document: SourceDocument, resolved: ResolvedScenario | None = None) -> Layout:
+    layout = validate_document(Layout, document, "layout")
+    if resolved is not None:
+        try:
+            check_layout(resolved, layout)
+        except ScenarioError as exc:
+            raise _located(document, exc.field, str(exc)) from None
+    return layout
+
+
+def _located(document: SourceDocument, field: str, message: str) -> InputError:
+    loc = tuple(int(part) if part.isdigit() else part for part in field.split("."))
+    return InputError.single(document.path, document.line_of(loc), field, message)

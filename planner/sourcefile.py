@@ -1,0 +1,114 @@
+"""Read YAML/JSON documents while remembering the line of every key, so errors can point at it.
+
+PyYAML's composer gives each node a start mark; we keep the node tree beside the constructed data and
+walk it with a pydantic error location to find the line. Two deliberate departures from plain
+`yaml.safe_load`:
+- `1e12` is read as a float (YAML 1.1 needs `1.0e+12`; users write SI values the short way);
+- a key given twice in one mapping is an error, not a silent overwrite.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from planner.errors import InputError
+
+_FLOAT_PATTERN = re.compile(
+    r"""^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+]?[0-9]+)?
+    |[-+]?(?:[0-9][0-9_]*)(?:[eE][-+]?[0-9]+)
+    |\.[0-9_]+(?:[eE][-+][0-9]+)?
+    |[-+]?\.(?:inf|Inf|INF)
+    |\.(?:nan|NaN|NAN))$""",
+    re.X,
+)
+
+
+class _Loader(yaml.SafeLoader):
+    """Safe loader with short-form floats and duplicate-key detection."""
+
+
+_Loader.yaml_implicit_resolvers = {
+    key: [(tag, regexp) for tag, regexp in resolvers if tag != "tag:yaml.org,2002:float"]
+    for key, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
+_Loader.add_implicit_resolver("tag:yaml.org,2002:float", _FLOAT_PATTERN, list("-+0123456789."))
+
+
+class _DuplicateKey(yaml.MarkedYAMLError):
+    pass
+
+
+def _construct_mapping(loader: _Loader, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+    seen: set[Any] = set()
+    for key_node, _ in node.value:
+        key = loader.construct_object(key_node, deep=True)
+        if key in seen:
+            raise _DuplicateKey(
+                problem=f"key '{key}' appears twice in this mapping; keep one", problem_mark=key_node.start_mark
+            )
+        seen.add(key)
+    return loader.construct_mapping(node, deep=deep)
+
+
+_Loader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
+
+
+@dataclass(frozen=True)
+class SourceDocument:
+    """A parsed document, its path, and its node tree for finding lines."""
+
+    path: Path | None
+    data: Any
+    root: yaml.Node | None
+
+    def line_of(self, loc: tuple[str | int, ...]) -> int | None:
+        """1-based line of the deepest node along `loc` that exists in the file."""
+        node = self.root
+        line = node.start_mark.line + 1 if node is not None else None
+        for part in loc:
+            node = _child(node, part)
+            if node is None:
+                break
+            line = node.start_mark.line + 1
+        return line
+
+
+def _child(node: yaml.Node | None, part: str | int) -> yaml.Node | None:
+    if isinstance(node, yaml.MappingNode):
+        for key_node, value_node in node.value:
+            if isinstance(key_node, yaml.ScalarNode) and key_node.value == str(part):
+                return value_node  # type: ignore[no-any-return]
+        return None
+    if isinstance(node, yaml.SequenceNode) and isinstance(part, int) and 0 <= part < len(node.value):
+        return node.value[part]  # type: ignore[no-any-return]
+    return None
+
+
+def parse_text(text: str, path: Path | None = None) -> SourceDocument:
+    """Parse YAML (JSON is a subset) text; syntax errors become an InputError with the line."""
+    try:
+        root = yaml.compose(text, Loader=_Loader)
+        data = _Loader(text).get_single_data() if root is not None else None
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        line = mark.line + 1 if mark is not None else None
+        raise InputError.single(path, line, "", f"not valid YAML: {exc.problem or exc}") from None
+    except yaml.YAMLError as exc:
+        raise InputError.single(path, None, "", f"not valid YAML: {exc}") from None
+    return SourceDocument(path=path, data=data, root=root)
+
+
+def read_document(path: Path) -> SourceDocument:
+    """Read and parse a YAML or JSON file; a missing or unreadable file is an InputError."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise InputError.single(path, None, "", "file not found; check the path") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InputError.single(path, None, "", f"cannot read the file: {exc}") from None
+    return parse_text(text, path)

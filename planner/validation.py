@@ -1,0 +1,132 @@
+"""Turn pydantic validation errors into messages that say file, line, field and what to change."""
+
+from __future__ import annotations
+
+import difflib
+import types
+import typing
+from typing import Any, TypeVar
+
+from pydantic import BaseModel, ValidationError
+from pydantic_core import ErrorDetails
+
+from planner.errors import InputError, InputProblem
+from planner.sourcefile import SourceDocument
+
+ModelT = TypeVar("ModelT", bound=BaseModel)
+
+# pydantic appends the type of a union member to the location (e.g. ('overrides', 'x', 'float'));
+# these are not keys of the document.
+_UNION_TAGS = frozenset({"int", "float", "str", "bool", "none", "list", "dict", "function-after"})
+
+
+def validate_document(model: type[ModelT], document: SourceDocument, what: str) -> ModelT:
+    """Validate `document.data` as `model`, or raise an InputError listing every problem."""
+    if not isinstance(document.data, dict):
+        found = type(document.data).__name__ if document.data is not None else "an empty file"
+        raise InputError.single(
+            document.path, document.line_of(()), "", f"a {what} must be a YAML mapping of fields, found {found}"
+        )
+    try:
+        return model.model_validate(document.data)
+    except ValidationError as exc:
+        problems = [_problem(model, document, error) for error in exc.errors(include_url=False)]
+        raise InputError(_unique(problems)) from None
+
+
+def _unique(problems: list[InputProblem]) -> list[InputProblem]:
+    seen: set[str] = set()
+    unique = []
+    for problem in problems:
+        if str(problem) not in seen:
+            seen.add(str(problem))
+            unique.append(problem)
+    return unique
+
+
+def _document_loc(data: Any, loc: tuple[str | int, ...]) -> tuple[str | int, ...]:
+    """Drop the union-member tags pydantic adds, keeping any part that is a real key of the document."""
+    kept: list[str | int] = []
+    for part in loc:
+        inside = isinstance(data, dict) and part in data
+        inside = inside or (isinstance(data, list) and isinstance(part, int) and 0 <= part < len(data))
+        if not inside and part in _UNION_TAGS:
+            continue
+        kept.append(part)
+        data = data[part] if inside else None
+    return tuple(kept)
+
+
+def _problem(model: type[BaseModel], document: SourceDocument, error: ErrorDetails) -> InputProblem:
+    loc = _document_loc(document.data, tuple(error["loc"]))
+    field = ".".join(str(part) for part in loc)
+    return InputProblem(document.path, document.line_of(loc), field, _message(model, loc, error))
+
+
+def _message(model: type[BaseModel], loc: tuple[str | int, ...], error: ErrorDetails) -> str:
+    kind = error["type"]
+    if kind == "extra_forbidden" and loc:
+        return _unknown_field_message(_model_at(model, loc[:-1]), str(loc[-1]))
+    if kind == "missing":
+        hint = _description(model, loc)
+        return "required field is missing" + (f": add it ({hint})" if hint else "")
+    message = str(error["msg"]).removeprefix("Value error, ")
+    if kind == "string_type" and isinstance(error.get("input"), int | float):
+        message += "; quote the value if it is a name"
+    hint = _description(model, loc)
+    return f"{message} (got {_short(error.get('input'))})" + (f"; expected: {hint}" if hint else "")
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _unknown_field_message(model: type[BaseModel] | None, key: str) -> str:
+    if model is None:
+        return f"unknown field '{key}'; remove it"
+    valid = list(model.model_fields)
+    close = difflib.get_close_matches(key, valid, n=1)
+    suggestion = f"did you mean '{close[0]}'? " if close else ""
+    return f"unknown field '{key}'; {suggestion}valid fields here: {', '.join(valid)}"
+
+
+def _description(model: type[BaseModel], loc: tuple[str | int, ...]) -> str | None:
+    parent = _model_at(model, loc[:-1]) if loc else None
+    if parent is None or not loc or not isinstance(loc[-1], str):
+        return None
+    field = parent.model_fields.get(loc[-1])
+    return field.description if field is not None else None
+
+
+def _model_at(model: type[BaseModel], loc: tuple[str | int, ...]) -> type[BaseModel] | None:
+    """The pydantic model class that validates the value at `loc`, if it is one."""
+    current: Any = model
+    for part in loc:
+        if isinstance(part, int):
+            current = _element_type(current)
+        elif _is_model(current) and part in current.model_fields:
+            current = _unwrap(current.model_fields[part].annotation)
+        else:
+            return None
+    return current if _is_model(current) else None
+
+
+def _is_model(candidate: Any) -> bool:
+    return isinstance(candidate, type) and issubclass(candidate, BaseModel)
+
+
+def _unwrap(annotation: Any) -> Any:
+    """Strip Optional/Annotated so nested models can be found."""
+    origin = typing.get_origin(annotation)
+    if origin is typing.Annotated:
+        return _unwrap(typing.get_args(annotation)[0])
+    if origin in (typing.Union, types.UnionType):
+        members = [a for a in typing.get_args(annotation) if a is not type(None)]
+        return _unwrap(members[0]) if len(members) == 1 else annotation
+    return annotation
+
+
+def _element_type(annotation: Any) -> Any:
+    args = typing.get_args(_unwrap(annotation))
+    return _unwrap(args[0]) if args else None

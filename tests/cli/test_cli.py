@@ -1,0 +1,116 @@
+"""The `plan` command end to end (in-process): outputs, formats and exit codes."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from costmodel.hardware import system_names
+from costmodel.models import model_ids
+from planner.schemas import json_schema
+from tests.conftest import REPO, SCENARIOS
+from tests.helpers import run_cli
+
+
+def test_catalog_lists_every_model_and_system() -> None:
+    result = run_cli("catalog", "--format", "json")
+    assert result.code == 0
+    data = json.loads(result.out)
+    assert [row["id"] for row in data["models"]] == list(model_ids())
+    assert [row["name"] for row in data["systems"]] == list(system_names())
+
+
+def test_catalog_table_mentions_every_model() -> None:
+    result = run_cli("catalog", "models")
+    assert result.code == 0
+    for model_id in model_ids():
+        assert model_id in result.out
+
+
+def test_every_bundled_model_lists_shared_configs(shared_dir: Path) -> None:
+    files = sorted(shared_dir.glob("reference/models/*.json"))
+    expected = {
+        f.name.removesuffix(".json").removesuffix(".config").removesuffix(".reconstructed").replace("--", "/").lower()
+        for f in files
+    }
+    assert {m.lower() for m in model_ids()} == expected
+
+
+def test_show_model_deepseek_v3_headline_figures() -> None:
+    result = run_cli("show", "model", "deepseek-ai/DeepSeek-V3", "--format", "json")
+    assert result.code == 0, result.err
+    data = json.loads(result.out)
+    assert data["total_params"] == pytest.approx(671e9, rel=0.02)
+    assert data["active_params"] == pytest.approx(37e9, rel=0.02)
+    assert data["kv_bytes_per_token"]["bf16"] == 70272
+    table = run_cli("show", "model", "deepseek-v3")
+    assert table.code == 0 and "70,272" in table.out and "671" in table.out
+
+
+@pytest.mark.parametrize("name", system_names())
+def test_show_every_system(name: str) -> None:
+    result = run_cli("show", "system", name, "--format", "json")
+    assert result.code == 0, result.err
+    assert json.loads(result.out)["name"] == name
+    assert run_cli("show", "system", name).code == 0
+
+
+def test_show_unknown_model_exits_2_with_suggestion() -> None:
+    result = run_cli("show", "model", "kimi-k4")
+    assert result.code == 2
+    assert result.err.startswith("error: ") and "kimi" in result.err.lower()
+    assert "Traceback" not in result.err
+
+
+def test_validate_scenario_and_layout() -> None:
+    result = run_cli("validate", str(SCENARIOS / "deepseek-v3-8xh200.yaml"))
+    assert result.code == 0 and "valid scenario" in result.out
+    result = run_cli("validate", str(SCENARIOS / "deepseek-v3-8xh200.layout.yaml"))
+    assert result.code == 0 and "valid layout" in result.out
+
+
+def test_validate_bad_file_exits_2_naming_line_and_field(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("schema_version: 1\nname: x\nmodel: deepseek-v3\ncluster: {system: h200, gpu: 8}\n")
+    result = run_cli("validate", str(bad))
+    assert result.code == 2
+    assert f"{bad}:4: cluster.gpu: unknown field 'gpu'" in result.err
+    assert "did you mean 'gpus'" in result.err
+    assert run_cli("validate", str(tmp_path / "missing.yaml")).code == 2
+
+
+def test_debug_shows_the_traceback(tmp_path: Path) -> None:
+    result = run_cli("--debug", "validate", str(tmp_path / "missing.yaml"))
+    assert result.code == 2 and "Traceback" in result.err
+
+
+@pytest.mark.parametrize("what", ["scenario", "layout"])
+def test_committed_json_schema_is_in_sync(what: str) -> None:
+    committed = json.loads((REPO / "schemas" / f"{what}.schema.json").read_text(encoding="utf-8"))
+    assert committed == json_schema(what), "run: plan schema {what} > schemas/{what}.schema.json"
+    assert json.loads(run_cli("schema", what).out) == committed
+
+
+def test_import_hf_round_trips_through_a_scenario(tmp_path: Path) -> None:
+    config = REPO / "costmodel" / "data" / "models" / "moonshotai--Kimi-K2.5.config.json"
+    out = tmp_path / "kimi.yaml"
+    result = run_cli("import-hf", str(config), "-o", str(out), "--name", "my-kimi")
+    assert result.code == 0, result.err
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text(
+        "schema_version: 1\nname: k\nmodel: kimi.yaml\ncluster: {system: gb200-nvl72, racks: 1}\n"
+        "workload: {input_tokens: 1000, output_tokens: 100}\n"
+    )
+    result = run_cli("validate", str(scenario))
+    assert result.code == 0, result.err
+    assert "my-kimi" in result.out
+
+
+def test_import_hf_bad_config_exits_2(tmp_path: Path) -> None:
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps({"hidden_size": 1024}))
+    result = run_cli("import-hf", str(config))
+    assert result.code == 2 and "Traceback" not in result.err
+    assert "config.json" in result.err

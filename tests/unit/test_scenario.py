@@ -1,0 +1,169 @@
+"""Scenario and layout files: structural and semantic validation, with file/line/field messages."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from costmodel.precision import Dtype
+from planner.errors import InputError
+from planner.scenario import layout_from_text, load_layout, load_scenario
+from tests.conftest import SCENARIOS
+
+BASE = """\
+schema_version: 1
+name: test
+model: deepseek-ai/DeepSeek-V3
+precision: {weights: fp8, kv_cache: fp8}
+cluster: {system: h200-sxm, gpus: 8}
+workload: {input_tokens: 4096, output_tokens: 1024}
+"""
+
+
+def _write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "scenario.yaml"
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def _error(tmp_path: Path, text: str) -> InputError:
+    with pytest.raises(InputError) as info:
+        load_scenario(_write(tmp_path, text))
+    return info.value
+
+
+@pytest.mark.parametrize("path", sorted(SCENARIOS.glob("*.yaml")), ids=lambda p: p.name)
+def test_every_example_scenario_validates(path: Path) -> None:
+    if path.name.endswith(".layout.yaml"):
+        load_layout(path)
+    else:
+        assert load_scenario(path).gpus > 0
+
+
+def test_minimal_scenario_resolves_counts_and_defaults(tmp_path: Path) -> None:
+    resolved = load_scenario(_write(tmp_path, BASE))
+    assert resolved.gpus == 8
+    assert resolved.partitions[0].nodes == 1
+    assert resolved.experts is Dtype.FP8  # experts default to the weights' format
+    assert resolved.scenario.search.solver == "cpsat"
+    assert resolved.scenario.engine == "generic"
+
+
+def test_precision_defaults_to_the_models_native_formats(tmp_path: Path) -> None:
+    text = BASE.replace("deepseek-ai/DeepSeek-V3", "openai/gpt-oss-120b").replace(
+        "precision: {weights: fp8, kv_cache: fp8}", "precision: {}"
+    ).replace("h200-sxm", "b200-sxm")
+    resolved = load_scenario(_write(tmp_path, text))
+    assert (resolved.weights, resolved.experts) == (Dtype.BF16, Dtype.FP4)
+
+
+def test_racks_and_nodes_count_gpus(tmp_path: Path) -> None:
+    text = BASE.replace("{system: h200-sxm, gpus: 8}", "{system: gb200-nvl72, racks: 2}")
+    assert load_scenario(_write(tmp_path, text)).gpus == 144
+    text = BASE.replace("{system: h200-sxm, gpus: 8}", "{system: h100, nodes: 3}")
+    assert load_scenario(_write(tmp_path, text)).gpus == 24
+
+
+def test_unknown_key_names_line_and_suggests(tmp_path: Path) -> None:
+    error = _error(tmp_path, BASE + "slo: {ttft_ms: 100, tpotms: 20}\n")
+    (problem,) = error.problems
+    assert (problem.line, problem.field) == (7, "slo.tpotms")
+    assert "did you mean 'tpot_ms'" in problem.message
+
+
+def test_missing_field_is_named_with_its_meaning(tmp_path: Path) -> None:
+    error = _error(tmp_path, BASE.replace("output_tokens: 1024", "cached_tokens: 0"))
+    (problem,) = error.problems
+    assert problem.field == "workload.output_tokens"
+    assert problem.line == 6
+    assert "Generated tokens per request" in problem.message
+
+
+def test_wrong_type_and_range_are_reported(tmp_path: Path) -> None:
+    error = _error(tmp_path, BASE.replace("input_tokens: 4096", "input_tokens: -5"))
+    assert error.problems[0].field == "workload.input_tokens"
+    assert "greater than 0" in error.problems[0].message
+    error = _error(tmp_path, BASE.replace("input_tokens: 4096", "input_tokens: '4096'"))
+    assert "valid integer" in error.problems[0].message
+
+
+def test_short_float_notation_is_read_as_a_number(tmp_path: Path) -> None:
+    text = BASE.replace("gpus: 8}", "gpus: 8, overrides: {nic_bandwidth_bytes_per_s: 1e11}}")
+    assert load_scenario(_write(tmp_path, text)).system.nic_bandwidth_bytes_per_s == 1e11
+
+
+def test_unknown_override_is_rejected(tmp_path: Path) -> None:
+    text = BASE.replace("gpus: 8}", "gpus: 8, overrides: {hbm_gb: 100}}")
+    problem = _error(tmp_path, text).problems[0]
+    assert problem.field == "cluster.overrides"
+    assert "hbm_gb" in problem.message
+
+
+def test_duplicate_key_and_syntax_error_give_lines(tmp_path: Path) -> None:
+    problem = _error(tmp_path, BASE + "name: again\n").problems[0]
+    assert problem.line == 7 and "twice" in problem.message
+    problem = _error(tmp_path, BASE + "slo: {ttft_ms: [\n").problems[0]
+    assert problem.line is not None and "not valid YAML" in problem.message
+
+
+def test_cluster_needs_exactly_one_count(tmp_path: Path) -> None:
+    problem = _error(tmp_path, BASE.replace("gpus: 8}", "gpus: 8, nodes: 1}")).problems[0]
+    assert problem.field == "cluster" and "exactly one" in problem.message
+
+
+def test_partial_nodes_beyond_one_are_rejected(tmp_path: Path) -> None:
+    problem = _error(tmp_path, BASE.replace("gpus: 8", "gpus: 12")).problems[0]
+    assert (problem.field, problem.line) == ("cluster.gpus", 5)
+    assert "multiple of 8" in problem.message
+
+
+def test_unknown_model_suggests_close_names(tmp_path: Path) -> None:
+    problem = _error(tmp_path, BASE.replace("deepseek-ai/DeepSeek-V3", "deepseek-v4")).problems[0]
+    assert (problem.field, problem.line) == ("model", 3)
+    assert "deepseek" in problem.message.lower()
+
+
+def test_fp4_on_hopper_is_rejected(tmp_path: Path) -> None:
+    problem = _error(tmp_path, BASE.replace("weights: fp8", "weights: fp8, experts: fp4")).problems[0]
+    assert problem.field == "precision.experts" and "fp4" in problem.message
+
+
+def test_context_longer_than_the_model_is_rejected(tmp_path: Path) -> None:
+    problem = _error(tmp_path, BASE.replace("input_tokens: 4096", "input_tokens: 400000")).problems[0]
+    assert problem.field == "workload" and "163840" in problem.message
+
+
+def test_mtp_needs_mtp_layers(tmp_path: Path) -> None:
+    text = BASE.replace("deepseek-ai/DeepSeek-V3", "qwen3-235b").replace(
+        "output_tokens: 1024}", "output_tokens: 1024, speculative: {method: mtp}}"
+    )
+    problem = _error(tmp_path, text).problems[0]
+    assert problem.field == "workload.speculative.method"
+
+
+def test_layout_gpu_products_must_match() -> None:
+    with pytest.raises(InputError) as info:
+        layout_from_text(
+            "serving: aggregated\npools:\n  - {role: mixed, tp: 2, dp_attention: 4, moe_ep: 4, batch: 8}\n"
+        )
+    problem = info.value.problems[0]
+    assert problem.field == "pools.0" and problem.line == 3
+    assert "tp x dp_attention = 2 x 4 = 8" in problem.message
+
+
+def test_layout_roles_must_match_serving() -> None:
+    with pytest.raises(InputError, match="roles"):
+        layout_from_text("serving: disaggregated\npools:\n  - {role: mixed, batch: 8}\n")
+
+
+def test_layout_checked_against_the_scenario(tmp_path: Path) -> None:
+    resolved = load_scenario(_write(tmp_path, BASE))
+    too_big = "serving: aggregated\npools:\n  - {role: mixed, replicas: 2, dp_attention: 8, moe_ep: 8, batch: 64}\n"
+    with pytest.raises(InputError, match="holds 16 GPUs but the cluster has 8"):
+        layout_from_text(too_big, resolved)
+    bad_tp = "serving: aggregated\npools:\n  - {role: mixed, tp: 3, moe_ep: 3, batch: 8}\n"
+    with pytest.raises(InputError, match="does not divide the 128 attention heads"):
+        layout_from_text(bad_tp, resolved)
+    layout = load_layout(SCENARIOS / "deepseek-v3-8xh200.layout.yaml", resolved)
+    assert layout.gpus == 8
