@@ -68,7 +68,6 @@ def resolve(scenario: Scenario, base_dir: Path | None = None) -> ResolvedScenari
         experts=Dtype(experts_name),
         kv_cache=Dtype(scenario.precision.kv_cache),
     )
-    check_precision(resolved)
     check_context(resolved)
     check_speculative(resolved)
     check_search_degrees(resolved)
@@ -105,17 +104,14 @@ def _resolve_cluster(cluster: Cluster) -> ClusterPartition:
     return ClusterPartition(system, gpus)
 
 
-def check_precision(resolved: ResolvedScenario) -> None:
-    """4-bit float weights need fp4 tensor cores; int4 is weight-only and runs anywhere."""
-    supported = resolved.system.peak_flops_per_s
-    for field, dtype in (("precision.weights", resolved.weights), ("precision.experts", resolved.experts)):
-        if dtype is Dtype.FP4 and Dtype.FP4 not in supported:
-            formats = ", ".join(sorted(str(d) for d in supported))
-            raise ScenarioError(
-                f"{resolved.system.gpu_name} has no fp4 tensor cores (it computes in {formats}); "
-                "use fp8, or int4 for weight-only 4-bit",
-                field,
-            )
+def compute_dtype(storage: Dtype, system: SystemSpec) -> Dtype:
+    """Format the tensor cores compute in for weights stored as `storage`.
+
+    A format the GPU has no tensor cores for runs weight-only: dequantised to the widest supported
+    format at or below bf16 (e.g. MXFP4 gpt-oss experts on H100 through Marlin-style kernels compute in
+    bf16; int4 AWQ/GPTQ likewise). Memory traffic still uses the storage format.
+    """
+    return storage if storage in system.peak_flops_per_s else Dtype.BF16
 
 
 def check_context(resolved: ResolvedScenario) -> None:

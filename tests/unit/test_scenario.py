@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from costmodel.precision import Dtype
+from costmodel.resolve import compute_dtype
 from planner.errors import InputError
 from planner.scenario import layout_from_text, load_layout, load_scenario
 from tests.conftest import SCENARIOS
@@ -124,9 +125,11 @@ def test_unknown_model_suggests_close_names(tmp_path: Path) -> None:
     assert "deepseek" in problem.message.lower()
 
 
-def test_fp4_on_hopper_is_rejected(tmp_path: Path) -> None:
-    problem = _error(tmp_path, BASE.replace("weights: fp8", "weights: fp8, experts: fp4")).problems[0]
-    assert problem.field == "precision.experts" and "fp4" in problem.message
+def test_fp4_on_hopper_runs_weight_only(tmp_path: Path) -> None:
+    resolved = load_scenario(_write(tmp_path, BASE.replace("weights: fp8", "weights: fp8, experts: fp4")))
+    assert resolved.experts is Dtype.FP4
+    assert compute_dtype(resolved.experts, resolved.system) is Dtype.BF16
+    assert compute_dtype(Dtype.FP8, resolved.system) is Dtype.FP8
 
 
 def test_context_longer_than_the_model_is_rejected(tmp_path: Path) -> None:
