@@ -96,7 +96,7 @@ class Attention(BaseModel):
         """Weights of the block, its pre-norm included."""
         pre_norm = self.hidden_size
         if self.kind == "mla":
-            return pre_norm + self._mla_params() + self._indexer_params()
+            return pre_norm + self._mla_params() + self.indexer_params()
         if self.kind == "linear":
             return pre_norm + self._linear_params()
         return pre_norm + self._gqa_params()
@@ -133,7 +133,7 @@ class Attention(BaseModel):
         gate = h * heads * self.v_head_dim if self.output_gate else 0
         return q + kv_a + kv_b + out + gate
 
-    def _indexer_params(self) -> int:
+    def indexer_params(self) -> int:
         """DSA indexer: wq_b from the q latent, wk, k LayerNorm (weight + bias), per-head weights_proj."""
         if self.index_heads is None or self.index_head_dim is None:
             return 0

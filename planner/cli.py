@@ -16,9 +16,10 @@ import click
 import yaml
 
 from costmodel.errors import CostModelError
-from planner import __version__, report
+from costmodel.evaluate import evaluate
+from planner import __version__, evaluation, report
 from planner.errors import InputError, PlannerError
-from planner.scenario import layout_from_document, load_scenario
+from planner.scenario import layout_from_document, load_layout, load_scenario
 from planner.schemas import json_schema
 from planner.sourcefile import read_document
 
@@ -91,6 +92,27 @@ def show_system(name: str, fmt: str) -> None:
         _echo_json(summary)
     else:
         report.print_system(summary)
+
+
+@cli.command("evaluate")
+@click.argument("scenario", type=click.Path(path_type=Path), required=False)
+@click.option("--layout", "layout_path", type=click.Path(path_type=Path), help="Layout YAML to evaluate.")
+@click.option("--cases", type=click.Path(path_type=Path), help="JSONL of {scenario, layout} per line.")
+@FORMAT
+def evaluate_command(scenario: Path | None, layout_path: Path | None, cases: Path | None, fmt: str) -> None:
+    """Predict TTFT, TPOT, tokens/s per GPU and memory of one layout (or every line of --cases)."""
+    if cases is not None:
+        for line in evaluation.evaluate_cases(cases):
+            click.echo(json.dumps(line, sort_keys=False))
+        return
+    if scenario is None or layout_path is None:
+        raise click.UsageError("give SCENARIO and --layout LAYOUT, or --cases CASES.jsonl")
+    resolved = load_scenario(scenario)
+    prediction = evaluate(resolved, load_layout(layout_path, resolved))
+    if fmt == "json":
+        _echo_json(prediction.to_dict())
+    else:
+        evaluation.print_prediction(prediction)
 
 
 @cli.command("import-hf")

@@ -1,0 +1,170 @@
+"""Leave-one-group-out cross-validation of a model that is fitted to measurements and then predicts them.
+
+The project is judged on systems, models and engines that are not in the calibration data, so the honest
+error estimate holds a whole group out (every row of one model, say), fits on the rest and predicts the
+held-out rows. `in_sample` gives the optimistic fit-on-everything figure for comparison.
+
+A prediction of nan (or +-inf) means "infeasible" (the model says the layout cannot run). Such rows are
+counted in `ErrorRow.n_infeasible` and left out of the percentiles, never dropped silently.
+Everything is deterministic: groups are visited in sorted order, and there is no randomness.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Final, TypeVar
+
+import numpy as np
+
+from benchmarks.measurements import Measurement
+
+P = TypeVar("P")
+Fit = Callable[[Sequence[Measurement]], P]
+Predict = Callable[[P, Measurement], tuple[float, float]]  # (ttft_ms, tpot_ms)
+
+METRICS: Final = ("ttft", "tpot")
+IN_SAMPLE: Final = "in_sample"
+
+
+@dataclass(frozen=True)
+class HeldOutPrediction:
+    """A prediction for one measurement, made by a model fitted without the fold `fold_key = fold_value`."""
+
+    measurement: Measurement
+    fold_key: str
+    fold_value: str
+    ttft_pred_ms: float
+    tpot_pred_ms: float
+
+    def predicted(self, metric: str) -> float:
+        return _pick(metric, self.ttft_pred_ms, self.tpot_pred_ms)
+
+    def measured(self, metric: str) -> float:
+        return _pick(metric, self.measurement.ttft_ms, self.measurement.tpot_ms)
+
+    def ape(self, metric: str) -> float:
+        """Absolute percentage error |pred - meas| / meas x 100; nan when the prediction is infeasible."""
+        predicted, measured = self.predicted(metric), self.measured(metric)
+        if not math.isfinite(predicted):
+            return math.nan
+        return abs(predicted - measured) / measured * 100.0
+
+
+@dataclass(frozen=True)
+class ErrorRow:
+    """Error statistics of one metric over one group of predictions (`values` empty: all of them)."""
+
+    metric: str
+    by: tuple[str, ...]
+    values: tuple[str, ...]
+    n: int
+    n_infeasible: int
+    median_ape_pct: float
+    p90_ape_pct: float
+
+    @property
+    def label(self) -> str:
+        return " / ".join(self.values) if self.values else "all"
+
+
+def _pick(metric: str, ttft: float, tpot: float) -> float:
+    if metric == "ttft":
+        return ttft
+    if metric == "tpot":
+        return tpot
+    raise KeyError(f"unknown metric {metric!r}; use one of {', '.join(METRICS)}")
+
+
+def leave_group_out(
+    measurements: Sequence[Measurement], key: str, fit: Fit[P], predict: Predict[P]
+) -> list[HeldOutPrediction]:
+    """For each value g of `key` (sorted): fit on the rows whose group is not g, predict the rows whose
+    group is g. Predictions come out fold by fold, in input order within a fold."""
+    values = sorted({m.group(key) for m in measurements})
+    if len(values) < 2:
+        raise ValueError(f"leave-group-out by {key!r} needs at least two groups, found {values}")
+    predictions: list[HeldOutPrediction] = []
+    for value in values:
+        train = [m for m in measurements if m.group(key) != value]
+        held_out = [m for m in measurements if m.group(key) == value]
+        params = fit(train)
+        predictions.extend(_predict_each(params, held_out, predict, key, value))
+    return predictions
+
+
+def in_sample(measurements: Sequence[Measurement], fit: Fit[P], predict: Predict[P]) -> list[HeldOutPrediction]:
+    """Fit on every row and predict every row: the optimistic baseline."""
+    return _predict_each(fit(list(measurements)), measurements, predict, IN_SAMPLE, "all")
+
+
+def _predict_each(
+    params: P, rows: Sequence[Measurement], predict: Predict[P], key: str, value: str
+) -> list[HeldOutPrediction]:
+    out: list[HeldOutPrediction] = []
+    for m in rows:
+        ttft, tpot = predict(params, m)
+        out.append(HeldOutPrediction(m, key, value, float(ttft), float(tpot)))
+    return out
+
+
+def error_table(predictions: Sequence[HeldOutPrediction], by: Sequence[str]) -> list[ErrorRow]:
+    """Per metric (ttft, then tpot): one row per combination of the `by` keys (sorted), then an "all" row."""
+    keys = tuple(by)
+    groups: dict[tuple[str, ...], list[HeldOutPrediction]] = {}
+    for p in predictions:
+        groups.setdefault(tuple(p.measurement.group(k) for k in keys), []).append(p)
+    rows: list[ErrorRow] = []
+    for metric in METRICS:
+        if keys:
+            rows.extend(_error_row(metric, keys, values, groups[values]) for values in sorted(groups))
+        rows.append(_error_row(metric, keys, (), predictions))
+    return rows
+
+
+def _error_row(
+    metric: str, by: tuple[str, ...], values: tuple[str, ...], predictions: Sequence[HeldOutPrediction]
+) -> ErrorRow:
+    apes = [p.ape(metric) for p in predictions]
+    finite = np.array([a for a in apes if not math.isnan(a)], dtype=float)
+    median = float(np.percentile(finite, 50)) if finite.size else math.nan
+    p90 = float(np.percentile(finite, 90)) if finite.size else math.nan
+    return ErrorRow(metric, by, values, len(apes), len(apes) - finite.size, median, p90)
+
+
+_HEADERS: Final = ("metric", "n", "infeasible", "median APE %", "p90 APE %")
+
+
+def _cells(row: ErrorRow) -> list[str]:
+    return [row.metric, row.label, str(row.n), str(row.n_infeasible),
+            _percent(row.median_ape_pct), _percent(row.p90_ape_pct)]
+
+
+def _percent(value: float) -> str:
+    return "-" if math.isnan(value) else f"{value:.1f}"
+
+
+def _headers(rows: Sequence[ErrorRow]) -> list[str]:
+    by = next((r.by for r in rows if r.by), ())
+    return [_HEADERS[0], " / ".join(by) or "group", *_HEADERS[1:]]
+
+
+def format_table(rows: Sequence[ErrorRow], title: str) -> str:
+    """Plain-text table, columns aligned (text left, numbers right)."""
+    table = [_headers(rows), *(_cells(r) for r in rows)]
+    widths = [max(len(line[i]) for line in table) for i in range(len(table[0]))]
+    lines = [title]
+    for line in table:
+        text = [c.ljust(w) for c, w in zip(line[:2], widths[:2], strict=True)]
+        numbers = [c.rjust(w) for c, w in zip(line[2:], widths[2:], strict=True)]
+        lines.append("  ".join(text + numbers).rstrip())
+    return "\n".join(lines) + "\n"
+
+
+def to_markdown(rows: Sequence[ErrorRow]) -> str:
+    """GitHub-flavoured markdown table, numbers right-aligned."""
+    headers = _headers(rows)
+    lines = ["| " + " | ".join(headers) + " |", "|---|---|" + "---:|" * (len(headers) - 2)]
+    lines.extend("| " + " | ".join(_cells(r)) + " |" for r in rows)
+    return "\n".join(lines) + "\n"

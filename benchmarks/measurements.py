@@ -1,0 +1,343 @@
+"""Real serving measurements (shared/calibration/serving_measurements.csv) as typed cases: for each row a
+scenario document, a layout document and the measured TTFT and TPOT.
+
+Mapping rules, CSV -> our schemas:
+
+- `model_path` -> catalog id: exact match, case-insensitive, against `costmodel.models.model_ids()`;
+  `meta-llama/Llama-3.1-8B-Instruct` -> `meta-llama/Meta-Llama-3.1-8B` and `meta-llama/Llama-3.1-70B` ->
+  `meta-llama/Meta-Llama-3.1-70B` (same architecture, the instruct tune changes no shape). Anything else
+  raises ValueError naming the row.
+- `system` -> catalog name through `costmodel.hardware.load_system` aliases: h100_sxm -> h100-sxm,
+  h200_sxm -> h200-sxm, b200_sxm -> b200-sxm, gb200 -> gb200-nvl72.
+- `backend` -> `engine` (trtllm, vllm or sglang), `backend_version` -> `engine_version` (may be empty);
+  `mode` agg/disagg -> serving aggregated/disaggregated.
+- Precision: `gemm_quant_mode` -> `precision.weights`, `moe_quant_mode` -> `precision.experts`, each with
+  fp8 and fp8_block -> fp8, nvfp4 -> fp4, int4_wo -> int4, empty -> bf16.
+  ASSUMPTION (every row): the CSV has no KV-cache column; kv_cache is fp8 when `gemm_quant_mode` is fp8,
+  fp8_block or nvfp4 (the engines' usual pairing) and bf16 otherwise.
+- Layout fields: 0 or empty means 1.
+- Aggregated: one pool {role: mixed, replicas: 1, tp, dp_attention: attention_dp_size, pp, moe_tp, moe_ep,
+  batch: batch_size x attention_dp_size} (the CSV's batch_size is per attention-DP rank, the layout's batch
+  per instance). Empty concurrency: batch_size x attention_dp_size (recorded); a concurrency that differs
+  from it is kept as measured (recorded).
+- Disaggregated: a prefill and a decode pool from the prefill_* / decode_* columns. replicas =
+  `*_num_workers`, 1 when missing (recorded). Decode batch = decode_batch_size x decode dp when given, else
+  ceil(concurrency / decode replicas) (recorded); prefill batch = prefill_batch_size x prefill dp when given,
+  else 1 per attention-DP rank, i.e. the prefill dp (recorded). Empty concurrency: decode replicas x decode
+  batch when decode_batch_size is given (recorded), else the row is skipped. A measured concurrency that
+  differs from decode replicas x decode batch is kept (recorded).
+- Dense models (no routed experts): the CSV fills moe_tp_size / moe_ep_size with 1 (or leaves them empty)
+  whatever tp is, which would break tp x dp_attention == moe_tp x moe_ep. There is no expert layer to lay
+  out, so the pool gets moe_tp = tp x dp_attention, moe_ep = 1 (what `check_layout` asks of dense models),
+  recorded when this changes the CSV's values.
+- Skipped, with the reason (`load_measurements_with_skips`): rows of MoE models whose pools break
+  tp x dp_attention == moe_tp x moe_ep, or whose batch leaves an attention-DP rank idle, and rows that
+  `costmodel.resolve` rejects (e.g. DeepSeek-R1 on GB200 at tp 12/20/24/28/36/48/52/72, which do not
+  divide its 128 attention heads: no engine splits heads that way, so the CSV's tp cannot be the layout).
+- Scenario: {schema_version: 1, name: row id, model, precision, cluster: {system, gpus}, workload:
+  {input_tokens: isl, output_tokens: osl, concurrency}, engine}; gpus = the layout's GPUs rounded up to
+  whole nodes (`gpus_per_node`), or the exact count below one node.
+
+Every scenario and layout is validated with the pydantic models here, and resolved against the catalogs
+(`resolve`, `check_layout`); a pydantic failure is a bug in this mapping and raises.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final
+
+from costmodel.errors import CatalogError, ScenarioError
+from costmodel.hardware import load_system
+from costmodel.layout import Layout
+from costmodel.models import load_model, model_ids
+from costmodel.resolve import check_layout, resolve
+from costmodel.scenario import Scenario
+
+SHARED_CALIBRATION: Final = Path(__file__).resolve().parents[1].parent / "shared" / "calibration"
+GROUP_KEYS: Final = ("model", "system", "engine", "serving")
+
+# CSV model_path (lower case) -> catalog id, for checkpoints we hold under another name.
+_MODEL_RENAMES: Final = {
+    "meta-llama/llama-3.1-8b-instruct": "meta-llama/Meta-Llama-3.1-8B",
+    "meta-llama/llama-3.1-70b": "meta-llama/Meta-Llama-3.1-70B",
+}
+_QUANT_MODES: Final = {"": "bf16", "fp8": "fp8", "fp8_block": "fp8", "nvfp4": "fp4", "int4_wo": "int4"}
+_FP8_KV_GEMM_MODES: Final = frozenset({"fp8", "fp8_block", "nvfp4"})
+_ENGINES: Final = frozenset({"trtllm", "vllm", "sglang"})
+_SERVING: Final = {"agg": "aggregated", "disagg": "disaggregated"}
+_REQUIRED_COLUMNS: Final = (
+    "id", "concurrency", "backend", "backend_version", "model_path", "system", "mode", "isl", "osl",
+    "gemm_quant_mode", "moe_quant_mode", "batch_size", "tp_size", "pp_size", "attention_dp_size",
+    "moe_tp_size", "moe_ep_size", "silicon_ttft_ms", "silicon_tpot_ms",
+    *(f"{role}_{field}" for role in ("prefill", "decode") for field in (
+        "batch_size", "num_workers", "tp_size", "pp_size", "attention_dp_size", "moe_tp_size", "moe_ep_size"
+    )),
+)
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """One measured serving run as a scenario and layout of ours, with what it measured."""
+
+    id: str
+    model: str
+    system: str
+    engine: str
+    engine_version: str
+    serving: str
+    isl: int
+    osl: int
+    concurrency: int
+    scenario: dict[str, Any]
+    layout: dict[str, Any]
+    ttft_ms: float
+    tpot_ms: float
+    assumptions: tuple[str, ...]
+
+    def group(self, key: str) -> str:
+        """The value of grouping `key` (one of GROUP_KEYS) for this row."""
+        if key not in GROUP_KEYS:
+            raise KeyError(f"unknown group key {key!r}; use one of {', '.join(GROUP_KEYS)}")
+        value: str = getattr(self, key)
+        return value
+
+
+class _Skip(Exception):
+    """The row's data contradicts itself; it is left out with this reason."""
+
+
+@dataclass(frozen=True)
+class _Row:
+    fields: Mapping[str, str | None]
+
+    @property
+    def id(self) -> str:
+        return self.text("id")
+
+    def text(self, column: str) -> str:
+        return (self.fields.get(column) or "").strip()
+
+    def integer(self, column: str) -> int | None:
+        """Non-negative integer, None when empty."""
+        raw = self.text(column)
+        if not raw:
+            return None
+        try:
+            value = float(raw)
+        except ValueError:
+            raise ValueError(f"row {self.id}: {column} = {raw!r} is not a number") from None
+        if value < 0 or not value.is_integer():
+            raise ValueError(f"row {self.id}: {column} = {raw!r} is not a non-negative integer")
+        return int(value)
+
+    def degree(self, column: str) -> int:
+        return self.integer(column) or 1  # 0 or empty means 1
+
+    def positive(self, column: str) -> float:
+        raw = self.text(column)
+        try:
+            value = float(raw)
+        except ValueError:
+            raise ValueError(f"row {self.id}: {column} = {raw!r} is not a number") from None
+        if not math.isfinite(value) or value <= 0:
+            raise ValueError(f"row {self.id}: {column} = {raw!r} must be a positive number")
+        return value
+
+
+def default_measurements_path() -> Path:
+    return SHARED_CALIBRATION / "serving_measurements.csv"
+
+
+def load_measurements(path: Path) -> list[Measurement]:
+    """The usable rows of `path`, in file order."""
+    return load_measurements_with_skips(path)[0]
+
+
+def load_measurements_with_skips(path: Path) -> tuple[list[Measurement], list[tuple[str, str]]]:
+    """The usable rows of `path` in file order, and (row id, reason) for each row left out."""
+    with path.open(newline="", encoding="utf-8") as handle:
+        reader = csv.DictReader(handle)
+        missing = [c for c in _REQUIRED_COLUMNS if c not in (reader.fieldnames or [])]
+        if missing:
+            raise ValueError(f"{path}: missing columns {', '.join(missing)}")
+        rows = [_Row(fields) for fields in reader]
+    seen: set[str] = set()
+    measurements: list[Measurement] = []
+    skipped: list[tuple[str, str]] = []
+    for row in rows:
+        if not row.id or row.id in seen:
+            raise ValueError(f"{path}: empty or repeated row id {row.id!r}")
+        seen.add(row.id)
+        try:
+            measurements.append(_measurement(row))
+        except _Skip as skip:
+            skipped.append((row.id, str(skip)))
+    return measurements, skipped
+
+
+def _measurement(row: _Row) -> Measurement:
+    notes: list[str] = []
+    model, system, engine = _model_id(row), _system(row), _engine(row)
+    serving = _SERVING.get(row.text("mode"))
+    if serving is None:
+        raise ValueError(f"row {row.id}: unknown mode {row.text('mode')!r}; expected agg or disagg")
+    dense = load_model(model).num_experts is None
+    if serving == "aggregated":
+        layout, concurrency = _aggregated(row, dense, notes)
+    else:
+        layout, concurrency = _disaggregated(row, dense, notes)
+    layout_model = Layout.model_validate(layout)
+    isl, osl = row.integer("isl"), row.integer("osl")
+    if not isl or not osl:
+        raise ValueError(f"row {row.id}: isl and osl must be positive integers")
+    scenario: dict[str, Any] = {
+        "schema_version": 1,
+        "name": row.id,
+        "model": model,
+        "precision": _precision(row),
+        "cluster": {"system": system, "gpus": _cluster_gpus(system, layout_model.gpus)},
+        "workload": {"input_tokens": isl, "output_tokens": osl, "concurrency": concurrency},
+        "engine": engine,
+    }
+    _check_semantics(Scenario.model_validate(scenario), layout_model)
+    return Measurement(
+        id=row.id, model=model, system=system, engine=engine, engine_version=row.text("backend_version"),
+        serving=serving, isl=isl, osl=osl, concurrency=concurrency, scenario=scenario, layout=layout,
+        ttft_ms=row.positive("silicon_ttft_ms"), tpot_ms=row.positive("silicon_tpot_ms"),
+        assumptions=tuple(notes),
+    )
+
+
+def _check_semantics(scenario: Scenario, layout: Layout) -> None:
+    """Rows whose layout the model cannot be split by (e.g. tp not dividing the heads) are skipped."""
+    try:
+        check_layout(resolve(scenario), layout)
+    except ScenarioError as exc:
+        parts = exc.field.split(".")
+        where = exc.field
+        if parts[0] == "pools" and len(parts) > 1 and parts[1].isdigit():
+            where = f"{layout.pools[int(parts[1])].role} pool"
+        raise _Skip(f"{where}: {exc}") from None
+
+
+def _model_id(row: _Row) -> str:
+    raw = row.text("model_path")
+    by_lower = {model_id.lower(): model_id for model_id in model_ids()}
+    key = _MODEL_RENAMES.get(raw.lower(), raw).lower()
+    if key not in by_lower:
+        raise ValueError(f"row {row.id}: model_path {raw!r} matches no catalog model (`plan catalog models`)")
+    return by_lower[key]
+
+
+def _system(row: _Row) -> str:
+    try:
+        return load_system(row.text("system")).name
+    except CatalogError as exc:
+        raise ValueError(f"row {row.id}: {exc}") from None
+
+
+def _engine(row: _Row) -> str:
+    engine = row.text("backend")
+    if engine not in _ENGINES:
+        raise ValueError(f"row {row.id}: unknown backend {engine!r}; expected one of {sorted(_ENGINES)}")
+    return engine
+
+
+def _precision(row: _Row) -> dict[str, str]:
+    modes = {field: row.text(column) for field, column in (("weights", "gemm_quant_mode"),
+                                                            ("experts", "moe_quant_mode"))}
+    unknown = sorted(mode for mode in modes.values() if mode not in _QUANT_MODES)
+    if unknown:
+        raise ValueError(f"row {row.id}: unknown quant mode(s) {unknown}; known: {sorted(_QUANT_MODES)}")
+    kv_cache = "fp8" if modes["weights"] in _FP8_KV_GEMM_MODES else "bf16"
+    return {"weights": _QUANT_MODES[modes["weights"]], "experts": _QUANT_MODES[modes["experts"]],
+            "kv_cache": kv_cache}
+
+
+def _cluster_gpus(system: str, layout_gpus: int) -> int:
+    per_node = load_system(system).gpus_per_node
+    if layout_gpus < per_node:
+        return layout_gpus
+    return -(-layout_gpus // per_node) * per_node
+
+
+def _aggregated(row: _Row, dense: bool, notes: list[str]) -> tuple[dict[str, Any], int]:
+    per_rank = row.integer("batch_size")
+    if not per_rank:
+        raise _Skip("aggregated row without batch_size")
+    batch = per_rank * row.degree("attention_dp_size")
+    concurrency = row.integer("concurrency")
+    if not concurrency:
+        notes.append(f"concurrency missing: assumed batch_size x attention_dp_size = {batch}")
+        concurrency = batch
+    elif concurrency != batch:
+        notes.append(
+            f"concurrency {concurrency} != batch_size x attention_dp_size = {batch}: kept the measured concurrency"
+        )
+    pools = [_pool(row, "", "mixed", 1, batch, dense, notes)]
+    return {"schema_version": 1, "serving": "aggregated", "pools": pools}, concurrency
+
+
+def _disaggregated(row: _Row, dense: bool, notes: list[str]) -> tuple[dict[str, Any], int]:
+    prefill_replicas, decode_replicas = _replicas(row, "prefill", notes), _replicas(row, "decode", notes)
+    concurrency = row.integer("concurrency")
+    per_rank = row.integer("decode_batch_size")
+    if per_rank:
+        decode_batch = per_rank * row.degree("decode_attention_dp_size")
+        instances_hold = decode_replicas * decode_batch
+        if not concurrency:
+            notes.append(f"concurrency missing: assumed decode replicas x decode batch = {instances_hold}")
+            concurrency = instances_hold
+        elif concurrency != instances_hold:
+            notes.append(
+                f"concurrency {concurrency} != decode replicas x decode batch = {instances_hold}: "
+                "kept the measured concurrency"
+            )
+    elif not concurrency:
+        raise _Skip("disaggregated row without concurrency or decode_batch_size")
+    else:
+        decode_batch = -(-concurrency // decode_replicas)
+        notes.append(f"decode_batch_size missing: assumed ceil(concurrency / decode replicas) = {decode_batch}")
+    prefill_dp = row.degree("prefill_attention_dp_size")
+    prefill_per_rank = row.integer("prefill_batch_size")
+    if not prefill_per_rank:
+        notes.append(f"prefill_batch_size missing: assumed 1 per attention-DP rank, batch {prefill_dp}")
+        prefill_per_rank = 1
+    pools = [
+        _pool(row, "prefill_", "prefill", prefill_replicas, prefill_per_rank * prefill_dp, dense, notes),
+        _pool(row, "decode_", "decode", decode_replicas, decode_batch, dense, notes),
+    ]
+    return {"schema_version": 1, "serving": "disaggregated", "pools": pools}, concurrency
+
+
+def _replicas(row: _Row, role: str, notes: list[str]) -> int:
+    workers = row.integer(f"{role}_num_workers")
+    if not workers:
+        notes.append(f"{role}_num_workers missing: assumed 1")
+        return 1
+    return workers
+
+
+def _pool(row: _Row, prefix: str, role: str, replicas: int, batch: int, dense: bool,
+          notes: list[str]) -> dict[str, Any]:
+    tp, dp, pp = (row.degree(prefix + c) for c in ("tp_size", "attention_dp_size", "pp_size"))
+    moe_tp, moe_ep = row.degree(prefix + "moe_tp_size"), row.degree(prefix + "moe_ep_size")
+    if dense and (moe_tp, moe_ep) != (tp * dp, 1):
+        notes.append(
+            f"{role} pool: dense model, moe_tp x moe_ep = {moe_tp} x {moe_ep} replaced by "
+            f"tp x attention_dp = {tp * dp} x 1"
+        )
+        moe_tp, moe_ep = tp * dp, 1
+    if tp * dp != moe_tp * moe_ep:
+        raise _Skip(
+            f"{role} pool: tp x attention_dp = {tp} x {dp} != moe_tp x moe_ep = {moe_tp} x {moe_ep}"
+        )
+    if batch < dp:
+        raise _Skip(f"{role} pool: batch {batch} < attention_dp {dp} leaves ranks idle")
+    return {"role": role, "replicas": replicas, "tp": tp, "dp_attention": dp, "pp": pp,
+            "moe_tp": moe_tp, "moe_ep": moe_ep, "batch": batch}

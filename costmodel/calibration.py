@@ -1,0 +1,83 @@
+"""Calibration: achievable fractions of peak, collective efficiencies and fixed overheads.
+
+Physics gives the work (FLOPs, bytes, messages); calibration says how fast real kernels do it. Factors
+are per GPU generation (not per system: a held-out system of a known generation is predicted from its
+siblings) and per engine for the fixed overheads. No per-model or per-row factors exist. The committed
+file `data/calibration/default.yaml` is written by `python -m benchmarks fit`; each factor's comment
+there says which data it came from.
+"""
+
+from __future__ import annotations
+
+import functools
+from importlib import resources
+from typing import Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field
+
+from costmodel.hardware import SystemSpec
+
+Generation = Literal["hopper", "blackwell", "cdna3", "cdna4"]
+
+# Catalog system -> GPU generation. A system override keeps its generation.
+_GENERATIONS: dict[str, Generation] = {
+    "h100-sxm": "hopper",
+    "h200-sxm": "hopper",
+    "b200-sxm": "blackwell",
+    "b300-sxm": "blackwell",
+    "gb200-nvl72": "blackwell",
+    "gb300-nvl72": "blackwell",
+    "mi300x": "cdna3",
+    "mi355x": "cdna4",
+}
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class GenerationFactors(_Frozen):
+    gemm_efficiency: float = Field(gt=0, le=1, description="Fraction of dense peak reached by large GEMMs.")
+    attention_efficiency: float = Field(gt=0, le=1, description="Fraction of peak reached by attention kernels.")
+    hbm_efficiency: float = Field(gt=0, le=1, description="Fraction of HBM bandwidth reached when streaming.")
+
+
+class EngineFactors(_Frozen):
+    layer_overhead_s: float = Field(ge=0, description="Fixed time per layer per step (launches, syncs), s.")
+    step_overhead_s: float = Field(ge=0, description="Fixed time per step (scheduling, sampling), s.")
+
+
+class Calibration(_Frozen):
+    schema_version: Literal[1] = 1
+    fitted_on: str = Field(description="What data the factors were fitted on.")
+    generations: dict[Generation, GenerationFactors]
+    scaleup_efficiency: float = Field(gt=0, le=1)
+    nic_efficiency: float = Field(gt=0, le=1)
+    collective_latency_s: float = Field(ge=0, description="Fixed latency of one collective call, s.")
+    engines: dict[str, EngineFactors]
+
+    def generation(self, system: SystemSpec) -> GenerationFactors:
+        return self.generations[generation_of(system)]
+
+    def engine(self, name: str) -> EngineFactors:
+        return self.engines.get(name) or self.engines["generic"]
+
+
+def generation_of(system: SystemSpec) -> Generation:
+    """GPU generation of a catalog system (by name; the GPU name decides for renamed systems)."""
+    if system.name in _GENERATIONS:
+        return _GENERATIONS[system.name]
+    gpu = system.gpu_name.upper()
+    if "MI300" in gpu or "MI325" in gpu:
+        return "cdna3"
+    if "MI35" in gpu:
+        return "cdna4"
+    return "hopper" if gpu.startswith("H") else "blackwell"
+
+
+@functools.lru_cache(maxsize=1)
+def default_calibration() -> Calibration:
+    """The committed calibration shipped with the package."""
+    text = resources.files("costmodel").joinpath("data", "calibration", "default.yaml").read_text("utf-8")
+    return Calibration.model_validate(yaml.safe_load(text))

@@ -1,0 +1,65 @@
+"""Bytes each GPU moves in the collectives of one layer, on the link tier they really cross.
+
+Tier rule: a group of n GPUs whose placement keeps it inside one scale-up domain of D GPUs talks over
+NVLink/xGMI; a larger group spans ceil(n/D) domains and the share 1 - D/n of its peers sits across the
+NIC. The planner places groups inside domains whenever they fit; this module assumes that placement.
+Both tiers' times are added (a conservative choice: engines overlap them only partly).
+"""
+
+from __future__ import annotations
+
+from costmodel.hardware import SystemSpec
+from costmodel.operators import Parallel
+from costmodel.work import Tier, Transfer
+
+
+def split_by_tier(name: str, group: int, bytes_per_gpu: float, calls: float, system: SystemSpec) -> list[Transfer]:
+    """Transfers of a collective among `group` GPUs, split between scale-up and scale-out."""
+    if group <= 1 or bytes_per_gpu <= 0:
+        return []
+    domain = system.scaleup_domain_gpus
+    if group <= domain:
+        return [Transfer(name, "scaleup", bytes_per_gpu, calls)]
+    remote = 1.0 - domain / group
+    return [
+        Transfer(name, "scaleup", bytes_per_gpu * (1.0 - remote), calls),
+        Transfer(name, "nic", bytes_per_gpu * remote, calls),
+    ]
+
+
+def all_reduce(name: str, ranks: int, payload_bytes: float, system: SystemSpec) -> list[Transfer]:
+    """Ring all-reduce: each rank sends 2 (n-1)/n of the payload."""
+    return split_by_tier(name, ranks, 2.0 * (ranks - 1) / ranks * payload_bytes, 1.0, system)
+
+
+def expected_remote_ranks(ep: int, top_k: int) -> float:
+    """Distinct other EP ranks a token is sent to when its top_k experts fall uniformly on `ep` ranks."""
+    if ep <= 1:
+        return 0.0
+    distinct = ep * (1.0 - (1.0 - 1.0 / ep) ** top_k)
+    return distinct * (ep - 1) / ep
+
+
+def dispatch_combine(group_tokens: float, hidden: int, top_k: int, par: Parallel, dispatch_bytes: float,
+                     system: SystemSpec) -> list[Transfer]:
+    """MoE all-to-all under attention data parallelism: each GPU sends its share of the group's tokens
+    to the EP ranks holding their experts (each of the moe_tp slices needs a copy), in `dispatch_bytes`
+    per element, and receives the results back in bf16 (combine)."""
+    if par.dp <= 1:
+        return []  # tokens are already on every rank; the tp all-reduce combines the outputs
+    tokens_per_gpu = group_tokens / par.stage_gpus
+    destinations = expected_remote_ranks(par.moe_ep, top_k) * par.moe_tp + (par.moe_tp - 1)
+    elements = tokens_per_gpu * destinations * hidden
+    return (split_by_tier("moe_dispatch", par.stage_gpus, elements * dispatch_bytes, 1.0, system)
+            + split_by_tier("moe_combine", par.stage_gpus, elements * 2.0, 1.0, system))
+
+
+def pipeline_hop(tokens_per_rank: float, hidden: int, par: Parallel, activation_bytes: float,
+                 system: SystemSpec) -> list[Transfer]:
+    """Activations passed to the next stage; each tp rank sends its 1/tp share. Stages of an instance
+    larger than a domain are placed one domain apart (NIC)."""
+    if par.pp <= 1:
+        return []
+    instance = par.stage_gpus * par.pp
+    tier: Tier = "scaleup" if instance <= system.scaleup_domain_gpus else "nic"
+    return [Transfer("pipeline_send", tier, tokens_per_rank * hidden * activation_bytes / par.tp, 1.0)]

@@ -1,0 +1,146 @@
+"""HBM use per GPU: weight shards, KV cache and states, activation workspace, runtime reserve.
+
+Assumptions (sources beside each constant):
+- every GPU of a stage holds the weights of that stage's layers, split as the operators split them
+  (replicated parts, such as MLA down-projections, counted on every rank that holds them);
+- the embedding lives on the first stage and the LM head on the last, both vocab-parallel over tp;
+- KV: each stage holds, for every sequence in flight in the instance, the KV of its own layers over the
+  whole context (cached + input + output): pipeline parallelism divides weights, not KV per sequence;
+- a share of HBM is never given to the KV pool by engines (their default memory fractions).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from costmodel.architecture import Layer
+from costmodel.modes import HEAD_BYTES, PoolContext
+from costmodel.operators import Parallel
+from costmodel.precision import STATE_BYTES_PER_ELEMENT, Dtype, bytes_per_element
+
+GIB = 2**30
+# aiconfigurator systems/*.yaml misc: other_mem 3.5 GiB (runtime, CUDA graphs, allocator) + nccl_mem
+# 392 MB at 4-8 ranks.
+RUNTIME_RESERVE_BYTES = 3.5 * GIB + 392 * 2**20
+# vLLM gpu_memory_utilization 0.90, TRT-LLM free_gpu_memory_fraction 0.90, SGLang mem_fraction_static
+# about 0.88: engines leave about 10% of HBM outside their pools.
+ENGINE_MEMORY_FRACTION = 0.90
+# Activation buffers per token in flight in one step: about 8 hidden-size vectors (residual, norms,
+# attention in/out, dispatch buffers) plus 3 FFN-width vectors, in bf16; plus fp32 logits per sequence.
+WORKSPACE_HIDDEN_VECTORS = 8
+WORKSPACE_FFN_VECTORS = 3
+
+
+@dataclass(frozen=True)
+class MemoryUse:
+    """Bytes per GPU on the most loaded stage."""
+
+    weights: float
+    kv_cache: float
+    states: float
+    workspace: float
+    reserve: float
+    capacity: float
+
+    @property
+    def total(self) -> float:
+        return self.weights + self.kv_cache + self.states + self.workspace + self.reserve
+
+    @property
+    def fits(self) -> bool:
+        return self.total <= self.capacity
+
+    @property
+    def utilisation(self) -> float:
+        return self.total / self.capacity
+
+
+def _attention_weight_params(layer: Layer, par: Parallel) -> float:
+    attn = layer.attention
+    if attn.kind != "mla":
+        return attn.params() / par.tp
+    replicated = attn.hidden_size * ((attn.q_lora_rank or 0) + attn.kv_lora_rank + attn.qk_rope_head_dim)
+    replicated += attn.indexer_params()
+    return replicated + (attn.params() - replicated) / par.tp
+
+
+def stage_weight_bytes(ctx: PoolContext, stage: int, with_mtp: bool) -> float:
+    par, fmt = ctx.par, ctx.fmt
+    total = 0.0
+    layers = list(ctx.stages[stage])
+    if with_mtp and stage == len(ctx.stages) - 1 and ctx.arch.mtp_layer is not None:
+        layers += [ctx.arch.mtp_layer] * ctx.arch.mtp_layers
+    for layer in layers:
+        total += (_attention_weight_params(layer, par) + layer.ffn.dense_params() / par.tp) * fmt.weight_bytes
+        if layer.ffn.kind == "moe":
+            slots = (layer.ffn.num_experts + ctx.redundant_experts) / par.moe_ep
+            total += slots * layer.ffn.routed_expert_params() / par.moe_tp * fmt.expert_bytes
+    vocab = ctx.arch.vocab_size * ctx.arch.hidden_size / par.tp * HEAD_BYTES
+    if stage == 0:
+        total += vocab
+    if stage == len(ctx.stages) - 1 and (stage > 0 or not ctx.arch.tie_word_embeddings):
+        total += vocab
+    return total
+
+
+def kv_bytes_per_sequence(ctx: PoolContext, stage: int, context_tokens: float) -> tuple[float, float]:
+    """(KV cache, fixed states) bytes one sequence occupies on one GPU of `stage`."""
+    kv = states = 0.0
+    for layer in ctx.stages[stage]:
+        attn = layer.attention
+        share = 1.0 if attn.kind == "mla" else max(1.0 / ctx.par.tp, 1.0 / max(attn.num_kv_heads, 1))
+        kv += attn.kv_bytes_per_token(ctx.fmt.kv_dtype) * context_tokens * share
+        states += _state_bytes(layer, context_tokens, ctx) / ctx.par.tp
+    return kv, states
+
+
+def _state_bytes(layer: Layer, context_tokens: float, ctx: PoolContext) -> float:
+    attn = layer.attention
+    window = attn.window_state_elements(int(context_tokens)) * bytes_per_element(ctx.fmt.kv_dtype)
+    recurrent = attn.linear_state_elements() * STATE_BYTES_PER_ELEMENT
+    conv = attn.conv_state_elements() * bytes_per_element(Dtype.BF16)
+    return float(window + recurrent + conv)
+
+
+def workspace_bytes(ctx: PoolContext, step_tokens_per_rank: float, seqs_per_rank: float) -> float:
+    widest = max((layer.ffn.intermediate_size or layer.ffn.expert_intermediate_size) for layer in ctx.arch.layers)
+    per_token = (WORKSPACE_HIDDEN_VECTORS * ctx.arch.hidden_size + WORKSPACE_FFN_VECTORS * widest / ctx.par.tp) * 2
+    logits = seqs_per_rank * ctx.arch.vocab_size / ctx.par.tp * 4
+    return step_tokens_per_rank * per_token + logits
+
+
+def _reserve(ctx: PoolContext) -> float:
+    return RUNTIME_RESERVE_BYTES + (1.0 - ENGINE_MEMORY_FRACTION) * ctx.system.hbm_capacity_bytes
+
+
+def stage_memory(ctx: PoolContext, stage: int, seqs_per_rank: float, context_tokens: float,
+                 step_tokens_per_rank: float, with_mtp: bool) -> MemoryUse:
+    """Memory per GPU of one stage holding `seqs_per_rank` sequences of `context_tokens` each."""
+    kv, states = kv_bytes_per_sequence(ctx, stage, context_tokens)
+    return MemoryUse(
+        weights=stage_weight_bytes(ctx, stage, with_mtp),
+        kv_cache=kv * seqs_per_rank,
+        states=states * seqs_per_rank,
+        workspace=workspace_bytes(ctx, step_tokens_per_rank, max(1.0, min(seqs_per_rank, step_tokens_per_rank))),
+        reserve=_reserve(ctx),
+        capacity=ctx.system.hbm_capacity_bytes,
+    )
+
+
+def memory_use(ctx: PoolContext, batch: int, context_tokens: float, step_tokens_per_rank: float,
+               with_mtp: bool) -> MemoryUse:
+    """Memory per GPU of the most loaded stage for `batch` sequences in flight per instance."""
+    uses = [stage_memory(ctx, stage, batch / ctx.par.dp, context_tokens, step_tokens_per_rank, with_mtp)
+            for stage in range(len(ctx.stages))]
+    return max(uses, key=lambda use: use.total)
+
+
+def max_batch(ctx: PoolContext, context_tokens: float, step_tokens_per_rank: float, with_mtp: bool) -> int:
+    """Largest batch per instance whose KV and states fit next to the weights on every stage."""
+    per_rank = []
+    for stage in range(len(ctx.stages)):
+        empty = stage_memory(ctx, stage, 0.0, context_tokens, step_tokens_per_rank, with_mtp)
+        kv, states = kv_bytes_per_sequence(ctx, stage, context_tokens)
+        free = max(0.0, empty.capacity - empty.total)
+        per_rank.append(int(free // (kv + states)) if kv + states > 0 else 10**9)
+    return min(per_rank) * ctx.par.dp

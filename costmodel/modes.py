@@ -1,0 +1,143 @@
+"""The four operating modes as step-work builders: prefill, midfill, decode attention, decode experts.
+
+A step is built per pipeline stage from the layers that stage holds; the slowest stage sets the pace.
+Prefill is a fill step with no earlier context. Midfill appends new tokens to `cached` tokens of context,
+first fetched from the tier they live in. A decode step is one new token per sequence (1 + draft tokens
+when speculating); its attention part reads every sequence's KV and its expert part reads the weights of
+every expert the batch touches (see `operators.routed_expert_ops`).
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, replace
+from typing import Literal
+
+from costmodel.architecture import Architecture, Layer
+from costmodel.collectives import all_reduce, dispatch_combine, pipeline_hop
+from costmodel.hardware import SystemSpec
+from costmodel.operators import (
+    Formats,
+    Parallel,
+    StepShape,
+    attention_ops,
+    dense_ffn_ops,
+    routed_expert_ops,
+)
+from costmodel.precision import Dtype, bytes_per_element
+from costmodel.routing import load_imbalance
+from costmodel.work import Op, StepWork, Transfer
+
+# Embedding and LM head stay in bf16 in the published FP8/FP4 checkpoints (DeepSeek, Kimi, gpt-oss).
+HEAD_BYTES = bytes_per_element(Dtype.BF16)
+CacheTier = Literal["hbm", "host_dram", "ssd"]
+
+
+@dataclass(frozen=True)
+class PoolContext:
+    """What the step builders need about one pool: model, GPU, parallelism, formats, routing."""
+
+    arch: Architecture
+    system: SystemSpec
+    par: Parallel
+    fmt: Formats
+    skew: float
+    redundant_experts: int
+    stages: tuple[tuple[Layer, ...], ...]
+
+
+def split_stages(layers: tuple[Layer, ...], pp: int) -> tuple[tuple[Layer, ...], ...]:
+    """Contiguous stages with layer counts as equal as possible (earlier stages take the extra layer).
+    The planner chooses better boundaries; this is the default an engine uses."""
+    base, extra = divmod(len(layers), pp)
+    stages, start = [], 0
+    for index in range(pp):
+        size = base + (1 if index < extra else 0)
+        stages.append(tuple(layers[start:start + size]))
+        start += size
+    return tuple(stages)
+
+
+def _scaled(op: Op, count: int) -> Op:
+    return replace(op, flops=op.flops * count, hbm_bytes=op.hbm_bytes * count)
+
+
+def _scaled_transfer(transfer: Transfer, count: int) -> Transfer:
+    return replace(transfer, bytes=transfer.bytes * count, calls=transfer.calls * count)
+
+
+def layer_work(ctx: PoolContext, layer: Layer, shape: StepShape) -> StepWork:
+    """One layer on one GPU: attention, dense or shared FFN, routed experts, and their collectives."""
+    par, hidden = ctx.par, ctx.arch.hidden_size
+    work = StepWork(layers=1)
+    work.ops += attention_ops(layer.attention, shape, par, ctx.fmt)
+    work.ops += dense_ffn_ops(layer.ffn, shape, par, ctx.fmt)
+    payload = shape.tokens * hidden * HEAD_BYTES
+    work.transfers += all_reduce("tp_allreduce", par.tp, payload, ctx.system)  # after attention
+    work.transfers += all_reduce("tp_allreduce", par.tp, payload, ctx.system)  # after the FFN
+    if layer.ffn.kind == "moe":
+        group_tokens = shape.tokens * par.dp
+        imbalance = load_imbalance(layer.ffn.num_experts, layer.ffn.top_k, par.moe_ep, group_tokens,
+                                   ctx.skew, ctx.redundant_experts)
+        work.ops += routed_expert_ops(layer.ffn, group_tokens, par, ctx.fmt, imbalance, ctx.redundant_experts)
+        work.transfers += dispatch_combine(group_tokens, hidden, layer.ffn.top_k, par, ctx.fmt.activation_bytes,
+                                           ctx.system)
+    return work
+
+
+def stage_work(ctx: PoolContext, stage: int, shape: StepShape) -> StepWork:
+    """One step of pipeline stage `stage` on one GPU."""
+    work = StepWork()
+    for layer, count in Counter(ctx.stages[stage]).items():
+        one = layer_work(ctx, layer, shape)
+        work.ops += [_scaled(op, count) for op in one.ops]
+        work.transfers += [_scaled_transfer(t, count) for t in one.transfers]
+        work.layers += count
+    if stage == len(ctx.stages) - 1:
+        work.ops.append(_lm_head(ctx, shape))
+    else:
+        work.transfers += pipeline_hop(shape.tokens, ctx.arch.hidden_size, ctx.par, ctx.fmt.activation_bytes,
+                                       ctx.system)
+    return work
+
+
+def _lm_head(ctx: PoolContext, shape: StepShape) -> Op:
+    """Logits: vocab-parallel over tp; a fill step needs only each sequence's last position."""
+    tokens = shape.seqs if shape.phase == "fill" else shape.tokens
+    params = ctx.arch.hidden_size * ctx.arch.vocab_size / ctx.par.tp
+    return Op("lm_head", "gemm", 2.0 * tokens * params, params * HEAD_BYTES, ctx.system.peak_flops_per_s[Dtype.BF16])
+
+
+def prefill_work(ctx: PoolContext, stage: int, seqs: float, new_tokens: float) -> StepWork:
+    """Prefill: `seqs` sequences per attention-DP rank, `new_tokens` each, no earlier context."""
+    return stage_work(ctx, stage, StepShape("fill", seqs, new_tokens, 0.0))
+
+
+def midfill_work(ctx: PoolContext, stage: int, seqs: float, new_tokens: float, cached: float,
+                 tier: CacheTier) -> StepWork:
+    """Midfill: new tokens appended to `cached` tokens of context, fetched first from `tier`."""
+    work = stage_work(ctx, stage, StepShape("fill", seqs, new_tokens, cached))
+    work.transfers += cache_fetch(ctx, stage, seqs * cached, tier)
+    return work
+
+
+def cache_fetch(ctx: PoolContext, stage: int, tokens: float, tier: CacheTier) -> list[Transfer]:
+    """Bringing `tokens` of cached KV (this stage's layers, this GPU's share) into HBM."""
+    if tier == "hbm" or tokens <= 0:
+        return []
+    layers = ctx.stages[stage]
+    per_token = sum(layer.attention.kv_bytes_per_token(ctx.fmt.kv_dtype) for layer in layers)
+    share = 1.0 / ctx.par.tp if ctx.arch.layers[0].attention.kind == "gqa" else 1.0
+    return [Transfer("kv_fetch_" + tier, "host" if tier == "host_dram" else "storage", tokens * per_token * share,
+                     1.0)]
+
+
+def decode_work(ctx: PoolContext, stage: int, seqs: float, context: float, tokens_per_seq: float = 1.0) -> StepWork:
+    """One decode step: decode attention (every sequence's KV read) and decode experts (the weights of
+    every expert the batch touches), plus the dense parts and collectives."""
+    return stage_work(ctx, stage, StepShape("decode", seqs, tokens_per_seq, context))
+
+
+DECODE_ATTENTION_OPS = frozenset({"attention_projections", "attention_core", "sparse_indexer",
+                                  "linear_attention_state"})
+DECODE_EXPERT_OPS = frozenset({"routed_experts", "moe_dispatch", "moe_combine"})

@@ -1,0 +1,193 @@
+"""FLOPs and HBM bytes of each operator of one layer, on one GPU, for one step.
+
+Conventions (each a modelling choice, stated once):
+- a GEMM of M tokens against a K x N weight costs 2 M K N FLOPs and reads the weight once per step;
+  activation traffic is neglected (it is below 5% of weight traffic up to M ~ K/20 and compute-bound
+  beyond);
+- attention scores and values cost 2 x (query-key dim + value dim) FLOPs per query token, head and
+  attended key; causal fill attends on average to `context + new/2` keys;
+- tensor parallelism (tp) splits heads and the N or K side of projections; MLA's down-projections
+  (q_a, kv_a) and its latent KV are replicated on every tp rank (the latent has no head axis);
+- GQA KV is split by KV head up to `num_kv_heads` ranks, replicated beyond;
+- linear attention (KDA, Gated DeltaNet) reads and writes its fp32 state once per step and costs
+  about 4 x heads x d_k x d_v FLOPs per token (state update plus output; chunked fill is of the same order);
+- a sparse-attention indexer (DeepSeek V3.2, GLM-5) scores every cached key with fp8 index heads and
+  then MLA attends only to `index_topk` keys.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from costmodel.architecture import Attention, Ffn
+from costmodel.precision import STATE_BYTES_PER_ELEMENT, Dtype, bytes_per_element
+from costmodel.work import Op
+
+
+@dataclass(frozen=True)
+class Parallel:
+    """Parallel degrees of one instance (layout field names)."""
+
+    tp: int = 1
+    dp: int = 1
+    pp: int = 1
+    moe_tp: int = 1
+    moe_ep: int = 1
+
+    @property
+    def stage_gpus(self) -> int:
+        """GPUs in one pipeline stage: the attention TP x DP grid, also the expert group."""
+        return self.tp * self.dp
+
+
+@dataclass(frozen=True)
+class Formats:
+    """Storage sizes and compute peaks the operators need (bytes per element, FLOP/s)."""
+
+    weight_bytes: float
+    expert_bytes: float
+    kv_dtype: Dtype
+    activation_bytes: float
+    weight_peak: float
+    expert_peak: float
+    attention_peak: float
+
+
+@dataclass(frozen=True)
+class StepShape:
+    """One step on one attention-DP rank: `seqs` sequences, each adding `new_tokens` to `context`."""
+
+    phase: Literal["fill", "decode"]
+    seqs: float
+    new_tokens: float
+    context: float
+
+    @property
+    def tokens(self) -> float:
+        return self.seqs * self.new_tokens
+
+    def attended(self, cap: float | None = None) -> float:
+        """Average keys each new token attends to, under an optional window cap."""
+        keys = self.context + (self.new_tokens / 2 if self.phase == "fill" else self.new_tokens)
+        return min(keys, cap) if cap else keys
+
+    def kv_read_tokens(self, cap: float | None = None) -> float:
+        """KV entries read per sequence: fill reads its cached context once (and its new keys while
+        computing); decode reads the whole context every step."""
+        keys = self.context + self.new_tokens
+        return min(keys, cap) if cap else keys
+
+
+def _gemm(name: str, tokens: float, params: float, fmt_bytes: float, peak: float) -> Op:
+    return Op(name, "gemm", 2.0 * tokens * params, params * fmt_bytes, peak)
+
+
+def attention_ops(attn: Attention, shape: StepShape, par: Parallel, fmt: Formats) -> list[Op]:
+    if attn.kind == "linear":
+        return _linear_ops(attn, shape, par, fmt)
+    if attn.kind == "mla":
+        return _mla_ops(attn, shape, par, fmt)
+    return _gqa_ops(attn, shape, par, fmt)
+
+
+def _kv_fraction(attn: Attention, tp: int) -> float:
+    """Share of a layer's KV one tp rank holds and reads."""
+    return max(1.0 / tp, 1.0 / max(attn.num_kv_heads, 1))
+
+
+def _gqa_ops(attn: Attention, shape: StepShape, par: Parallel, fmt: Formats) -> list[Op]:
+    cap = attn.window or attn.chunk
+    heads = attn.num_heads / par.tp
+    core_flops = 2.0 * shape.tokens * shape.attended(cap) * heads * (attn.head_dim + attn.v_head_dim)
+    kv_per_token = 2 * attn.num_kv_heads * attn.head_dim * bytes_per_element(fmt.kv_dtype)
+    kv_bytes = shape.seqs * shape.kv_read_tokens(cap) * kv_per_token * _kv_fraction(attn, par.tp)
+    return [
+        _gemm("attention_projections", shape.tokens, attn.params() / par.tp, fmt.weight_bytes, fmt.weight_peak),
+        Op("attention_core", "attention", core_flops, kv_bytes, fmt.attention_peak),
+    ]
+
+
+def _mla_replicated_params(attn: Attention) -> int:
+    """MLA down-projections, replicated on every tp rank."""
+    q_down = attn.hidden_size * (attn.q_lora_rank or 0)
+    return q_down + attn.hidden_size * (attn.kv_lora_rank + attn.qk_rope_head_dim)
+
+
+def _mla_ops(attn: Attention, shape: StepShape, par: Parallel, fmt: Formats) -> list[Op]:
+    replicated = _mla_replicated_params(attn)
+    indexer = attn.indexer_params()
+    sharded = attn.params() - replicated - indexer
+    heads = attn.num_heads / par.tp
+    cap = attn.index_topk
+    if shape.phase == "decode":  # absorbed: attend in the latent space
+        per_key = 2 * attn.kv_lora_rank + attn.qk_rope_head_dim
+        core_flops = 2.0 * shape.tokens * shape.attended(cap) * heads * per_key
+    else:  # un-absorbed: decompress the cached latents, then MHA with 192-dim keys
+        per_key = attn.qk_nope_head_dim + attn.qk_rope_head_dim + attn.v_head_dim
+        core_flops = 2.0 * shape.tokens * shape.attended(cap) * heads * per_key
+        decompress = attn.kv_lora_rank * heads * (attn.qk_nope_head_dim + attn.v_head_dim)
+        core_flops += 2.0 * shape.seqs * shape.context * decompress
+    latent_bytes = (attn.kv_lora_rank + attn.qk_rope_head_dim) * bytes_per_element(fmt.kv_dtype)
+    kv_bytes = shape.seqs * shape.kv_read_tokens(cap) * latent_bytes
+    ops = [
+        _gemm("attention_projections", shape.tokens, replicated + sharded / par.tp, fmt.weight_bytes,
+              fmt.weight_peak),
+        Op("attention_core", "attention", core_flops, kv_bytes, fmt.attention_peak),
+    ]
+    if attn.index_topk:
+        ops.append(_indexer_op(attn, shape, par, fmt, indexer))
+    return ops
+
+
+def _indexer_op(attn: Attention, shape: StepShape, par: Parallel, fmt: Formats, params: int) -> Op:
+    """Lightning indexer: every new token scores every cached key (fp8), reading all index keys."""
+    heads = attn.index_heads or 0
+    dim = attn.index_head_dim or 0
+    flops = 2.0 * shape.tokens * shape.attended() * heads * dim + 2.0 * shape.tokens * params
+    key_bytes = shape.seqs * shape.kv_read_tokens() * attn.indexer_key_bytes_per_token()
+    return Op("sparse_indexer", "attention", flops, key_bytes + params * fmt.weight_bytes, fmt.attention_peak)
+
+
+def _linear_ops(attn: Attention, shape: StepShape, par: Parallel, fmt: Formats) -> list[Op]:
+    state = attn.linear_state_elements() / par.tp
+    heads = attn.linear_v_heads / par.tp
+    flops = 4.0 * shape.tokens * heads * attn.linear_k_head_dim * attn.linear_v_head_dim
+    state_bytes = 2.0 * shape.seqs * state * STATE_BYTES_PER_ELEMENT  # read and write back
+    return [
+        _gemm("attention_projections", shape.tokens, attn.params() / par.tp, fmt.weight_bytes, fmt.weight_peak),
+        Op("linear_attention_state", "attention", flops, state_bytes, fmt.attention_peak),
+    ]
+
+
+def distinct_experts(experts: float, top_k: float, tokens: float) -> float:
+    """Expected distinct experts touched when `tokens` tokens each pick top_k of `experts` uniformly:
+    E (1 - (1 - k/E)^T) (DOMAIN.md, decode experts)."""
+    return float(experts * (1.0 - (1.0 - top_k / experts) ** tokens))
+
+
+def dense_ffn_ops(ffn: Ffn, shape: StepShape, par: Parallel, fmt: Formats) -> list[Op]:
+    """Dense FFN, or the shared experts and router of an MoE layer: split like attention (by tp)."""
+    params = ffn.dense_params()
+    if params == 0:
+        return []
+    name = "dense_ffn" if ffn.kind == "dense" else "shared_experts_and_router"
+    return [_gemm(name, shape.tokens, params / par.tp, fmt.weight_bytes, fmt.weight_peak)]
+
+
+def routed_expert_ops(ffn: Ffn, group_tokens: float, par: Parallel, fmt: Formats, imbalance: float,
+                      redundant_slots: int = 0) -> list[Op]:
+    """Routed experts on one GPU of the expert group (moe_tp x moe_ep GPUs share `group_tokens`).
+
+    Weight bytes: the distinct local experts the step touches (their moe_tp slice), read once.
+    FLOPs: the GPU's share of token-expert pairs, scaled by the load imbalance of the busiest GPU.
+    """
+    if ffn.kind != "moe":
+        return []
+    per_expert = ffn.routed_expert_params()
+    local_experts = (ffn.num_experts + redundant_slots) / par.moe_ep
+    # Tokens reaching this GPU's experts, spread over its local experts.
+    touched_share = distinct_experts(ffn.num_experts, ffn.top_k, group_tokens) / ffn.num_experts
+    weight_bytes = local_experts * touched_share * per_expert / par.moe_tp * fmt.expert_bytes
+    pairs = group_tokens * ffn.top_k / (par.moe_ep * par.moe_tp) * imbalance
+    return [Op("routed_experts", "gemm", 2.0 * pairs * per_expert, weight_bytes, fmt.expert_peak)]

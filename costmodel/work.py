@@ -1,0 +1,135 @@
+"""Work of one step on one GPU, and the time it takes.
+
+The cost model first counts work (FLOPs, HBM bytes, bytes on each link tier, collective calls, layers),
+which depends only on the model, layout and step shape; then prices it with a calibration. Keeping the
+two apart lets calibration fitting re-price the same work thousands of times cheaply.
+
+Overlap rules (stated once, applied everywhere):
+- within one operator, compute and HBM traffic overlap fully: its time is the larger of the two (roofline);
+- operators run one after another: their times add;
+- communication does not overlap computation (engines overlap some of it with two-batch overlap; we
+  charge it in full, the conservative choice, and let the fitted overheads absorb systematic gaps);
+- each collective call pays a fixed latency on top of its bytes over bandwidth;
+- each layer pays a fixed launch/sync overhead, each step a fixed scheduling overhead.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+from costmodel.calibration import Calibration
+from costmodel.hardware import SystemSpec
+
+OpClass = Literal["gemm", "attention"]
+Tier = Literal["scaleup", "nic", "host", "storage"]
+
+
+@dataclass(frozen=True)
+class Op:
+    """One operator class of a step on one GPU, summed over the layers it appears in."""
+
+    name: str
+    op_class: OpClass
+    flops: float
+    hbm_bytes: float
+    peak_flops_per_s: float
+
+
+@dataclass(frozen=True)
+class Transfer:
+    """Bytes one GPU sends over one link tier in a step, in `calls` collective operations."""
+
+    name: str
+    tier: Tier
+    bytes: float
+    calls: float
+
+
+@dataclass
+class StepWork:
+    """Everything one GPU does in one step of one pipeline stage."""
+
+    ops: list[Op] = field(default_factory=list)
+    transfers: list[Transfer] = field(default_factory=list)
+    layers: int = 0
+
+    def extend(self, other: StepWork) -> None:
+        self.ops.extend(other.ops)
+        self.transfers.extend(other.transfers)
+        self.layers += other.layers
+
+    @property
+    def flops(self) -> float:
+        return sum(op.flops for op in self.ops)
+
+    @property
+    def hbm_bytes(self) -> float:
+        return sum(op.hbm_bytes for op in self.ops)
+
+
+# Names of the terms a step time is made of, in report order.
+TERMS = ("compute", "hbm_bandwidth", "scaleup_network", "scaleout_network", "host_link", "storage",
+         "fixed_overheads")
+_TIER_TERM: dict[str, str] = {"scaleup": "scaleup_network", "nic": "scaleout_network", "host": "host_link",
+                              "storage": "storage"}
+
+
+@dataclass(frozen=True)
+class StepTime:
+    """Priced step: seconds per term (see TERMS) and per operator or transfer name."""
+
+    terms: dict[str, float]
+    by_name: dict[str, float]
+
+    @property
+    def total_s(self) -> float:
+        return sum(self.terms.values())
+
+    @property
+    def bottleneck(self) -> str:
+        return max(TERMS, key=lambda term: self.terms[term])
+
+
+def _tier_bandwidth(tier: Tier, system: SystemSpec, calibration: Calibration) -> float:
+    """Achievable bytes/s per GPU on a tier; local SSDs are shared by the GPUs of a node."""
+    if tier == "scaleup":
+        return system.scaleup_bandwidth_bytes_per_s * calibration.scaleup_efficiency
+    if tier == "nic":
+        return system.nic_bandwidth_bytes_per_s * calibration.nic_efficiency
+    if tier == "host":
+        return system.host_link_bandwidth_bytes_per_s * calibration.nic_efficiency
+    ssd = system.ssd_bandwidth_bytes_per_s_per_node / system.gpus_per_node
+    return min(ssd, system.host_link_bandwidth_bytes_per_s) * calibration.nic_efficiency
+
+
+def price(work: StepWork, system: SystemSpec, calibration: Calibration, engine: str) -> StepTime:
+    """Time of one step: per operator the roofline max, then transfers, then fixed overheads.
+
+    Each operator's time is attributed to compute or HBM by whichever bound it.
+    """
+    factors = calibration.generation(system)
+    bandwidth = system.hbm_bandwidth_bytes_per_s * factors.hbm_efficiency
+    terms = dict.fromkeys(TERMS, 0.0)
+    by_name: dict[str, float] = {}
+    for op in work.ops:
+        efficiency = factors.gemm_efficiency if op.op_class == "gemm" else factors.attention_efficiency
+        t_compute = op.flops / (op.peak_flops_per_s * efficiency)
+        t_memory = op.hbm_bytes / bandwidth
+        terms["compute" if t_compute >= t_memory else "hbm_bandwidth"] += max(t_compute, t_memory)
+        by_name[op.name] = by_name.get(op.name, 0.0) + max(t_compute, t_memory)
+    for transfer in work.transfers:
+        seconds = transfer.bytes / _tier_bandwidth(transfer.tier, system, calibration)
+        seconds += transfer.calls * calibration.collective_latency_s
+        terms[_TIER_TERM[transfer.tier]] += seconds
+        by_name[transfer.name] = by_name.get(transfer.name, 0.0) + seconds
+    overheads = calibration.engine(engine)
+    terms["fixed_overheads"] = work.layers * overheads.layer_overhead_s + overheads.step_overhead_s
+    by_name["fixed_overheads"] = terms["fixed_overheads"]
+    return StepTime(terms=terms, by_name=by_name)
+
+
+def roofline_floor_s(work: StepWork, system: SystemSpec) -> float:
+    """Physical lower bound: the larger of all FLOPs at peak and all HBM bytes at full bandwidth."""
+    flops_s = sum(op.flops / op.peak_flops_per_s for op in work.ops)
+    return max(flops_s, work.hbm_bytes / system.hbm_bandwidth_bytes_per_s)

@@ -1,0 +1,82 @@
+"""`plan evaluate`: one prediction as a table, or a JSONL batch of cases with per-line errors."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from costmodel.errors import CostModelError
+from costmodel.evaluate import Prediction, evaluate
+from planner.errors import InputError
+from planner.scenario import layout_from_document, scenario_from_data
+from planner.sourcefile import SourceDocument
+
+
+def evaluate_cases(path: Path) -> Iterator[dict[str, Any]]:
+    """One result per non-empty line, in order; a bad line yields an error object, never a crash."""
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except OSError as exc:
+        raise InputError.single(path, None, "", f"cannot read the file: {exc}") from None
+    for number, line in enumerate(lines, start=1):
+        if line.strip():
+            yield _evaluate_line(path, number, line)
+
+
+def _evaluate_line(path: Path, number: int, line: str) -> dict[str, Any]:
+    try:
+        case = json.loads(line)
+        if not isinstance(case, dict) or set(case) != {"scenario", "layout"}:
+            raise InputError.single(path, number, "", 'each line must be {"scenario": {...}, "layout": {...}}')
+        resolved = scenario_from_data(case["scenario"], base_dir=path.parent)
+        layout = layout_from_document(SourceDocument(None, case["layout"], None), resolved)
+        return {"line": number, **evaluate(resolved, layout).to_dict()}
+    except json.JSONDecodeError as exc:
+        return {"line": number, "error": f"not valid JSON: {exc.msg} (column {exc.colno})"}
+    except InputError as exc:
+        return {"line": number, "error": "; ".join(p.field + ": " + p.message if p.field else p.message
+                                                   for p in exc.problems)}
+    except CostModelError as exc:
+        return {"line": number, "error": str(exc)}
+
+
+def print_prediction(prediction: Prediction) -> None:
+    console = Console(highlight=False)
+    console = console if console.is_terminal else Console(highlight=False, width=160)
+    status = "fits" if prediction.feasible else "DOES NOT FIT"
+    console.print(
+        f"TTFT {prediction.ttft_ms:,.1f} ms   TPOT {prediction.tpot_ms:,.2f} ms   "
+        f"{prediction.tokens_per_s_per_gpu:,.1f} tokens/s/GPU   "
+        f"{prediction.tokens_per_s_per_user:,.1f} tokens/s/user   "
+        f"{prediction.gpus} GPUs   {prediction.memory_per_gpu_gb:,.1f} GB/GPU ({status})"
+    )
+    console.print(f"bottleneck: {prediction.bottleneck}")
+    for reason in prediction.reasons:
+        console.print(f"[red]{reason}[/red]")
+    for pool in prediction.pools:
+        _print_pool(console, pool)
+
+
+def _print_pool(console: Console, pool: dict[str, Any]) -> None:
+    memory = pool["memory_per_gpu_gb"]
+    console.print(
+        f"\n[bold]{pool['role']} pool[/bold]: {pool['gpus']} GPUs, batch {pool['batch']} (max {pool['max_batch']}); "
+        f"GB per GPU: weights {memory['weights']:.1f}, KV {memory['kv_cache']:.1f}, states {memory['states']:.1f}, "
+        f"workspace {memory['workspace']:.1f}, reserve {memory['reserve']:.1f} of {memory['capacity']:.1f}"
+    )
+    table = Table()
+    table.add_column("step time (ms)")
+    phases = [name for name in ("fill", "decode") if name in pool]
+    for name in phases:
+        table.add_column(f"{name} ({pool[name]['bottleneck']})", justify="right")
+    names = sorted({op for name in phases for op in pool[name]["by_operator_ms"]})
+    for op in names:
+        table.add_row(op, *(f"{pool[name]['by_operator_ms'].get(op, 0.0):.3f}" for name in phases))
+    table.add_row("[bold]total[/bold]", *(f"{pool[name]['step_ms']:.3f}" for name in phases))
+    table.add_row("roofline floor", *(f"{pool[name]['roofline_floor_ms']:.3f}" for name in phases))
+    console.print(table)
