@@ -46,6 +46,11 @@ class GenerationFactors(_Frozen):
 class EngineFactors(_Frozen):
     layer_overhead_s: float = Field(ge=0, description="Fixed time per layer per step (launches, syncs), s.")
     step_overhead_s: float = Field(ge=0, description="Fixed time per step (scheduling, sampling), s.")
+    cohort_fraction: float = Field(
+        ge=0, le=1,
+        description="How bunched closed-loop arrivals stay: 0 = fully staggered (a request waits only for its "
+        "own prefill), 1 = one cohort (it also waits for half of everyone else's).",
+    )
 
 
 class Calibration(_Frozen):
@@ -76,8 +81,17 @@ def generation_of(system: SystemSpec) -> Generation:
     return "hopper" if gpu.startswith("H") else "blackwell"
 
 
-@functools.lru_cache(maxsize=1)
-def default_calibration() -> Calibration:
-    """The committed calibration shipped with the package."""
-    text = resources.files("costmodel").joinpath("data", "calibration", "default.yaml").read_text("utf-8")
+@functools.lru_cache(maxsize=2)
+def _load(name: str) -> Calibration:
+    text = resources.files("costmodel").joinpath("data", "calibration", name).read_text("utf-8")
     return Calibration.model_validate(yaml.safe_load(text))
+
+
+def default_calibration() -> Calibration:
+    """The committed calibration fitted to serving measurements (`python -m benchmarks fit`)."""
+    return _load("default.yaml")
+
+
+def prior_calibration() -> Calibration:
+    """Kernel-microbenchmark priors: where the fit starts, and the values of unfitted factors."""
+    return _load("priors.yaml")

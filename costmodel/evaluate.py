@@ -6,20 +6,21 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from costmodel.calibration import Calibration, default_calibration
+from costmodel.hardware import SystemSpec
 from costmodel.layout import Layout, Pool
 from costmodel.modes import PoolContext, split_stages
 from costmodel.operators import Formats, Parallel
 from costmodel.precision import Dtype, bytes_per_element
+from costmodel.pricing import DirectPricer, Pricer
 from costmodel.resolve import ResolvedScenario, compute_dtype
 from costmodel.serving import (
-    Phase,
-    PoolResult,
+    PhaseTime,
+    PoolPlan,
+    PoolTiming,
     closed_loop_wait_s,
-    cohort_ttft_s,
-    decode_phase,
-    fill_phase,
     kv_transfer_s,
-    pool_memory,
+    plan_pool,
+    time_pool,
 )
 from costmodel.work import roofline_floor_s
 
@@ -78,114 +79,132 @@ def pool_context(resolved: ResolvedScenario, pool: Pool) -> PoolContext:
     )
 
 
-def _pool_result(resolved: ResolvedScenario, pool: Pool, calibration: Calibration) -> PoolResult:
-    ctx = pool_context(resolved, pool)
-    workload, engine = resolved.scenario.workload, resolved.scenario.engine
-    memory, largest = pool_memory(ctx, pool, workload)
-    seqs = pool.batch / pool.dp_attention
-    fill = fill_phase(ctx, seqs, workload, calibration, engine) if pool.role != "decode" else None
-    decode = decode_phase(ctx, seqs, workload, calibration, engine) if pool.role != "prefill" else None
-    return PoolResult(pool.role, ctx, pool, memory, largest, fill, decode)
+@dataclass(frozen=True)
+class LayoutPlan:
+    """A layout's planned work, independent of calibration: re-timed cheaply when fitting."""
+
+    resolved: ResolvedScenario
+    layout: Layout
+    pools: tuple[PoolPlan, ...]
+
+
+def plan_layout(resolved: ResolvedScenario, layout: Layout) -> LayoutPlan:
+    workload = resolved.scenario.workload
+    return LayoutPlan(resolved, layout, tuple(plan_pool(pool_context(resolved, pool), pool, workload)
+                                              for pool in layout.pools))
 
 
 def evaluate(resolved: ResolvedScenario, layout: Layout, calibration: Calibration | None = None) -> Prediction:
     """Predict TTFT, TPOT, throughput per GPU and memory of `layout` serving `resolved`."""
     calibration = calibration or default_calibration()
-    results = [_pool_result(resolved, pool, calibration) for pool in layout.pools]
-    if layout.serving == "aggregated":
-        ttft, tpot, rate, ttft_parts = _aggregated(results[0], resolved)
-    else:
-        ttft, tpot, rate, ttft_parts = _disaggregated(results, resolved, layout.gpus, calibration)
-    reasons = tuple(reason for result in results for reason in _memory_reasons(result))
-    worst = max(results, key=lambda r: r.memory.utilisation)
+    pricer = DirectPricer(resolved.system, calibration, resolved.scenario.engine)
+    return predict(plan_layout(resolved, layout), pricer)
+
+
+def _serving(plan: LayoutPlan, timings: list[PoolTiming],
+             calibration: Calibration) -> tuple[float, float, float, dict[str, float]]:
+    if plan.layout.serving == "aggregated":
+        return _aggregated(timings[0])
+    return _disaggregated(timings, plan.layout.gpus, calibration)
+
+
+def serving_latencies(plan: LayoutPlan, pricer: Pricer) -> tuple[float, float]:
+    """(TTFT, TPOT) in seconds, without the reports: the fast path calibration fitting uses."""
+    ttft, tpot, _, _ = _serving(plan, [time_pool(pool, pricer) for pool in plan.pools], pricer.calibration)
+    return ttft, tpot
+
+
+def predict(plan: LayoutPlan, pricer: Pricer) -> Prediction:
+    """Time a planned layout with `pricer` and compose the serving metrics."""
+    timings = [time_pool(pool, pricer) for pool in plan.pools]
+    ttft, tpot, rate, ttft_parts = _serving(plan, timings, pricer.calibration)
+    reasons = tuple(reason for timing in timings for reason in _memory_reasons(timing.plan))
+    worst = max(plan.pools, key=lambda p: p.memory.utilisation)
     return Prediction(
         ttft_ms=ttft * 1e3,
         tpot_ms=tpot * 1e3,
-        tokens_per_s_per_gpu=rate * resolved.scenario.workload.output_tokens / layout.gpus,
+        tokens_per_s_per_gpu=rate * plan.resolved.scenario.workload.output_tokens / plan.layout.gpus,
         tokens_per_s_per_user=1.0 / tpot,
-        gpus=layout.gpus,
+        gpus=plan.layout.gpus,
         feasible=not reasons,
         reasons=reasons,
-        bottleneck=_bottleneck(results),
+        bottleneck=_bottleneck(timings),
         memory_per_gpu_gb=worst.memory.total / GB,
         ttft_breakdown_ms={k: v * 1e3 for k, v in ttft_parts.items()},
-        pools=tuple(_pool_report(result) for result in results),
+        pools=tuple(_pool_report(timing) for timing in timings),
     )
 
 
-def _aggregated(result: PoolResult, resolved: ResolvedScenario) -> tuple[float, float, float, dict[str, float]]:
-    """Cohort model: TTFT, TPOT, requests/s over the whole pool."""
-    assert result.fill is not None and result.decode is not None
-    osl = resolved.scenario.workload.output_tokens
-    seqs = result.pool.batch / result.pool.dp_attention
-    ttft = cohort_ttft_s(result.fill, seqs)
-    tpot = result.decode.latency_s
-    round_s = result.fill.total_s + (osl - 1) * tpot
-    rate = result.pool.replicas * result.pool.batch / round_s
-    return ttft, tpot, rate, {"fill": ttft}
+def _aggregated(timing: PoolTiming) -> tuple[float, float, float, dict[str, float]]:
+    """Continuous batching: TTFT, TPOT, requests/s over the whole pool."""
+    rate = timing.plan.pool.replicas * timing.plan.pool.batch / timing.cycle_s
+    return timing.ttft_s, timing.tpot_s, rate, {"fill": timing.ttft_s}
 
 
-def _disaggregated(results: list[PoolResult], resolved: ResolvedScenario, gpus: int,
+def _disaggregated(timings: list[PoolTiming], gpus: int,
                    calibration: Calibration) -> tuple[float, float, float, dict[str, float]]:
-    prefill = next(r for r in results if r.role == "prefill")
-    decode = next(r for r in results if r.role == "decode")
-    assert prefill.fill is not None and decode.decode is not None
-    workload = resolved.scenario.workload
-    transfer = kv_transfer_s(prefill.ctx, decode.ctx, workload, gpus, calibration)
-    tpot = decode.decode.latency_s
-    concurrency = decode.pool.replicas * decode.pool.batch
-    elsewhere = transfer + (workload.output_tokens - 1) * tpot
-    capacity = prefill.pool.replicas * prefill.pool.batch / prefill.fill.total_s
-    at_prefill = closed_loop_wait_s(concurrency, capacity, prefill.fill.total_s, elsewhere)
+    prefill = next(t for t in timings if t.plan.pool.role == "prefill")
+    decode = next(t for t in timings if t.plan.pool.role == "decode")
+    request = decode.plan.request
+    transfer = kv_transfer_s(prefill.plan.ctx, decode.plan.ctx, request, gpus, calibration)
+    concurrency = decode.plan.pool.replicas * decode.plan.pool.batch
+    elsewhere = transfer + (request.output - 1) * decode.tpot_s
+    capacity = prefill.plan.pool.replicas * prefill.plan.pool.batch / prefill.cycle_s
+    at_prefill = closed_loop_wait_s(concurrency, capacity, prefill.ttft_s, elsewhere)
     rate = concurrency / (at_prefill + elsewhere)
-    parts = {"fill": prefill.fill.total_s, "queue": at_prefill - prefill.fill.total_s, "kv_transfer": transfer}
-    return at_prefill + transfer, tpot, rate, parts
+    parts = {"fill": prefill.ttft_s, "queue": at_prefill - prefill.ttft_s, "kv_transfer": transfer}
+    return at_prefill + transfer, decode.tpot_s, rate, parts
 
 
-def _memory_reasons(result: PoolResult) -> list[str]:
-    memory = result.memory
+def _memory_reasons(plan: PoolPlan) -> list[str]:
+    memory = plan.memory
     if memory.fits:
         return []
     return [
-        f"{result.role} pool: needs {memory.total / GB:.1f} GB per GPU (weights {memory.weights / GB:.1f}, "
+        f"{plan.pool.role} pool: needs {memory.total / GB:.1f} GB per GPU (weights {memory.weights / GB:.1f}, "
         f"KV {memory.kv_cache / GB:.1f}, states {memory.states / GB:.1f}, workspace {memory.workspace / GB:.1f}, "
         f"reserve {memory.reserve / GB:.1f}) but HBM holds {memory.capacity / GB:.1f} GB; "
-        f"the largest batch that fits is {result.max_batch}"
+        f"the largest batch that fits is {plan.max_batch}"
     ]
 
 
-def _bottleneck(results: list[PoolResult]) -> str:
-    phases = [(r.role, name, phase) for r in results
-              for name, phase in (("fill", r.fill), ("decode", r.decode)) if phase is not None]
-    role, name, phase = max(phases, key=lambda item: item[2].step.total_s if item[1] == "decode" else 0.0) \
-        if any(p[1] == "decode" for p in phases) else phases[0]
-    return f"{role} {name}: {phase.step.bottleneck}"
+def _phases(timing: PoolTiming) -> list[tuple[str, PhaseTime]]:
+    named = (("fill", timing.fill), ("mixed", timing.mixed), ("decode", timing.decode))
+    return [(name, phase) for name, phase in named if phase is not None]
 
 
-def _phase_report(phase: Phase, system_peak_s: float) -> dict[str, Any]:
+def _bottleneck(timings: list[PoolTiming]) -> str:
+    """The binding term of the step that dominates: decode (or mixed) when any pool decodes."""
+    candidates = [(t.plan.pool.role, name, phase) for t in timings for name, phase in _phases(t)]
+    decoding = [c for c in candidates if c[1] != "fill"] or candidates
+    role, name, phase = max(decoding, key=lambda c: c[2].max_s)
+    return f"{role} {name}: {phase.slowest.bottleneck}"
+
+
+def _phase_report(phase: PhaseTime, system: SystemSpec) -> dict[str, Any]:
     return {
-        "step_ms": phase.step.total_s * 1e3,
-        "terms_ms": {k: v * 1e3 for k, v in phase.step.terms.items()},
-        "by_operator_ms": {k: v * 1e3 for k, v in sorted(phase.step.by_name.items())},
-        "bottleneck": phase.step.bottleneck,
-        "roofline_floor_ms": system_peak_s * 1e3,
+        "step_ms": phase.max_s * 1e3,
+        "terms_ms": {k: v * 1e3 for k, v in phase.slowest.terms.items()},
+        "by_operator_ms": {k: v * 1e3 for k, v in sorted(phase.slowest.by_name.items())},
+        "bottleneck": phase.slowest.bottleneck,
+        "roofline_floor_ms": roofline_floor_s(phase.work, system) * 1e3,
     }
 
 
-def _pool_report(result: PoolResult) -> dict[str, Any]:
+def _pool_report(timing: PoolTiming) -> dict[str, Any]:
+    plan = timing.plan
+    memory = plan.memory
     report: dict[str, Any] = {
-        "role": result.role,
-        "gpus": result.pool.gpus,
-        "batch": result.pool.batch,
-        "max_batch": result.max_batch,
+        "role": plan.pool.role,
+        "gpus": plan.pool.gpus,
+        "batch": plan.pool.batch,
+        "max_batch": plan.max_batch,
         "memory_per_gpu_gb": {
-            "weights": result.memory.weights / GB, "kv_cache": result.memory.kv_cache / GB,
-            "states": result.memory.states / GB, "workspace": result.memory.workspace / GB,
-            "reserve": result.memory.reserve / GB, "total": result.memory.total / GB,
-            "capacity": result.memory.capacity / GB,
+            "weights": memory.weights / GB, "kv_cache": memory.kv_cache / GB, "states": memory.states / GB,
+            "workspace": memory.workspace / GB, "reserve": memory.reserve / GB, "total": memory.total / GB,
+            "capacity": memory.capacity / GB,
         },
     }
-    for name, phase in (("fill", result.fill), ("decode", result.decode)):
-        if phase is not None:
-            report[name] = _phase_report(phase, roofline_floor_s(phase.work, result.ctx.system))
+    for name, phase in _phases(timing):
+        report[name] = _phase_report(phase, plan.ctx.system)
     return report

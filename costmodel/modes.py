@@ -138,6 +138,21 @@ def decode_work(ctx: PoolContext, stage: int, seqs: float, context: float, token
     return stage_work(ctx, stage, StepShape("decode", seqs, tokens_per_seq, context))
 
 
+def merged_work(first: StepWork, second: StepWork) -> StepWork:
+    """Two batches of the same stage run as one step (continuous batching): GEMM FLOPs add but each
+    weight is read once (bytes: the larger read); attention work and transfers add; layers count once.
+    Both works come from `stage_work` on the same stage, so their operators align one to one."""
+    merged = StepWork(layers=max(first.layers, second.layers), transfers=first.transfers + second.transfers)
+    for a, b in zip(first.ops, second.ops, strict=True):
+        if a.name != b.name:
+            raise ValueError(f"operators do not align: {a.name} vs {b.name}")
+        if a.op_class == "gemm":
+            merged.ops.append(replace(a, flops=a.flops + b.flops, hbm_bytes=max(a.hbm_bytes, b.hbm_bytes)))
+        else:
+            merged.ops.append(replace(a, flops=a.flops + b.flops, hbm_bytes=a.hbm_bytes + b.hbm_bytes))
+    return merged
+
+
 DECODE_ATTENTION_OPS = frozenset({"attention_projections", "attention_core", "sparse_indexer",
                                   "linear_attention_state"})
 DECODE_EXPERT_OPS = frozenset({"routed_experts", "moe_dispatch", "moe_combine"})

@@ -1,9 +1,13 @@
 """Steady-state serving metrics of a layout, closed-loop at the layout's batch.
 
-Aggregated serving (one pool, continuous batching), cohort model: a closed-loop benchmark starts its
-`concurrency` requests together and, all having the same lengths, they stay in step. Each round every
-attention-DP rank prefills its sequences in chunks of `ENGINE_STEP_TOKENS` tokens (so the mean request
-waits for half the round's prefill), then the cohort decodes `osl - 1` further tokens together.
+Aggregated serving (one pool, continuous batching). Per attention-DP rank, a round serves its `b`
+sequences once: their prefills (b x input tokens) ride on decode steps in chunks of up to
+`ENGINE_STEP_TOKENS` tokens per step (mixed steps, each weight read once for both); the remaining steps
+are decode-only. TPOT is the round's decode time per output token, mixed steps included (this is work
+conservation and holds whatever the arrival pattern). TTFT depends on how bunched arrivals are: a
+request waits for its own prefill chunks plus, with the engine's fitted `cohort_fraction` k, for half of
+the other requests' prefill backlog (k = 0: fully staggered arrivals; k = 1: one cohort, as when a
+closed-loop benchmark starts all requests together and equal lengths keep them in step).
 
 Disaggregated serving: prefill instances process `batch` requests per fill; decode instances hold
 `batch` sequences each. Requests cycle between the prefill queue and the decode pool; the mean time at
@@ -14,6 +18,9 @@ fit in one scale-up domain, over the NICs otherwise, striped over the smaller in
 Pipelines: a fill chunk passes every stage (latency = sum of stage times, one chunk per slowest-stage
 time); decode keeps pp micro-batches in flight, so a sequence gets a token every pp slowest-stage steps.
 Speculative decoding verifies 1 + d tokens per step and accepts 1 + a + ... + a^d of them on average.
+
+Work is planned first (`plan_pool`, independent of calibration), then timed (`time_pool`) with a pricer,
+so that calibration fitting can re-time planned work cheaply.
 """
 
 from __future__ import annotations
@@ -25,90 +32,151 @@ from dataclasses import dataclass
 from costmodel.calibration import Calibration
 from costmodel.layout import Pool
 from costmodel.memory import MemoryUse, max_batch, memory_use
-from costmodel.modes import PoolContext, decode_work, layer_work, midfill_work
+from costmodel.modes import PoolContext, decode_work, layer_work, merged_work, midfill_work
 from costmodel.operators import StepShape
+from costmodel.pricing import Pricer
 from costmodel.scenario import Workload
-from costmodel.work import StepTime, StepWork, price
+from costmodel.work import StepTime, StepWork
 
-# Largest number of new tokens one attention-DP rank puts in one fill step: TRT-LLM max_num_tokens
-# 8192, vLLM max_num_batched_tokens 8192 (online default on large GPUs), SGLang chunked_prefill_size 8192.
+# Largest number of new tokens one attention-DP rank puts in one step: TRT-LLM max_num_tokens 8192,
+# vLLM max_num_batched_tokens 8192 (online default on large GPUs), SGLang chunked_prefill_size 8192.
 ENGINE_STEP_TOKENS = 8192
 
 
 @dataclass(frozen=True)
-class Phase:
-    """A priced phase: latency of its first result, total time, and the slowest stage's step."""
+class RequestShape:
+    """Token counts of one request as the engine sees them."""
 
-    latency_s: float
-    total_s: float
-    step: StepTime
-    work: StepWork
+    new: float  # input tokens not found in any cache (computed in the fill)
+    cached: float  # context already held as KV (earlier turns and prefix-cache hits)
+    output: int
+    draft: int  # speculative tokens verified per decode step
+    accepted: float  # tokens accepted per decode step
+
+    @staticmethod
+    def of(workload: Workload) -> RequestShape:
+        spec = workload.speculative
+        draft = spec.draft_tokens if spec.method != "none" else 0
+        return RequestShape(
+            new=workload.input_tokens * (1.0 - workload.prefix_hit_rate),
+            cached=workload.cached_tokens + workload.input_tokens * workload.prefix_hit_rate,
+            output=workload.output_tokens,
+            draft=draft,
+            accepted=sum(spec.acceptance_rate**i for i in range(draft + 1)),
+        )
+
+    @property
+    def mid_context(self) -> float:
+        """Context at mid-generation, where a decode step's KV read is its average."""
+        return self.cached + self.new + self.output / 2.0
 
 
 @dataclass(frozen=True)
-class PoolResult:
-    role: str
+class PoolPlan:
+    """Everything a pool does, as work per pipeline stage; no calibration involved."""
+
     ctx: PoolContext
     pool: Pool
+    request: RequestShape
     memory: MemoryUse
     max_batch: int
-    fill: Phase | None
-    decode: Phase | None
+    fill: list[StepWork] | None  # prefill pools: one fill of the pool's batch (per stage)
+    decode: list[StepWork] | None  # decode and mixed pools: one decode-only step
+    mixed: list[StepWork] | None  # mixed pools: one decode step carrying a prefill chunk
+    fill_chunks: float  # fill steps per fill of the batch (prefill pools)
+    mixed_steps: float  # mixed steps per round (mixed pools)
+    own_steps: float  # mixed steps one request's own prefill needs
 
 
-def _price_stages(ctx: PoolContext, build: Callable[[int], StepWork], calibration: Calibration,
-                  engine: str) -> tuple[list[float], StepTime, StepWork]:
-    times, slowest, slowest_work = [], None, None
-    for stage in range(len(ctx.stages)):
-        work = build(stage)
-        step = price(work, ctx.system, calibration, engine)
-        times.append(step.total_s)
-        if slowest is None or step.total_s > slowest.total_s:
-            slowest, slowest_work = step, work
-    assert slowest is not None and slowest_work is not None
-    return times, slowest, slowest_work
+def plan_pool(ctx: PoolContext, pool: Pool, workload: Workload) -> PoolPlan:
+    request = RequestShape.of(workload)
+    memory, largest = pool_memory(ctx, pool, workload)
+    seqs = pool.batch / ctx.par.dp
+    fill = decode = mixed = None
+    fill_chunks = mixed_steps = own_steps = 0.0
+    if pool.role == "prefill":
+        total = max(seqs * request.new, 1.0)
+        chunk = min(float(ENGINE_STEP_TOKENS), total)
+        fill = _stages(ctx, lambda s: midfill_work(ctx, s, chunk / request.new, request.new, request.cached,
+                                                   workload.cached_tier))
+        fill_chunks = total / chunk
+    if pool.role != "prefill":
+        decode = _stages(ctx, lambda s: _decode_stage(ctx, s, seqs / ctx.par.pp, request))
+    if pool.role == "mixed":
+        budget = max(ENGINE_STEP_TOKENS - seqs * (1 + request.draft), ENGINE_STEP_TOKENS / 4)
+        chunk = min(budget, seqs * request.new)
+        mixed = _stages(ctx, lambda s: merged_work(
+            _decode_stage(ctx, s, seqs / ctx.par.pp, request),
+            midfill_work(ctx, s, chunk / request.new / ctx.par.pp, request.new, request.cached,
+                         workload.cached_tier)))
+        mixed_steps = seqs * request.new / chunk
+        own_steps = max(1.0, request.new / chunk)
+    return PoolPlan(ctx, pool, request, memory, largest, fill, decode, mixed, fill_chunks, mixed_steps, own_steps)
 
 
-def fill_phase(ctx: PoolContext, seqs_per_rank: float, workload: Workload, calibration: Calibration,
-               engine: str) -> Phase:
-    """Prefill or midfill of `seqs_per_rank` requests on each rank, in engine-sized chunks."""
-    new = workload.input_tokens * (1.0 - workload.prefix_hit_rate)
-    cached = workload.cached_tokens + workload.input_tokens * workload.prefix_hit_rate
-    total_tokens = max(seqs_per_rank * new, 1.0)
-    chunk = min(float(ENGINE_STEP_TOKENS), total_tokens)
-    chunks = total_tokens / chunk
-    times, step, work = _price_stages(
-        ctx, lambda s: midfill_work(ctx, s, chunk / new, new, cached, workload.cached_tier), calibration, engine)
-    latency = sum(times)
-    return Phase(latency, latency + (chunks - 1.0) * max(times), step, work)
+def _stages(ctx: PoolContext, build: Callable[[int], StepWork]) -> list[StepWork]:
+    return [build(stage) for stage in range(len(ctx.stages))]
 
 
-def accepted_tokens(draft: int, acceptance: float) -> float:
-    """Expected tokens accepted per verification step: 1 + a + a^2 + ... + a^d."""
-    return sum(acceptance**i for i in range(draft + 1))
-
-
-def decode_phase(ctx: PoolContext, seqs_per_rank: float, workload: Workload, calibration: Calibration,
-                 engine: str) -> Phase:
-    """One decode step at mid-generation context; `latency_s` is the time per output token."""
-    spec = workload.speculative
-    draft = spec.draft_tokens if spec.method != "none" else 0
-    context = workload.cached_tokens + workload.input_tokens + workload.output_tokens / 2.0
-    micro = seqs_per_rank / ctx.par.pp
-    times, step, work = _price_stages(
-        ctx, lambda s: _decode_stage(ctx, s, micro, context, draft), calibration, engine)
-    per_step = ctx.par.pp * max(times)
-    tpot = per_step / accepted_tokens(draft, spec.acceptance_rate)
-    return Phase(tpot, per_step, step, work)
-
-
-def _decode_stage(ctx: PoolContext, stage: int, seqs: float, context: float, draft: int) -> StepWork:
-    work = decode_work(ctx, stage, seqs, context, 1.0 + draft)
-    last = stage == len(ctx.stages) - 1
-    if draft and last and ctx.arch.mtp_layer is not None:  # d sequential MTP drafting passes
-        for _ in range(draft):
-            work.extend(layer_work(ctx, ctx.arch.mtp_layer, StepShape("decode", seqs, 1.0, context)))
+def _decode_stage(ctx: PoolContext, stage: int, seqs: float, request: RequestShape) -> StepWork:
+    work = decode_work(ctx, stage, seqs, request.mid_context, 1.0 + request.draft)
+    if request.draft and stage == len(ctx.stages) - 1 and ctx.arch.mtp_layer is not None:
+        for _ in range(request.draft):  # sequential MTP drafting passes, one token each
+            work.extend(layer_work(ctx, ctx.arch.mtp_layer, StepShape("decode", seqs, 1.0, request.mid_context)))
     return work
+
+
+@dataclass(frozen=True)
+class PhaseTime:
+    """A priced phase: its slowest stage's step, the sum over stages, and the slowest stage's work."""
+
+    slowest: StepTime
+    sum_s: float
+    work: StepWork
+
+    @property
+    def max_s(self) -> float:
+        return self.slowest.total_s
+
+
+def time_phase(works: list[StepWork], pricer: Pricer) -> PhaseTime:
+    steps = [pricer.price(work) for work in works]
+    slowest = max(range(len(steps)), key=lambda i: steps[i].total_s)
+    return PhaseTime(steps[slowest], sum(step.total_s for step in steps), works[slowest])
+
+
+@dataclass(frozen=True)
+class PoolTiming:
+    """A timed pool: its phases and, per request, TTFT, TPOT and the time per round or fill."""
+
+    plan: PoolPlan
+    fill: PhaseTime | None
+    decode: PhaseTime | None
+    mixed: PhaseTime | None
+    ttft_s: float  # mixed: the whole TTFT; prefill: one fill of the batch (latency)
+    tpot_s: float  # mixed and decode pools
+    cycle_s: float  # mixed: one round of the batch; prefill: pipelined time per fill of the batch; decode: a step
+
+
+def time_pool(plan: PoolPlan, pricer: Pricer) -> PoolTiming:
+    pp, request = plan.ctx.par.pp, plan.request
+    fill = time_phase(plan.fill, pricer) if plan.fill else None
+    decode = time_phase(plan.decode, pricer) if plan.decode else None
+    mixed = time_phase(plan.mixed, pricer) if plan.mixed else None
+    if fill is not None:  # prefill pool
+        latency = fill.sum_s + (plan.fill_chunks - 1.0) * fill.max_s
+        return PoolTiming(plan, fill, None, None, latency, 0.0, plan.fill_chunks * fill.max_s)
+    assert decode is not None
+    t_decode = pp * decode.max_s
+    if mixed is None:  # decode pool
+        return PoolTiming(plan, None, decode, None, 0.0, t_decode / request.accepted, t_decode)
+    t_mix = pp * mixed.max_s
+    steps = request.output / request.accepted
+    decoding = min(plan.mixed_steps, steps) * t_mix + max(0.0, steps - plan.mixed_steps) * t_decode
+    extra_fill = max(0.0, plan.mixed_steps - steps) * t_mix  # prefill outpaces decode
+    backlog = max(0.0, plan.mixed_steps - plan.own_steps)
+    ttft = t_mix * (plan.own_steps + pricer.calibration.engine(pricer.engine).cohort_fraction * backlog / 2.0)
+    return PoolTiming(plan, None, decode, mixed, ttft, decoding / request.output, decoding + extra_fill)
 
 
 def pool_memory(ctx: PoolContext, pool: Pool, workload: Workload) -> tuple[MemoryUse, int]:
@@ -122,25 +190,17 @@ def pool_memory(ctx: PoolContext, pool: Pool, workload: Workload) -> tuple[Memor
             max_batch(ctx, context, step_tokens, with_mtp))
 
 
-def kv_transfer_s(prefill: PoolContext, decode: PoolContext, workload: Workload, total_gpus: int,
+def kv_transfer_s(prefill: PoolContext, decode: PoolContext, request: RequestShape, total_gpus: int,
                   calibration: Calibration) -> float:
     """Moving one request's KV (all layers) from a prefill to a decode instance."""
     system = prefill.system
-    per_token = prefill.arch.kv_bytes_per_token(prefill.fmt.kv_dtype)
-    size = (workload.cached_tokens + workload.input_tokens) * per_token
+    size = (request.cached + request.new) * prefill.arch.kv_bytes_per_token(prefill.fmt.kv_dtype)
     if total_gpus <= system.scaleup_domain_gpus:
         link = system.scaleup_bandwidth_bytes_per_s * calibration.scaleup_efficiency
     else:
         link = system.nic_bandwidth_bytes_per_s * calibration.nic_efficiency
     streams = min(prefill.par.stage_gpus * prefill.par.pp, decode.par.stage_gpus * decode.par.pp)
     return size / (streams * link) + calibration.collective_latency_s
-
-
-def cohort_ttft_s(fill: Phase, seqs_per_rank: float) -> float:
-    """Mean first-token time when a rank's cohort is prefilled first-come first-served."""
-    if seqs_per_rank <= 1.0:
-        return fill.total_s
-    return max(fill.latency_s, fill.total_s * (1.0 + 1.0 / seqs_per_rank) / 2.0)
 
 
 def closed_loop_wait_s(concurrency: float, capacity_per_s: float, min_latency_s: float, elsewhere_s: float) -> float:

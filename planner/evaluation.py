@@ -71,7 +71,7 @@ def _print_pool(console: Console, pool: dict[str, Any]) -> None:
     )
     table = Table()
     table.add_column("step time (ms)")
-    phases = [name for name in ("fill", "decode") if name in pool]
+    phases = [name for name in ("fill", "mixed", "decode") if name in pool]
     for name in phases:
         table.add_column(f"{name} ({pool[name]['bottleneck']})", justify="right")
     names = sorted({op for name in phases for op in pool[name]["by_operator_ms"]})

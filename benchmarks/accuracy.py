@@ -1,0 +1,92 @@
+"""`python -m benchmarks accuracy`: cost-model error on held-out models, systems, engines and serving modes.
+
+For each grouping key (model, system, engine, serving) every group is held out in turn: the calibration
+is refitted on the other groups (`benchmarks.fit`) and the held-out rows are predicted. The tables give
+the median and 90th-percentile absolute percentage error of TTFT and TPOT per held-out group; the
+in-sample fit is shown for comparison. Disaggregated rows whose worker counts are not in the data are
+predicted with the full calibration and reported apart (their layouts were guessed).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from benchmarks.crossval import HeldOutPrediction, error_table, format_table, in_sample, leave_group_out, to_markdown
+from benchmarks.fit import PlannedRows, fit, layout_was_guessed
+from benchmarks.measurements import Measurement, default_measurements_path, load_measurements
+from costmodel.calibration import Calibration
+
+KEYS = ("model", "system", "engine", "serving")
+
+
+@dataclass
+class FastModel:
+    """Adapts the vectorised fit/predict to the cross-validation harness's per-row interface."""
+
+    planned: PlannedRows
+    index: dict[str, int]
+    _cache: dict[int, np.ndarray]
+
+    @staticmethod
+    def build(rows: Sequence[Measurement]) -> FastModel:
+        planned = PlannedRows.build(rows)
+        return FastModel(planned, {m.id: i for i, m in enumerate(rows)}, {})
+
+    def fit(self, rows: Sequence[Measurement]) -> Calibration:
+        return fit(self.planned.subset([self.index[m.id] for m in rows]))
+
+    def predict(self, calibration: Calibration, row: Measurement) -> tuple[float, float]:
+        key = id(calibration)
+        if key not in self._cache:
+            self._cache = {key: self.planned.predict(calibration)}  # one calibration at a time
+        ttft, tpot = self._cache[key][self.index[row.id]]
+        return float(ttft), float(tpot)
+
+
+def run(path: Path | None = None) -> dict[str, Any]:
+    rows = load_measurements(path or default_measurements_path())
+    known = [m for m in rows if not layout_was_guessed(m)]
+    guessed = [m for m in rows if layout_was_guessed(m)]
+    model = FastModel.build(known)
+    report: dict[str, Any] = {"rows": len(known), "guessed_rows": len(guessed), "held_out": {}, "tables": {}}
+    for key in KEYS:
+        predictions = leave_group_out(known, key, model.fit, model.predict)
+        report["held_out"][key] = _rows_json(error_table(predictions, (key,)))
+        report["tables"][key] = format_table(error_table(predictions, (key,)), f"held out by {key}")
+        report.setdefault("markdown", {})[key] = to_markdown(error_table(predictions, (key,)))
+    fitted = in_sample(known, model.fit, model.predict)
+    report["tables"]["in_sample"] = format_table(error_table(fitted, ("serving",)), "in sample (fit on all rows)")
+    report["in_sample"] = _rows_json(error_table(fitted, ("serving",)))
+    report["tables"]["guessed"] = _guessed_table(guessed, model.fit(known))
+    return report
+
+
+def _guessed_table(guessed: Sequence[Measurement], calibration: Calibration) -> str:
+    planned = FastModel.build(guessed)
+    predictions = [HeldOutPrediction(m, "guessed_layout", "all", *planned.predict(calibration, m)) for m in guessed]
+    return format_table(error_table(predictions, ("serving",)),
+                        "disaggregated rows without worker counts (layout guessed), full calibration")
+
+
+def _rows_json(rows: Sequence[Any]) -> list[dict[str, Any]]:
+    return [{"metric": r.metric, "group": r.label, "n": r.n, "median_ape_pct": r.median_ape_pct,
+             "p90_ape_pct": r.p90_ape_pct, "infeasible": r.n_infeasible} for r in rows]
+
+
+def main(json_out: Path | None = None, markdown: bool = False) -> int:
+    report = run()
+    for table in report["tables"].values():
+        print(table, end="\n\n")
+    if markdown:
+        for key, text in report["markdown"].items():
+            print(f"#### held out by {key}\n\n{text}\n")
+    if json_out is not None:
+        data = {k: v for k, v in report.items() if k not in ("tables", "markdown")}
+        json_out.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
+    return 0

@@ -1,0 +1,228 @@
+"""Fit the cost model's calibration to real serving measurements, deterministically.
+
+What is fitted (18 numbers, nothing per model or per row):
+- per GPU generation present in the data: GEMM, attention and HBM efficiencies (fractions of peak);
+- scale-up and scale-out collective efficiencies and the fixed latency of one collective call;
+- per engine present in the data: fixed overhead per layer and per step, and the cohort fraction of
+  closed-loop arrivals (see `costmodel.serving`).
+Generations absent from the training rows keep their priors; engines absent from them (and `generic`)
+take the mean of the fitted engines, which is how a held-out engine is predicted.
+
+Loss: robust (soft-L1, scale 0.25) least squares on log(predicted / measured) of TTFT and TPOT of every
+training row, by scipy's trust-region reflective method from the priors, with fixed settings: the same
+data gives the same calibration, bit for bit. Parameters live in an unbounded space (logit for
+fractions, log for times) so the fit cannot leave the physical range.
+
+Rows whose layout had to be guessed (disaggregated runs without worker counts) are excluded from the fit
+and from the headline accuracy, and reported on their own.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from scipy.optimize import least_squares
+
+from benchmarks.measurements import Measurement, default_measurements_path, load_measurements
+from costmodel.calibration import Calibration, EngineFactors, generation_of, prior_calibration
+from costmodel.evaluate import LayoutPlan, plan_layout, serving_latencies
+from costmodel.hardware import load_system
+from costmodel.layout import Layout
+from costmodel.pricing import TablePricer, WorkTable
+from costmodel.resolve import resolve
+from costmodel.scenario import Scenario
+
+GENERATION_FIELDS = ("gemm_efficiency", "attention_efficiency", "hbm_efficiency")
+ENGINE_FIELDS = ("layer_overhead_s", "step_overhead_s", "cohort_fraction")
+FRACTIONS = {"gemm_efficiency", "attention_efficiency", "hbm_efficiency", "scaleup_efficiency", "nic_efficiency",
+             "cohort_fraction"}
+LOSS_SCALE = 0.25
+
+
+def layout_was_guessed(measurement: Measurement) -> bool:
+    return any("num_workers" in note for note in measurement.assumptions)
+
+
+@dataclass
+class PlannedRows:
+    """Measurements with their planned work, flattened once for fast re-pricing."""
+
+    rows: list[Measurement]
+    plans: list[LayoutPlan]
+    table: WorkTable
+
+    @staticmethod
+    def build(rows: Sequence[Measurement]) -> PlannedRows:
+        plans = [plan_layout(resolve(Scenario.model_validate(m.scenario)), Layout.model_validate(m.layout))
+                 for m in rows]
+        works, systems, engines = [], [], []
+        for plan in plans:
+            for pool in plan.pools:
+                for phase in (pool.fill, pool.decode, pool.mixed):
+                    for work in phase or []:
+                        works.append(work)
+                        systems.append(pool.ctx.system)
+                        engines.append(plan.resolved.scenario.engine)
+        return PlannedRows(list(rows), plans, WorkTable(works, systems, engines))
+
+    def subset(self, keep: Sequence[int]) -> PlannedRows:
+        """The same table (work ids stay valid) restricted to some rows."""
+        return PlannedRows([self.rows[i] for i in keep], [self.plans[i] for i in keep], self.table)
+
+    def predict(self, calibration: Calibration) -> np.ndarray:
+        """(rows, 2) array of predicted TTFT and TPOT in ms; nan where a prediction failed."""
+        terms = self.table.price(calibration)
+        out = np.full((len(self.rows), 2), np.nan)
+        for i, plan in enumerate(self.plans):
+            pricer = TablePricer(self.table, terms, calibration, plan.resolved.scenario.engine)
+            ttft, tpot = serving_latencies(plan, pricer)
+            out[i] = (ttft * 1e3, tpot * 1e3)
+        return out
+
+    def measured(self) -> np.ndarray:
+        return np.array([(m.ttft_ms, m.tpot_ms) for m in self.rows])
+
+
+@dataclass(frozen=True)
+class ParameterSpace:
+    """Which calibration numbers are free, and how a vector maps to a Calibration."""
+
+    generations: tuple[str, ...]
+    engines: tuple[str, ...]
+    prior: Calibration
+
+    @staticmethod
+    def for_rows(rows: Sequence[Measurement], prior: Calibration) -> ParameterSpace:
+        generations = sorted({generation_of(load_system(m.system)) for m in rows})
+        engines = sorted({m.engine for m in rows})
+        return ParameterSpace(tuple(generations), tuple(engines), prior)
+
+    def names(self) -> list[str]:
+        names = [f"generations.{g}.{f}" for g in self.generations for f in GENERATION_FIELDS]
+        names += ["scaleup_efficiency", "nic_efficiency", "collective_latency_s"]
+        return names + [f"engines.{e}.{f}" for e in self.engines for f in ENGINE_FIELDS]
+
+    def initial(self) -> np.ndarray:
+        data = self.prior.model_dump()
+        return np.array([_to_free(name, _lookup(data, name)) for name in self.names()])
+
+    def calibration(self, vector: np.ndarray, fitted_on: str) -> Calibration:
+        data = self.prior.model_dump()
+        for name, value in zip(self.names(), vector, strict=True):
+            _assign(data, name, _from_free(name, float(value)))
+        fitted = [EngineFactors.model_validate(data["engines"][e]) for e in self.engines]
+        mean = {f: float(np.mean([getattr(e, f) for e in fitted])) for f in ENGINE_FIELDS}
+        for engine in set(data["engines"]) - set(self.engines):
+            data["engines"][engine] = mean
+        data["fitted_on"] = fitted_on
+        return Calibration.model_validate(data)
+
+
+def _lookup(data: dict[str, object], name: str) -> float:
+    node: object = data
+    for part in name.split("."):
+        assert isinstance(node, dict)
+        node = node[part]
+    assert isinstance(node, float | int)
+    return float(node)
+
+
+def _assign(data: dict[str, object], name: str, value: float) -> None:
+    *path, last = name.split(".")
+    node: object = data
+    for part in path:
+        assert isinstance(node, dict)
+        node = node[part]
+    assert isinstance(node, dict)
+    node[last] = value
+
+
+def _to_free(name: str, value: float) -> float:
+    if name.split(".")[-1] in FRACTIONS:
+        value = min(max(value, 1e-4), 1 - 1e-4)
+        return math.log(value / (1 - value))
+    return math.log(max(value, 1e-9))
+
+
+def _from_free(name: str, value: float) -> float:
+    if name.split(".")[-1] in FRACTIONS:
+        return 1.0 / (1.0 + math.exp(-value))
+    return math.exp(value)
+
+
+def fit(planned: PlannedRows, prior: Calibration | None = None, max_evaluations: int = 400) -> Calibration:
+    """Least-squares calibration on `planned` rows (see module docstring)."""
+    prior = prior or prior_calibration()
+    space = ParameterSpace.for_rows(planned.rows, prior)
+    measured = np.log(planned.measured())
+    label = f"{len(planned.rows)} serving measurements"
+
+    def residuals(vector: np.ndarray) -> np.ndarray:
+        predicted = planned.predict(space.calibration(vector, label))
+        errors = np.log(np.where(np.isfinite(predicted) & (predicted > 0), predicted, 1e-3)) - measured
+        return np.asarray(errors.ravel())
+
+    result = least_squares(residuals, space.initial(), loss="soft_l1", f_scale=LOSS_SCALE, method="trf",
+                           max_nfev=max_evaluations, x_scale=1.0, diff_step=1e-3)
+    return space.calibration(result.x, label)
+
+
+CALIBRATION_FILE = Path(__file__).resolve().parents[1] / "costmodel" / "data" / "calibration" / "default.yaml"
+
+
+def provenance(rows: Sequence[Measurement]) -> dict[str, str]:
+    """Which rows each fitted factor was learned from, for the comment beside it."""
+    by_generation: dict[str, set[str]] = {}
+    by_engine: dict[str, int] = {}
+    for m in rows:
+        by_generation.setdefault(generation_of(load_system(m.system)), set()).add(m.system)
+        by_engine[m.engine] = by_engine.get(m.engine, 0) + 1
+    notes = {}
+    for generation, systems in by_generation.items():
+        count = sum(1 for m in rows if m.system in systems)
+        notes[generation] = f"fitted on {count} rows of {', '.join(sorted(systems))}"
+    for engine, count in by_engine.items():
+        notes[engine] = f"fitted on {count} rows served by {engine}"
+    return notes
+
+
+def calibration_yaml(calibration: Calibration, rows: Sequence[Measurement]) -> str:
+    """The calibration file, every fitted factor with the data it came from."""
+    notes = provenance(rows)
+    data = calibration.model_dump(mode="json")
+    lines = [
+        "# Calibration of the cost model, written by `python -m benchmarks fit` (do not edit by hand).",
+        f"# Data: {len(rows)} rows of ../shared/calibration/serving_measurements.csv (layouts fully known);",
+        "# method and loss: benchmarks/fit.py. Factors not fitted keep the kernel-microbenchmark priors.",
+        "schema_version: 1",
+        f"fitted_on: {json.dumps(data['fitted_on'])}",
+        "generations:",
+    ]
+    for generation, factors in data["generations"].items():
+        lines.append(f"  {generation}:  # {notes.get(generation, 'not in the serving data: prior from priors.yaml')}")
+        lines += [f"    {name}: {value:.6g}" for name, value in factors.items()]
+    for name in ("scaleup_efficiency", "nic_efficiency", "collective_latency_s"):
+        lines.append(f"{name}: {data[name]:.6g}  # fitted on all {len(rows)} rows")
+    lines.append("engines:")
+    for engine, factors in data["engines"].items():
+        note = notes.get(engine, "not in the data: mean of the fitted engines")
+        values = ", ".join(f"{name}: {value:.6g}" for name, value in factors.items())
+        lines.append(f"  {engine}: {{{values}}}  # {note}")
+    return "\n".join(lines) + "\n"
+
+
+def main(write: bool = False) -> int:
+    rows = [m for m in load_measurements(default_measurements_path()) if not layout_was_guessed(m)]
+    calibration = fit(PlannedRows.build(rows))
+    text = calibration_yaml(calibration, rows)
+    if write:
+        CALIBRATION_FILE.write_text(text, encoding="utf-8")
+        print(f"wrote {CALIBRATION_FILE}")
+    else:
+        print(text, end="")
+    return 0
