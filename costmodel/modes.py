@@ -141,15 +141,18 @@ def decode_work(ctx: PoolContext, stage: int, seqs: float, context: float, token
 def merged_work(first: StepWork, second: StepWork) -> StepWork:
     """Two batches of the same stage run as one step (continuous batching): GEMM FLOPs add but each
     weight is read once (bytes: the larger read); attention work and transfers add; layers count once.
-    Both works come from `stage_work` on the same stage, so their operators align one to one."""
+    Both works start with `stage_work` of the same stage, so their operators align one to one; what one
+    has beyond that (e.g. MTP drafting passes) is kept as it is."""
     merged = StepWork(layers=max(first.layers, second.layers), transfers=first.transfers + second.transfers)
-    for a, b in zip(first.ops, second.ops, strict=True):
+    common = min(len(first.ops), len(second.ops))
+    for a, b in zip(first.ops[:common], second.ops[:common], strict=True):
         if a.name != b.name:
             raise ValueError(f"operators do not align: {a.name} vs {b.name}")
         if a.op_class == "gemm":
             merged.ops.append(replace(a, flops=a.flops + b.flops, hbm_bytes=max(a.hbm_bytes, b.hbm_bytes)))
         else:
             merged.ops.append(replace(a, flops=a.flops + b.flops, hbm_bytes=a.hbm_bytes + b.hbm_bytes))
+    merged.ops.extend(first.ops[common:] + second.ops[common:])
     return merged
 
 
