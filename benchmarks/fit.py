@@ -33,19 +33,27 @@ from costmodel.calibration import Calibration, EngineFactors, generation_of, pri
 from costmodel.evaluate import LayoutPlan, plan_layout, serving_latencies
 from costmodel.hardware import load_system
 from costmodel.layout import Layout
+from costmodel.precision import Dtype
 from costmodel.pricing import TablePricer, WorkTable
 from costmodel.resolve import resolve
 from costmodel.scenario import Scenario
+from costmodel.work import StepWork
 
-GENERATION_FIELDS = ("gemm_efficiency", "attention_efficiency", "hbm_efficiency")
+GENERATION_FIELDS = ("attention_efficiency", "hbm_efficiency")
+COLLECTIVE_FIELDS = ("collectives.allreduce.efficiency", "collectives.allreduce.latency_s",
+                     "collectives.alltoall.efficiency", "collectives.alltoall.latency_s", "nic_efficiency")
 ENGINE_FIELDS = ("layer_overhead_s", "step_overhead_s", "cohort_fraction")
-FRACTIONS = {"gemm_efficiency", "attention_efficiency", "hbm_efficiency", "scaleup_efficiency", "nic_efficiency",
+FRACTIONS = {"bf16", "fp8", "fp4", "int4", "attention_efficiency", "hbm_efficiency", "efficiency", "nic_efficiency",
              "cohort_fraction"}
 LOSS_SCALE = 0.25
 
 
 def layout_was_guessed(measurement: Measurement) -> bool:
     return any("num_workers" in note for note in measurement.assumptions)
+
+
+def _works(plan: LayoutPlan) -> list[StepWork]:
+    return [work for pool in plan.pools for phase in (pool.fill, pool.decode, pool.mixed) for work in phase or []]
 
 
 @dataclass
@@ -55,6 +63,7 @@ class PlannedRows:
     rows: list[Measurement]
     plans: list[LayoutPlan]
     table: WorkTable
+    work_ids: set[int]  # table rows of the works these rows use
 
     @staticmethod
     def build(rows: Sequence[Measurement]) -> PlannedRows:
@@ -62,17 +71,17 @@ class PlannedRows:
                  for m in rows]
         works, systems, engines = [], [], []
         for plan in plans:
-            for pool in plan.pools:
-                for phase in (pool.fill, pool.decode, pool.mixed):
-                    for work in phase or []:
-                        works.append(work)
-                        systems.append(pool.ctx.system)
-                        engines.append(plan.resolved.scenario.engine)
-        return PlannedRows(list(rows), plans, WorkTable(works, systems, engines))
+            for work in _works(plan):
+                works.append(work)
+                systems.append(plan.resolved.system)
+                engines.append(plan.resolved.scenario.engine)
+        return PlannedRows(list(rows), plans, WorkTable(works, systems, engines), set(range(len(works))))
 
     def subset(self, keep: Sequence[int]) -> PlannedRows:
         """The same table (work ids stay valid) restricted to some rows."""
-        return PlannedRows([self.rows[i] for i in keep], [self.plans[i] for i in keep], self.table)
+        plans = [self.plans[i] for i in keep]
+        ids = {self.table.index[id(work)] for plan in plans for work in _works(plan)}
+        return PlannedRows([self.rows[i] for i in keep], plans, self.table, ids)
 
     def predict(self, calibration: Calibration) -> np.ndarray:
         """(rows, 2) array of predicted TTFT and TPOT in ms; nan where a prediction failed."""
@@ -93,18 +102,24 @@ class ParameterSpace:
     """Which calibration numbers are free, and how a vector maps to a Calibration."""
 
     generations: tuple[str, ...]
+    gemm_formats: tuple[tuple[str, str], ...]  # (generation, compute format) pairs the rows exercise
     engines: tuple[str, ...]
     prior: Calibration
 
     @staticmethod
-    def for_rows(rows: Sequence[Measurement], prior: Calibration) -> ParameterSpace:
-        generations = sorted({generation_of(load_system(m.system)) for m in rows})
-        engines = sorted({m.engine for m in rows})
-        return ParameterSpace(tuple(generations), tuple(engines), prior)
+    def for_rows(planned: PlannedRows, prior: Calibration) -> ParameterSpace:
+        table = planned.table
+        formats = {(table.generations[w], str(tuple(Dtype)[d])) for w, d, gemm in
+                   zip(table.op_work.tolist(), table.op_dtype.tolist(), table.op_gemm.tolist(), strict=True)
+                   if gemm and w in planned.work_ids}
+        generations = sorted({generation_of(load_system(m.system)) for m in planned.rows})
+        engines = sorted({m.engine for m in planned.rows})
+        return ParameterSpace(tuple(generations), tuple(sorted(formats)), tuple(engines), prior)
 
     def names(self) -> list[str]:
-        names = [f"generations.{g}.{f}" for g in self.generations for f in GENERATION_FIELDS]
-        names += ["scaleup_efficiency", "nic_efficiency", "collective_latency_s"]
+        names = [f"generations.{g}.gemm_efficiency.{d}" for g, d in self.gemm_formats]
+        names += [f"generations.{g}.{f}" for g in self.generations for f in GENERATION_FIELDS]
+        names += list(COLLECTIVE_FIELDS)
         return names + [f"engines.{e}.{f}" for e in self.engines for f in ENGINE_FIELDS]
 
     def initial(self) -> np.ndarray:
@@ -158,7 +173,7 @@ def _from_free(name: str, value: float) -> float:
 def fit(planned: PlannedRows, prior: Calibration | None = None, max_evaluations: int = 400) -> Calibration:
     """Least-squares calibration on `planned` rows (see module docstring)."""
     prior = prior or prior_calibration()
-    space = ParameterSpace.for_rows(planned.rows, prior)
+    space = ParameterSpace.for_rows(planned, prior)
     measured = np.log(planned.measured())
     label = f"{len(planned.rows)} serving measurements"
 
@@ -205,9 +220,13 @@ def calibration_yaml(calibration: Calibration, rows: Sequence[Measurement]) -> s
     ]
     for generation, factors in data["generations"].items():
         lines.append(f"  {generation}:  # {notes.get(generation, 'not in the serving data: prior from priors.yaml')}")
+        gemm = ", ".join(f"{dtype}: {value:.6g}" for dtype, value in factors.pop("gemm_efficiency").items())
+        lines.append(f"    gemm_efficiency: {{{gemm}}}  # formats the data does not exercise keep their prior")
         lines += [f"    {name}: {value:.6g}" for name, value in factors.items()]
-    for name in ("scaleup_efficiency", "nic_efficiency", "collective_latency_s"):
-        lines.append(f"{name}: {data[name]:.6g}  # fitted on all {len(rows)} rows")
+    lines.append(f"collectives:  # all-reduce and all-to-all fitted on all {len(rows)} rows; p2p: prior")
+    for kind, factors in data["collectives"].items():
+        lines.append(f"  {kind}: {{efficiency: {factors['efficiency']:.6g}, latency_s: {factors['latency_s']:.6g}}}")
+    lines.append(f"nic_efficiency: {data['nic_efficiency']:.6g}  # fitted on all {len(rows)} rows")
     lines.append("engines:")
     for engine, factors in data["engines"].items():
         note = notes.get(engine, "not in the data: mean of the fitted engines")

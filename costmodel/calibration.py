@@ -17,6 +17,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
 from costmodel.hardware import SystemSpec
+from costmodel.precision import Dtype
 
 Generation = Literal["hopper", "blackwell", "cdna3", "cdna4"]
 
@@ -38,9 +39,20 @@ class _Frozen(BaseModel):
 
 
 class GenerationFactors(_Frozen):
-    gemm_efficiency: float = Field(gt=0, le=1, description="Fraction of dense peak reached by large GEMMs.")
-    attention_efficiency: float = Field(gt=0, le=1, description="Fraction of peak reached by attention kernels.")
+    gemm_efficiency: dict[Dtype, float] = Field(
+        description="Fraction of the format's dense peak reached by GEMMs, per compute format."
+    )
+    attention_efficiency: float = Field(gt=0, le=1, description="Fraction of bf16 peak reached by attention kernels.")
     hbm_efficiency: float = Field(gt=0, le=1, description="Fraction of HBM bandwidth reached when streaming.")
+
+    def gemm(self, dtype: Dtype) -> float:
+        """Efficiency of GEMMs computing in `dtype` (bf16's figure for a format never calibrated)."""
+        return self.gemm_efficiency.get(dtype, self.gemm_efficiency[Dtype.BF16])
+
+
+class CollectiveFactors(_Frozen):
+    efficiency: float = Field(gt=0, le=1, description="Fraction of scale-up bandwidth the collective reaches.")
+    latency_s: float = Field(ge=0, description="Fixed time of one call, s.")
 
 
 class EngineFactors(_Frozen):
@@ -57,9 +69,8 @@ class Calibration(_Frozen):
     schema_version: Literal[1] = 1
     fitted_on: str = Field(description="What data the factors were fitted on.")
     generations: dict[Generation, GenerationFactors]
-    scaleup_efficiency: float = Field(gt=0, le=1)
-    nic_efficiency: float = Field(gt=0, le=1)
-    collective_latency_s: float = Field(ge=0, description="Fixed latency of one collective call, s.")
+    collectives: dict[Literal["allreduce", "alltoall", "p2p"], CollectiveFactors]
+    nic_efficiency: float = Field(gt=0, le=1, description="Fraction of NIC (and host-link) bandwidth reached.")
     engines: dict[str, EngineFactors]
 
     def generation(self, system: SystemSpec) -> GenerationFactors:

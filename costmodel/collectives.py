@@ -10,26 +10,27 @@ from __future__ import annotations
 
 from costmodel.hardware import SystemSpec
 from costmodel.operators import Parallel
-from costmodel.work import Tier, Transfer
+from costmodel.work import CollectiveKind, Tier, Transfer
 
 
-def split_by_tier(name: str, group: int, bytes_per_gpu: float, calls: float, system: SystemSpec) -> list[Transfer]:
+def split_by_tier(name: str, kind: CollectiveKind, group: int, bytes_per_gpu: float, calls: float,
+                  system: SystemSpec) -> list[Transfer]:
     """Transfers of a collective among `group` GPUs, split between scale-up and scale-out."""
     if group <= 1 or bytes_per_gpu <= 0:
         return []
     domain = system.scaleup_domain_gpus
     if group <= domain:
-        return [Transfer(name, "scaleup", bytes_per_gpu, calls)]
+        return [Transfer(name, "scaleup", bytes_per_gpu, calls, kind)]
     remote = 1.0 - domain / group
     return [
-        Transfer(name, "scaleup", bytes_per_gpu * (1.0 - remote), calls),
-        Transfer(name, "nic", bytes_per_gpu * remote, calls),
+        Transfer(name, "scaleup", bytes_per_gpu * (1.0 - remote), calls, kind),
+        Transfer(name, "nic", bytes_per_gpu * remote, calls, kind),
     ]
 
 
 def all_reduce(name: str, ranks: int, payload_bytes: float, system: SystemSpec) -> list[Transfer]:
     """Ring all-reduce: each rank sends 2 (n-1)/n of the payload."""
-    return split_by_tier(name, ranks, 2.0 * (ranks - 1) / ranks * payload_bytes, 1.0, system)
+    return split_by_tier(name, "allreduce", ranks, 2.0 * (ranks - 1) / ranks * payload_bytes, 1.0, system)
 
 
 def expected_remote_ranks(ep: int, top_k: int) -> float:
@@ -50,8 +51,8 @@ def dispatch_combine(group_tokens: float, hidden: int, top_k: int, par: Parallel
     tokens_per_gpu = group_tokens / par.stage_gpus
     destinations = expected_remote_ranks(par.moe_ep, top_k) * par.moe_tp + (par.moe_tp - 1)
     elements = tokens_per_gpu * destinations * hidden
-    return (split_by_tier("moe_dispatch", par.stage_gpus, elements * dispatch_bytes, 1.0, system)
-            + split_by_tier("moe_combine", par.stage_gpus, elements * 2.0, 1.0, system))
+    return (split_by_tier("moe_dispatch", "alltoall", par.stage_gpus, elements * dispatch_bytes, 1.0, system)
+            + split_by_tier("moe_combine", "alltoall", par.stage_gpus, elements * 2.0, 1.0, system))
 
 
 def pipeline_hop(tokens_per_rank: float, hidden: int, par: Parallel, activation_bytes: float,
@@ -62,4 +63,4 @@ def pipeline_hop(tokens_per_rank: float, hidden: int, par: Parallel, activation_
         return []
     instance = par.stage_gpus * par.pp
     tier: Tier = "scaleup" if instance <= system.scaleup_domain_gpus else "nic"
-    return [Transfer("pipeline_send", tier, tokens_per_rank * hidden * activation_bytes / par.tp, 1.0)]
+    return [Transfer("pipeline_send", tier, tokens_per_rank * hidden * activation_bytes / par.tp, 1.0, "p2p")]

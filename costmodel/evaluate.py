@@ -67,9 +67,9 @@ def pool_context(resolved: ResolvedScenario, pool: Pool) -> PoolContext:
         expert_bytes=bytes_per_element(resolved.experts),
         kv_dtype=resolved.kv_cache,
         activation_bytes=bytes_per_element(Dtype(scenario.precision.activations)),
-        weight_peak=system.peak_flops_per_s[compute_dtype(resolved.weights, system)],
-        expert_peak=system.peak_flops_per_s[compute_dtype(resolved.experts, system)],
-        attention_peak=system.peak_flops_per_s[Dtype.BF16],
+        weight_compute=compute_dtype(resolved.weights, system),
+        expert_compute=compute_dtype(resolved.experts, system),
+        peaks=dict(system.peak_flops_per_s),
     )
     par = Parallel(tp=pool.tp, dp=pool.dp_attention, pp=pool.pp, moe_tp=pool.moe_tp, moe_ep=pool.moe_ep)
     return PoolContext(

@@ -105,7 +105,7 @@ def _lm_head(ctx: PoolContext, shape: StepShape) -> Op:
     """Logits: vocab-parallel over tp; a fill step needs only each sequence's last position."""
     tokens = shape.seqs if shape.phase == "fill" else shape.tokens
     params = ctx.arch.hidden_size * ctx.arch.vocab_size / ctx.par.tp
-    return Op("lm_head", "gemm", 2.0 * tokens * params, params * HEAD_BYTES, ctx.system.peak_flops_per_s[Dtype.BF16])
+    return Op("lm_head", "gemm", 2.0 * tokens * params, params * HEAD_BYTES, ctx.fmt.peak(Dtype.BF16), Dtype.BF16)
 
 
 def prefill_work(ctx: PoolContext, stage: int, seqs: float, new_tokens: float) -> StepWork:
@@ -129,7 +129,7 @@ def cache_fetch(ctx: PoolContext, stage: int, tokens: float, tier: CacheTier) ->
     per_token = sum(layer.attention.kv_bytes_per_token(ctx.fmt.kv_dtype) for layer in layers)
     share = 1.0 / ctx.par.tp if ctx.arch.layers[0].attention.kind == "gqa" else 1.0
     return [Transfer("kv_fetch_" + tier, "host" if tier == "host_dram" else "storage", tokens * per_token * share,
-                     1.0)]
+                     1.0, "p2p")]
 
 
 def decode_work(ctx: PoolContext, stage: int, seqs: float, context: float, tokens_per_seq: float = 1.0) -> StepWork:

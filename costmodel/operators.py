@@ -49,9 +49,12 @@ class Formats:
     expert_bytes: float
     kv_dtype: Dtype
     activation_bytes: float
-    weight_peak: float
-    expert_peak: float
-    attention_peak: float
+    weight_compute: Dtype
+    expert_compute: Dtype
+    peaks: dict[Dtype, float]  # FLOP/s per compute format on this GPU
+
+    def peak(self, dtype: Dtype) -> float:
+        return self.peaks[dtype]
 
 
 @dataclass(frozen=True)
@@ -79,8 +82,13 @@ class StepShape:
         return min(keys, cap) if cap else keys
 
 
-def _gemm(name: str, tokens: float, params: float, fmt_bytes: float, peak: float) -> Op:
-    return Op(name, "gemm", 2.0 * tokens * params, params * fmt_bytes, peak)
+def _gemm(name: str, tokens: float, params: float, fmt_bytes: float, fmt: Formats, dtype: Dtype) -> Op:
+    return Op(name, "gemm", 2.0 * tokens * params, params * fmt_bytes, fmt.peak(dtype), dtype)
+
+
+def _attention(name: str, flops: float, hbm_bytes: float, fmt: Formats) -> Op:
+    """Attention kernels compute in bf16 (FlashAttention / FlashMLA), whatever the weight format."""
+    return Op(name, "attention", flops, hbm_bytes, fmt.peak(Dtype.BF16), Dtype.BF16)
 
 
 def attention_ops(attn: Attention, shape: StepShape, par: Parallel, fmt: Formats) -> list[Op]:
@@ -103,8 +111,8 @@ def _gqa_ops(attn: Attention, shape: StepShape, par: Parallel, fmt: Formats) -> 
     kv_per_token = 2 * attn.num_kv_heads * attn.head_dim * bytes_per_element(fmt.kv_dtype)
     kv_bytes = shape.seqs * shape.kv_read_tokens(cap) * kv_per_token * _kv_fraction(attn, par.tp)
     return [
-        _gemm("attention_projections", shape.tokens, attn.params() / par.tp, fmt.weight_bytes, fmt.weight_peak),
-        Op("attention_core", "attention", core_flops, kv_bytes, fmt.attention_peak),
+        _gemm("attention_projections", shape.tokens, attn.params() / par.tp, fmt.weight_bytes, fmt, fmt.weight_compute),
+        _attention("attention_core", core_flops, kv_bytes, fmt),
     ]
 
 
@@ -131,9 +139,9 @@ def _mla_ops(attn: Attention, shape: StepShape, par: Parallel, fmt: Formats) -> 
     latent_bytes = (attn.kv_lora_rank + attn.qk_rope_head_dim) * bytes_per_element(fmt.kv_dtype)
     kv_bytes = shape.seqs * shape.kv_read_tokens(cap) * latent_bytes
     ops = [
-        _gemm("attention_projections", shape.tokens, replicated + sharded / par.tp, fmt.weight_bytes,
-              fmt.weight_peak),
-        Op("attention_core", "attention", core_flops, kv_bytes, fmt.attention_peak),
+        _gemm("attention_projections", shape.tokens, replicated + sharded / par.tp, fmt.weight_bytes, fmt,
+              fmt.weight_compute),
+        _attention("attention_core", core_flops, kv_bytes, fmt),
     ]
     if attn.index_topk:
         ops.append(_indexer_op(attn, shape, par, fmt, indexer))
@@ -146,7 +154,7 @@ def _indexer_op(attn: Attention, shape: StepShape, par: Parallel, fmt: Formats, 
     dim = attn.index_head_dim or 0
     flops = 2.0 * shape.tokens * shape.attended() * heads * dim + 2.0 * shape.tokens * params
     key_bytes = shape.seqs * shape.kv_read_tokens() * attn.indexer_key_bytes_per_token()
-    return Op("sparse_indexer", "attention", flops, key_bytes + params * fmt.weight_bytes, fmt.attention_peak)
+    return _attention("sparse_indexer", flops, key_bytes + params * fmt.weight_bytes, fmt)
 
 
 def _linear_ops(attn: Attention, shape: StepShape, par: Parallel, fmt: Formats) -> list[Op]:
@@ -155,8 +163,8 @@ def _linear_ops(attn: Attention, shape: StepShape, par: Parallel, fmt: Formats) 
     flops = 4.0 * shape.tokens * heads * attn.linear_k_head_dim * attn.linear_v_head_dim
     state_bytes = 2.0 * shape.seqs * state * STATE_BYTES_PER_ELEMENT  # read and write back
     return [
-        _gemm("attention_projections", shape.tokens, attn.params() / par.tp, fmt.weight_bytes, fmt.weight_peak),
-        Op("linear_attention_state", "attention", flops, state_bytes, fmt.attention_peak),
+        _gemm("attention_projections", shape.tokens, attn.params() / par.tp, fmt.weight_bytes, fmt, fmt.weight_compute),
+        _attention("linear_attention_state", flops, state_bytes, fmt),
     ]
 
 
@@ -172,7 +180,7 @@ def dense_ffn_ops(ffn: Ffn, shape: StepShape, par: Parallel, fmt: Formats) -> li
     if params == 0:
         return []
     name = "dense_ffn" if ffn.kind == "dense" else "shared_experts_and_router"
-    return [_gemm(name, shape.tokens, params / par.tp, fmt.weight_bytes, fmt.weight_peak)]
+    return [_gemm(name, shape.tokens, params / par.tp, fmt.weight_bytes, fmt, fmt.weight_compute)]
 
 
 def routed_expert_ops(ffn: Ffn, group_tokens: float, par: Parallel, fmt: Formats, imbalance: float,
@@ -190,4 +198,5 @@ def routed_expert_ops(ffn: Ffn, group_tokens: float, par: Parallel, fmt: Formats
     touched_share = distinct_experts(ffn.num_experts, ffn.top_k, group_tokens) / ffn.num_experts
     weight_bytes = local_experts * touched_share * per_expert / par.moe_tp * fmt.expert_bytes
     pairs = group_tokens * ffn.top_k / (par.moe_ep * par.moe_tp) * imbalance
-    return [Op("routed_experts", "gemm", 2.0 * pairs * per_expert, weight_bytes, fmt.expert_peak)]
+    return [Op("routed_experts", "gemm", 2.0 * pairs * per_expert, weight_bytes, fmt.peak(fmt.expert_compute),
+               fmt.expert_compute)]

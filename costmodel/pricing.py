@@ -1,7 +1,9 @@
-"""Pricing step work: one work at a time (with a per-operator breakdown), or many at once with numpy.
+"""Pricing step work with a calibration: the one place where work becomes time.
 
-Both follow the overlap rules of `costmodel.work`; a test checks they agree. The vectorised form lets
-calibration fitting re-price the work of every measurement thousands of times without rebuilding it.
+Overlap rules (see `costmodel.work`): per operator the roofline max of compute and HBM time; operators,
+transfers and fixed overheads add. Works are flattened into numpy arrays, so pricing one work (with a
+per-operator breakdown, for reports) and re-pricing every measurement's work thousands of times (for
+calibration fitting) run the same code.
 """
 
 from __future__ import annotations
@@ -14,10 +16,13 @@ import numpy as np
 
 from costmodel.calibration import Calibration, generation_of
 from costmodel.hardware import SystemSpec
-from costmodel.work import TERMS, StepTime, StepWork, price
+from costmodel.precision import Dtype
+from costmodel.work import TERMS, CollectiveKind, StepTime, StepWork
 
 _TIERS = ("scaleup", "nic", "host", "storage")
-_TERM_OF_TIER = (2, 3, 4, 5)  # index into TERMS
+_TIER_TERM = (2, 3, 4, 5)  # column of each tier in TERMS
+_KINDS: tuple[CollectiveKind, ...] = ("allreduce", "alltoall", "p2p")
+_DTYPES = tuple(Dtype)
 
 
 class Pricer(Protocol):
@@ -32,6 +37,89 @@ class Pricer(Protocol):
     def price(self, work: StepWork) -> StepTime: ...
 
 
+class WorkTable:
+    """Many step works flattened into arrays, each tagged with its system and engine."""
+
+    def __init__(self, works: Sequence[StepWork], systems: Sequence[SystemSpec], engines: Sequence[str]) -> None:
+        self.works = list(works)
+        self.index = {id(work): i for i, work in enumerate(self.works)}
+        self.engines = list(engines)
+        self.generations = [generation_of(system) for system in systems]
+        ops = [(i, op) for i, work in enumerate(self.works) for op in work.ops]
+        self.op_names = [op.name for _, op in ops]
+        self.op_work = np.array([i for i, _ in ops], dtype=np.int64)
+        self.op_gemm = np.array([op.op_class == "gemm" for _, op in ops], dtype=bool)
+        self.op_dtype = np.array([_DTYPES.index(op.dtype) for _, op in ops], dtype=np.int64)
+        self.op_flops = np.array([op.flops for _, op in ops], dtype=float)
+        self.op_bytes = np.array([op.hbm_bytes for _, op in ops], dtype=float)
+        self.op_peak = np.array([op.peak_flops_per_s for _, op in ops], dtype=float)
+        transfers = [(i, t) for i, work in enumerate(self.works) for t in work.transfers]
+        self.tr_names = [t.name for _, t in transfers]
+        self.tr_work = np.array([i for i, _ in transfers], dtype=np.int64)
+        self.tr_tier = np.array([_TIERS.index(t.tier) for _, t in transfers], dtype=np.int64)
+        self.tr_kind = np.array([_KINDS.index(t.kind) for _, t in transfers], dtype=np.int64)
+        self.tr_bytes = np.array([t.bytes for _, t in transfers], dtype=float)
+        self.tr_calls = np.array([t.calls for _, t in transfers], dtype=float)
+        self.layers = np.array([work.layers for work in self.works], dtype=float)
+        self.hbm_bw = np.array([s.hbm_bandwidth_bytes_per_s for s in systems], dtype=float)
+        self.tier_bw = np.array([_tier_bandwidths(s) for s in systems], dtype=float).reshape(len(self.works), 4)
+
+    def op_seconds(self, calibration: Calibration) -> tuple[np.ndarray, np.ndarray]:
+        """(seconds, compute-bound?) of every operator."""
+        factors = [calibration.generations[g] for g in self.generations]
+        gemm = np.array([[f.gemm(d) for d in _DTYPES] for f in factors]).reshape(len(factors), len(_DTYPES))
+        attention = np.array([f.attention_efficiency for f in factors])
+        hbm = self.hbm_bw * np.array([f.hbm_efficiency for f in factors])
+        efficiency = np.where(self.op_gemm, gemm[self.op_work, self.op_dtype], attention[self.op_work])
+        t_compute = self.op_flops / (self.op_peak * efficiency)
+        t_memory = self.op_bytes / hbm[self.op_work]
+        return np.maximum(t_compute, t_memory), t_compute >= t_memory
+
+    def transfer_seconds(self, calibration: Calibration) -> np.ndarray:
+        kinds = [calibration.collectives[k] for k in _KINDS]
+        scaleup = np.array([k.efficiency for k in kinds])[self.tr_kind]
+        efficiency = np.where(self.tr_tier == 0, scaleup, calibration.nic_efficiency)
+        latency = np.array([k.latency_s for k in kinds])[self.tr_kind]
+        bandwidth = self.tier_bw[self.tr_work, self.tr_tier] * efficiency
+        return np.asarray(self.tr_bytes / bandwidth + self.tr_calls * latency)
+
+    def price(self, calibration: Calibration) -> np.ndarray:
+        """Seconds per term (columns in TERMS order) for every work."""
+        n = len(self.works)
+        seconds, compute_bound = self.op_seconds(calibration)
+        terms = np.zeros((n, len(TERMS)))
+        terms[:, 0] = np.bincount(self.op_work, np.where(compute_bound, seconds, 0.0), minlength=n)
+        terms[:, 1] = np.bincount(self.op_work, np.where(compute_bound, 0.0, seconds), minlength=n)
+        moved = self.transfer_seconds(calibration)
+        for tier, column in enumerate(_TIER_TERM):
+            mask = self.tr_tier == tier
+            terms[:, column] = np.bincount(self.tr_work[mask], moved[mask], minlength=n)
+        engines = [calibration.engine(e) for e in self.engines]
+        terms[:, 6] = (self.layers * np.array([e.layer_overhead_s for e in engines])
+                       + np.array([e.step_overhead_s for e in engines]))
+        return terms
+
+
+def _tier_bandwidths(system: SystemSpec) -> tuple[float, float, float, float]:
+    """Raw bytes/s per GPU of each tier; local SSDs are shared by the GPUs of a node."""
+    ssd = system.ssd_bandwidth_bytes_per_s_per_node / system.gpus_per_node
+    return (system.scaleup_bandwidth_bytes_per_s, system.nic_bandwidth_bytes_per_s,
+            system.host_link_bandwidth_bytes_per_s, min(ssd, system.host_link_bandwidth_bytes_per_s))
+
+
+def price(work: StepWork, system: SystemSpec, calibration: Calibration, engine: str) -> StepTime:
+    """Time of one step, with seconds per operator and transfer name."""
+    table = WorkTable([work], [system], [engine])
+    terms = table.price(calibration)[0]
+    by_name: dict[str, float] = {}
+    seconds, _ = table.op_seconds(calibration)
+    for name, value in zip(table.op_names + table.tr_names,
+                           np.concatenate([seconds, table.transfer_seconds(calibration)]).tolist(), strict=True):
+        by_name[name] = by_name.get(name, 0.0) + value
+    by_name["fixed_overheads"] = float(terms[6])
+    return StepTime(terms=dict(zip(TERMS, terms.tolist(), strict=True)), by_name=by_name)
+
+
 @dataclass(frozen=True)
 class DirectPricer:
     """Prices each work as it comes, with a per-operator breakdown."""
@@ -42,61 +130,6 @@ class DirectPricer:
 
     def price(self, work: StepWork) -> StepTime:
         return price(work, self.system, self.calibration, self.engine)
-
-
-class WorkTable:
-    """Many step works flattened into arrays, each tagged with its system and engine."""
-
-    def __init__(self, works: Sequence[StepWork], systems: Sequence[SystemSpec], engines: Sequence[str]) -> None:
-        self.works = list(works)
-        self.index = {id(work): i for i, work in enumerate(self.works)}
-        self.systems = list(systems)
-        self.engines = list(engines)
-        ops = [(i, op) for i, work in enumerate(self.works) for op in work.ops]
-        self.op_work = np.array([i for i, _ in ops], dtype=np.int64)
-        self.op_gemm = np.array([op.op_class == "gemm" for _, op in ops], dtype=bool)
-        self.op_flops = np.array([op.flops for _, op in ops])
-        self.op_bytes = np.array([op.hbm_bytes for _, op in ops])
-        self.op_peak = np.array([op.peak_flops_per_s for _, op in ops])
-        transfers = [(i, t) for i, work in enumerate(self.works) for t in work.transfers]
-        self.tr_work = np.array([i for i, _ in transfers], dtype=np.int64)
-        self.tr_tier = np.array([_TIERS.index(t.tier) for _, t in transfers], dtype=np.int64)
-        self.tr_bytes = np.array([t.bytes for _, t in transfers])
-        self.tr_calls = np.array([t.calls for _, t in transfers])
-        self.layers = np.array([work.layers for work in self.works], dtype=float)
-        self.generations = [generation_of(system) for system in self.systems]
-        self.hbm_bw = np.array([s.hbm_bandwidth_bytes_per_s for s in self.systems])
-        self.tier_bw = np.array([_raw_tier_bandwidths(s) for s in self.systems])  # (works, tiers)
-
-    def price(self, calibration: Calibration) -> np.ndarray:
-        """Seconds per term (columns in TERMS order) for every work."""
-        n = len(self.works)
-        gen = [calibration.generations[g] for g in self.generations]
-        gemm_eff = np.array([g.gemm_efficiency for g in gen])[self.op_work]
-        attn_eff = np.array([g.attention_efficiency for g in gen])[self.op_work]
-        hbm_bw = (self.hbm_bw * np.array([g.hbm_efficiency for g in gen]))[self.op_work]
-        t_compute = self.op_flops / (self.op_peak * np.where(self.op_gemm, gemm_eff, attn_eff))
-        t_memory = self.op_bytes / hbm_bw
-        terms = np.zeros((n, len(TERMS)))
-        compute_bound = t_compute >= t_memory
-        terms[:, 0] = np.bincount(self.op_work, np.where(compute_bound, t_compute, 0.0), minlength=n)
-        terms[:, 1] = np.bincount(self.op_work, np.where(compute_bound, 0.0, t_memory), minlength=n)
-        efficiency = np.array([calibration.scaleup_efficiency] + [calibration.nic_efficiency] * 3)
-        bandwidth = self.tier_bw[self.tr_work, self.tr_tier] * efficiency[self.tr_tier]
-        seconds = self.tr_bytes / bandwidth + self.tr_calls * calibration.collective_latency_s
-        for tier, column in enumerate(_TERM_OF_TIER):
-            mask = self.tr_tier == tier
-            terms[:, column] = np.bincount(self.tr_work[mask], seconds[mask], minlength=n)
-        engines = [calibration.engine(e) for e in self.engines]
-        terms[:, 6] = (self.layers * np.array([e.layer_overhead_s for e in engines])
-                       + np.array([e.step_overhead_s for e in engines]))
-        return terms
-
-
-def _raw_tier_bandwidths(system: SystemSpec) -> tuple[float, float, float, float]:
-    ssd = system.ssd_bandwidth_bytes_per_s_per_node / system.gpus_per_node
-    return (system.scaleup_bandwidth_bytes_per_s, system.nic_bandwidth_bytes_per_s,
-            system.host_link_bandwidth_bytes_per_s, min(ssd, system.host_link_bandwidth_bytes_per_s))
 
 
 @dataclass(frozen=True)

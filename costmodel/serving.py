@@ -195,12 +195,13 @@ def kv_transfer_s(prefill: PoolContext, decode: PoolContext, request: RequestSha
     """Moving one request's KV (all layers) from a prefill to a decode instance."""
     system = prefill.system
     size = (request.cached + request.new) * prefill.arch.kv_bytes_per_token(prefill.fmt.kv_dtype)
+    p2p = calibration.collectives["p2p"]
     if total_gpus <= system.scaleup_domain_gpus:
-        link = system.scaleup_bandwidth_bytes_per_s * calibration.scaleup_efficiency
+        link = system.scaleup_bandwidth_bytes_per_s * p2p.efficiency
     else:
         link = system.nic_bandwidth_bytes_per_s * calibration.nic_efficiency
     streams = min(prefill.par.stage_gpus * prefill.par.pp, decode.par.stage_gpus * decode.par.pp)
-    return size / (streams * link) + calibration.collective_latency_s
+    return size / (streams * link) + p2p.latency_s
 
 
 def closed_loop_wait_s(concurrency: float, capacity_per_s: float, min_latency_s: float, elsewhere_s: float) -> float:

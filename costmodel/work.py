@@ -18,10 +18,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-from costmodel.calibration import Calibration
 from costmodel.hardware import SystemSpec
+from costmodel.precision import Dtype
 
 OpClass = Literal["gemm", "attention"]
+CollectiveKind = Literal["allreduce", "alltoall", "p2p"]
 Tier = Literal["scaleup", "nic", "host", "storage"]
 
 
@@ -34,6 +35,7 @@ class Op:
     flops: float
     hbm_bytes: float
     peak_flops_per_s: float
+    dtype: Dtype  # the format the tensor cores compute in (efficiencies differ by format)
 
 
 @dataclass(frozen=True)
@@ -44,6 +46,7 @@ class Transfer:
     tier: Tier
     bytes: float
     calls: float
+    kind: CollectiveKind = "p2p"
 
 
 @dataclass
@@ -89,44 +92,6 @@ class StepTime:
     @property
     def bottleneck(self) -> str:
         return max(TERMS, key=lambda term: self.terms[term])
-
-
-def _tier_bandwidth(tier: Tier, system: SystemSpec, calibration: Calibration) -> float:
-    """Achievable bytes/s per GPU on a tier; local SSDs are shared by the GPUs of a node."""
-    if tier == "scaleup":
-        return system.scaleup_bandwidth_bytes_per_s * calibration.scaleup_efficiency
-    if tier == "nic":
-        return system.nic_bandwidth_bytes_per_s * calibration.nic_efficiency
-    if tier == "host":
-        return system.host_link_bandwidth_bytes_per_s * calibration.nic_efficiency
-    ssd = system.ssd_bandwidth_bytes_per_s_per_node / system.gpus_per_node
-    return min(ssd, system.host_link_bandwidth_bytes_per_s) * calibration.nic_efficiency
-
-
-def price(work: StepWork, system: SystemSpec, calibration: Calibration, engine: str) -> StepTime:
-    """Time of one step: per operator the roofline max, then transfers, then fixed overheads.
-
-    Each operator's time is attributed to compute or HBM by whichever bound it.
-    """
-    factors = calibration.generation(system)
-    bandwidth = system.hbm_bandwidth_bytes_per_s * factors.hbm_efficiency
-    terms = dict.fromkeys(TERMS, 0.0)
-    by_name: dict[str, float] = {}
-    for op in work.ops:
-        efficiency = factors.gemm_efficiency if op.op_class == "gemm" else factors.attention_efficiency
-        t_compute = op.flops / (op.peak_flops_per_s * efficiency)
-        t_memory = op.hbm_bytes / bandwidth
-        terms["compute" if t_compute >= t_memory else "hbm_bandwidth"] += max(t_compute, t_memory)
-        by_name[op.name] = by_name.get(op.name, 0.0) + max(t_compute, t_memory)
-    for transfer in work.transfers:
-        seconds = transfer.bytes / _tier_bandwidth(transfer.tier, system, calibration)
-        seconds += transfer.calls * calibration.collective_latency_s
-        terms[_TIER_TERM[transfer.tier]] += seconds
-        by_name[transfer.name] = by_name.get(transfer.name, 0.0) + seconds
-    overheads = calibration.engine(engine)
-    terms["fixed_overheads"] = work.layers * overheads.layer_overhead_s + overheads.step_overhead_s
-    by_name["fixed_overheads"] = terms["fixed_overheads"]
-    return StepTime(terms=terms, by_name=by_name)
 
 
 def roofline_floor_s(work: StepWork, system: SystemSpec) -> float:

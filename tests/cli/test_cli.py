@@ -114,3 +114,41 @@ def test_import_hf_bad_config_exits_2(tmp_path: Path) -> None:
     result = run_cli("import-hf", str(config))
     assert result.code == 2 and "Traceback" not in result.err
     assert "config.json" in result.err
+
+
+def test_evaluate_table_and_json() -> None:
+    args = (str(SCENARIOS / "deepseek-v3-8xh200.yaml"), "--layout", str(SCENARIOS / "deepseek-v3-8xh200.layout.yaml"))
+    table = run_cli("evaluate", *args)
+    assert table.code == 0, table.err
+    assert "TTFT" in table.out and "roofline floor" in table.out
+    data = json.loads(run_cli("evaluate", *args, "--format", "json").out)
+    for key in ("ttft_ms", "tpot_ms", "tokens_per_s_per_gpu", "tokens_per_s_per_user", "gpus", "feasible",
+                "memory_per_gpu_gb", "bottleneck"):
+        assert key in data
+    assert data["gpus"] == 8 and data["feasible"] is True
+
+
+def test_evaluate_cases_keeps_order_and_reports_bad_lines(tmp_path: Path) -> None:
+    good_scenario = {"schema_version": 1, "name": "c", "model": "qwen3-30b", "cluster": {"system": "h100", "gpus": 8},
+                     "workload": {"input_tokens": 1000, "output_tokens": 100}}
+    good_layout = {"serving": "aggregated", "pools": [{"role": "mixed", "tp": 2, "moe_ep": 2, "batch": 16}]}
+    bad_layout = {"serving": "aggregated", "pools": [{"role": "mixed", "tp": 2, "moe_ep": 4, "batch": 16}]}
+    lines = [json.dumps({"scenario": good_scenario, "layout": good_layout}), "{not json",
+             json.dumps({"scenario": good_scenario, "layout": bad_layout}),
+             json.dumps({"scenario": {**good_scenario, "model": "nope"}, "layout": good_layout}),
+             json.dumps({"scenario": good_scenario, "layout": good_layout})]
+    cases = tmp_path / "cases.jsonl"
+    cases.write_text("\n".join(lines) + "\n")
+    result = run_cli("evaluate", "--cases", str(cases), "--format", "json")
+    assert result.code == 0, result.err
+    out = [json.loads(line) for line in result.out.splitlines()]
+    assert [o["line"] for o in out] == [1, 2, 3, 4, 5]
+    assert "error" not in out[0] and out[0] == {**out[4], "line": 1}
+    assert "not valid JSON" in out[1]["error"]
+    assert "moe_tp x moe_ep" in out[2]["error"]
+    assert "model" in out[3]["error"]
+
+
+def test_evaluate_needs_a_layout() -> None:
+    result = run_cli("evaluate", str(SCENARIOS / "deepseek-v3-8xh200.yaml"))
+    assert result.code == 2 and "--layout" in result.err

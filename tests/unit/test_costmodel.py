@@ -17,10 +17,10 @@ from costmodel.models import model_ids
 from costmodel.modes import decode_work, prefill_work
 from costmodel.operators import distinct_experts
 from costmodel.precision import bytes_per_element
-from costmodel.pricing import WorkTable
+from costmodel.pricing import WorkTable, price
 from costmodel.resolve import ResolvedScenario
 from costmodel.routing import load_imbalance, static_imbalance
-from costmodel.work import price, roofline_floor_s
+from costmodel.work import roofline_floor_s
 from planner.scenario import scenario_from_data
 
 
@@ -145,8 +145,10 @@ def test_vectorised_pricing_matches_direct_pricing() -> None:
     calibration = default_calibration()
     table = WorkTable(works, [resolved.system] * len(works), ["vllm"] * len(works))
     bulk = table.price(calibration).sum(axis=1)
-    direct = [price(w, resolved.system, calibration, "vllm").total_s for w in works]
-    assert bulk == pytest.approx(direct, rel=1e-12)
+    singles = [price(w, resolved.system, calibration, "vllm") for w in works]
+    assert bulk == pytest.approx([s.total_s for s in singles], rel=1e-12)
+    for single in singles:  # the per-operator breakdown accounts for the whole step
+        assert sum(single.by_name.values()) == pytest.approx(single.total_s, rel=1e-12)
 
 
 def test_midfill_from_a_slower_tier_costs_more() -> None:
