@@ -10,8 +10,8 @@ take the mean of the fitted engines, which is how a held-out engine is predicted
 
 Loss: robust (soft-L1, scale 0.25) least squares on log(predicted / measured) of TTFT and TPOT of every
 training row, by scipy's trust-region reflective method from the priors, with fixed settings: the same
-data gives the same calibration, bit for bit. Parameters live in an unbounded space (logit for
-fractions, log for times) so the fit cannot leave the physical range.
+data gives the same calibration, bit for bit. Each factor is confined to its physical range (`BOUNDS`,
+with the evidence for each range), so that a factor cannot absorb a term the model lacks.
 
 Rows whose layout had to be guessed (disaggregated runs without worker counts) are excluded from the fit
 and from the headline accuracy, and reported on their own.
@@ -43,8 +43,6 @@ GENERATION_FIELDS = ("attention_efficiency", "hbm_efficiency")
 COLLECTIVE_FIELDS = ("collectives.allreduce.efficiency", "collectives.allreduce.latency_s",
                      "collectives.alltoall.efficiency", "collectives.alltoall.latency_s", "nic_efficiency")
 ENGINE_FIELDS = ("layer_overhead_s", "step_overhead_s", "cohort_fraction")
-FRACTIONS = {"bf16", "fp8", "fp4", "int4", "attention_efficiency", "hbm_efficiency", "efficiency", "nic_efficiency",
-             "cohort_fraction"}
 LOSS_SCALE = 0.25
 
 
@@ -157,17 +155,31 @@ def _assign(data: dict[str, object], name: str, value: float) -> None:
     node[last] = value
 
 
+# Physical range of each fitted factor (by the last part of its name; GEMM efficiencies are named by
+# format). A factor is fitted as lo + (hi - lo) x sigmoid(free) so the fit cannot leave its range:
+# - GEMMs: large-M kernels reach 0.6-0.8 of peak (DeepGEMM 775-1520 TF of 1979, K06); below 0.25 or
+#   above 0.9 is not a GEMM but a missing term;
+# - attention: 0.15 (sparse FP8 decode, 350 TF of 2250 on B200, K05) to 0.85;
+# - HBM streaming: 0.5 to 0.95 (FlashMLA decode 3000 of 3350 GB/s, K05);
+# - collectives: 0.1 (small all-to-all messages, DeepEP LL) to 0.95 of link bandwidth, 2-200 us per call;
+# - fixed overheads: up to 100 us per layer and 20 ms per step; cohort fraction 0 to 1.
+BOUNDS: dict[str, tuple[float, float]] = {
+    "bf16": (0.25, 0.9), "fp8": (0.25, 0.9), "fp4": (0.25, 0.9), "int4": (0.25, 0.9),
+    "attention_efficiency": (0.15, 0.85), "hbm_efficiency": (0.5, 0.95),
+    "efficiency": (0.1, 0.95), "nic_efficiency": (0.1, 0.95), "latency_s": (2e-6, 2e-4),
+    "layer_overhead_s": (0.0, 1e-4), "step_overhead_s": (0.0, 2e-2), "cohort_fraction": (0.0, 1.0),
+}
+
+
 def _to_free(name: str, value: float) -> float:
-    if name.split(".")[-1] in FRACTIONS:
-        value = min(max(value, 1e-4), 1 - 1e-4)
-        return math.log(value / (1 - value))
-    return math.log(max(value, 1e-9))
+    lo, hi = BOUNDS[name.split(".")[-1]]
+    share = min(max((value - lo) / (hi - lo), 1e-4), 1 - 1e-4)
+    return math.log(share / (1 - share))
 
 
 def _from_free(name: str, value: float) -> float:
-    if name.split(".")[-1] in FRACTIONS:
-        return 1.0 / (1.0 + math.exp(-value))
-    return math.exp(value)
+    lo, hi = BOUNDS[name.split(".")[-1]]
+    return lo + (hi - lo) / (1.0 + math.exp(-value))
 
 
 def fit(planned: PlannedRows, prior: Calibration | None = None, max_evaluations: int = 400) -> Calibration:

@@ -1,0 +1,53 @@
+"""Calibration files and the fit: loadable, in range, deterministic, and better than the priors."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from benchmarks.fit import BOUNDS, PlannedRows, ParameterSpace, fit, layout_was_guessed
+from benchmarks.measurements import load_measurements
+from costmodel.calibration import default_calibration, prior_calibration
+
+
+def test_shipped_calibrations_load_and_cover_every_engine() -> None:
+    for calibration in (default_calibration(), prior_calibration()):
+        assert set(calibration.engines) >= {"trtllm", "vllm", "sglang", "generic"}
+        assert set(calibration.generations) == {"hopper", "blackwell", "cdna3", "cdna4"}
+        assert set(calibration.collectives) == {"allreduce", "alltoall", "p2p"}
+
+
+@pytest.fixture(scope="module")
+def sample(shared_dir_module: Path) -> PlannedRows:
+    rows = [m for m in load_measurements(shared_dir_module / "calibration" / "serving_measurements.csv")
+            if not layout_was_guessed(m)]
+    return PlannedRows.build(rows[::12])  # every 12th row: all models, systems and engines, fast
+
+
+@pytest.fixture(scope="module")
+def shared_dir_module() -> Path:
+    shared = Path(__file__).resolve().parents[2].parent / "shared"
+    if not shared.is_dir():
+        pytest.skip("../shared is not present")
+    return shared
+
+
+def test_fit_is_deterministic_in_range_and_beats_the_priors(sample: PlannedRows) -> None:
+    first = fit(sample, max_evaluations=60)
+    assert first == fit(sample, max_evaluations=60)
+    space = ParameterSpace.for_rows(sample, prior_calibration())
+    data = first.model_dump()
+    for name in space.names():
+        node = data
+        for part in name.split("."):
+            node = node[part]
+        lo, hi = BOUNDS[name.split(".")[-1]]
+        assert lo <= node <= hi, name
+
+    def log_error(calibration: object) -> float:
+        predicted = sample.predict(calibration)  # type: ignore[arg-type]
+        return float(np.mean(np.abs(np.log(predicted / sample.measured()))))
+
+    assert log_error(first) < log_error(prior_calibration())
