@@ -7,9 +7,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from benchmarks.fit import BOUNDS, PlannedRows, ParameterSpace, fit, layout_was_guessed
+from benchmarks.fit import BOUNDS, ParameterSpace, PlannedRows, fit, layout_was_guessed
 from benchmarks.measurements import load_measurements
-from costmodel.calibration import default_calibration, prior_calibration
+from costmodel.calibration import Calibration, default_calibration, prior_calibration
 
 
 def test_shipped_calibrations_load_and_cover_every_engine() -> None:
@@ -20,18 +20,18 @@ def test_shipped_calibrations_load_and_cover_every_engine() -> None:
 
 
 @pytest.fixture(scope="module")
-def sample(shared_dir_module: Path) -> PlannedRows:
-    rows = [m for m in load_measurements(shared_dir_module / "calibration" / "serving_measurements.csv")
-            if not layout_was_guessed(m)]
-    return PlannedRows.build(rows[::12])  # every 12th row: all models, systems and engines, fast
-
-
-@pytest.fixture(scope="module")
 def shared_dir_module() -> Path:
     shared = Path(__file__).resolve().parents[2].parent / "shared"
     if not shared.is_dir():
         pytest.skip("../shared is not present")
     return shared
+
+
+@pytest.fixture(scope="module")
+def sample(shared_dir_module: Path) -> PlannedRows:
+    rows = [m for m in load_measurements(shared_dir_module / "calibration" / "serving_measurements.csv")
+            if not layout_was_guessed(m)]
+    return PlannedRows.build(rows[::12])  # every 12th row: all models, systems and engines, fast
 
 
 def test_fit_is_deterministic_in_range_and_beats_the_priors(sample: PlannedRows) -> None:
@@ -46,8 +46,8 @@ def test_fit_is_deterministic_in_range_and_beats_the_priors(sample: PlannedRows)
         lo, hi = BOUNDS[name.split(".")[-1]]
         assert lo <= node <= hi, name
 
-    def log_error(calibration: object) -> float:
-        predicted = sample.predict(calibration)  # type: ignore[arg-type]
+    def log_error(calibration: Calibration) -> float:
+        predicted = sample.predict(calibration)
         return float(np.mean(np.abs(np.log(predicted / sample.measured()))))
 
     assert log_error(first) < log_error(prior_calibration())
