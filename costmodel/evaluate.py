@@ -105,7 +105,7 @@ def _serving(plan: LayoutPlan, timings: list[PoolTiming],
              calibration: Calibration) -> tuple[float, float, float, dict[str, float]]:
     if plan.layout.serving == "aggregated":
         return _aggregated(timings[0])
-    return _disaggregated(timings, plan.layout.gpus, calibration)
+    return _disaggregated(timings, plan.layout.gpus, calibration, plan.resolved.scenario.engine)
 
 
 def serving_latencies(plan: LayoutPlan, pricer: Pricer) -> tuple[float, float]:
@@ -141,8 +141,8 @@ def _aggregated(timing: PoolTiming) -> tuple[float, float, float, dict[str, floa
     return timing.ttft_s, timing.tpot_s, rate, {"fill": timing.ttft_s}
 
 
-def _disaggregated(timings: list[PoolTiming], gpus: int,
-                   calibration: Calibration) -> tuple[float, float, float, dict[str, float]]:
+def _disaggregated(timings: list[PoolTiming], gpus: int, calibration: Calibration,
+                   engine: str) -> tuple[float, float, float, dict[str, float]]:
     prefill = next(t for t in timings if t.plan.pool.role == "prefill")
     decode = next(t for t in timings if t.plan.pool.role == "decode")
     request = decode.plan.request
@@ -150,7 +150,8 @@ def _disaggregated(timings: list[PoolTiming], gpus: int,
     concurrency = decode.plan.pool.replicas * decode.plan.pool.batch
     elsewhere = transfer + (request.output - 1) * decode.tpot_s
     capacity = prefill.plan.pool.replicas * prefill.plan.pool.batch / prefill.cycle_s
-    at_prefill = closed_loop_wait_s(concurrency, capacity, prefill.ttft_s, elsewhere)
+    cohort = calibration.engine(engine).cohort_fraction
+    at_prefill = closed_loop_wait_s(concurrency, capacity, prefill.ttft_s, elsewhere, cohort)
     rate = concurrency / (at_prefill + elsewhere)
     parts = {"fill": prefill.ttft_s, "queue": at_prefill - prefill.ttft_s, "kv_transfer": transfer}
     return at_prefill + transfer, decode.tpot_s, rate, parts

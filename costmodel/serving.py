@@ -12,7 +12,8 @@ closed-loop benchmark starts all requests together and equal lengths keep them i
 Disaggregated serving: prefill instances process `batch` requests per fill; decode instances hold
 `batch` sequences each. Requests cycle between the prefill queue and the decode pool; the mean time at
 the prefill pool is the asymptotic closed-network bound max(fill latency, N / capacity - time elsewhere)
-(exact at light and at saturating load). KV moves from prefill to decode over NVLink when both pools
+(exact at light and at saturating load), or, for the cohort share of arrivals, the fill latency plus
+half the others' prefills ahead (`closed_loop_wait_s`). KV moves from prefill to decode over NVLink when both pools
 fit in one scale-up domain, over the NICs otherwise, striped over the smaller instance's GPUs.
 
 Pipelines: a fill chunk passes every stage (latency = sum of stage times, one chunk per slowest-stage
@@ -204,8 +205,16 @@ def kv_transfer_s(prefill: PoolContext, decode: PoolContext, request: RequestSha
     return size / (streams * link) + p2p.latency_s
 
 
-def closed_loop_wait_s(concurrency: float, capacity_per_s: float, min_latency_s: float, elsewhere_s: float) -> float:
-    """Mean time at a station of a closed loop: max(own latency, N / capacity - time elsewhere)."""
+def closed_loop_wait_s(concurrency: float, capacity_per_s: float, min_latency_s: float, elsewhere_s: float,
+                       cohort_fraction: float) -> float:
+    """Mean time at a station of a closed loop of `concurrency` requests.
+
+    Steady and staggered: the asymptotic bound max(own latency, N / capacity - time elsewhere). Requests
+    arriving as one cohort also wait, on average, for half of the others ahead of them: (N - 1) / (2
+    capacity), weighted by the engine's cohort fraction as in aggregated serving.
+    """
     if capacity_per_s <= 0 or math.isinf(capacity_per_s):
         return min_latency_s
-    return max(min_latency_s, concurrency / capacity_per_s - elsewhere_s)
+    steady = concurrency / capacity_per_s - elsewhere_s
+    bunched = min_latency_s + cohort_fraction * (concurrency - 1.0) / (2.0 * capacity_per_s)
+    return max(min_latency_s, steady, bunched)
