@@ -67,14 +67,15 @@ def _attention_weight_params(layer: Layer, par: Parallel) -> float:
 def stage_weight_bytes(ctx: PoolContext, stage: int, with_mtp: bool) -> float:
     par, fmt = ctx.par, ctx.fmt
     total = 0.0
-    layers = list(ctx.stages[stage])
+    layers = list(ctx.stage_counts[stage])
     if with_mtp and stage == len(ctx.stages) - 1 and ctx.arch.mtp_layer is not None:
-        layers += [ctx.arch.mtp_layer] * ctx.arch.mtp_layers
-    for layer in layers:
-        total += (_attention_weight_params(layer, par) + layer.ffn.dense_params() / par.tp) * fmt.weight_bytes
+        layers.append((ctx.arch.mtp_layer, ctx.arch.mtp_layers))
+    for layer, count in layers:
+        shard = (_attention_weight_params(layer, par) + layer.ffn.dense_params() / par.tp) * fmt.weight_bytes
         if layer.ffn.kind == "moe":
             slots = (layer.ffn.num_experts + ctx.redundant_experts) / par.moe_ep
-            total += slots * layer.ffn.routed_expert_params() / par.moe_tp * fmt.expert_bytes
+            shard += slots * layer.ffn.routed_expert_params() / par.moe_tp * fmt.expert_bytes
+        total += count * shard
     vocab = ctx.arch.vocab_size * ctx.arch.hidden_size / par.tp * HEAD_BYTES
     if stage == 0:
         total += vocab
@@ -86,11 +87,11 @@ def stage_weight_bytes(ctx: PoolContext, stage: int, with_mtp: bool) -> float:
 def kv_bytes_per_sequence(ctx: PoolContext, stage: int, context_tokens: float) -> tuple[float, float]:
     """(KV cache, fixed states) bytes one sequence occupies on one GPU of `stage`."""
     kv = states = 0.0
-    for layer in ctx.stages[stage]:
+    for layer, count in ctx.stage_counts[stage]:
         attn = layer.attention
         share = 1.0 if attn.kind == "mla" else max(1.0 / ctx.par.tp, 1.0 / max(attn.num_kv_heads, 1))
-        kv += attn.kv_bytes_per_token(ctx.fmt.kv_dtype) * context_tokens * share
-        states += _state_bytes(layer, context_tokens, ctx) / ctx.par.tp
+        kv += count * attn.kv_bytes_per_token(ctx.fmt.kv_dtype) * context_tokens * share
+        states += count * _state_bytes(layer, context_tokens, ctx) / ctx.par.tp
     return kv, states
 
 

@@ -9,7 +9,7 @@ every expert the batch touches (see `operators.routed_expert_ops`).
 
 from __future__ import annotations
 
-from collections import Counter
+import functools
 from dataclasses import dataclass, replace
 from typing import Literal
 
@@ -44,6 +44,20 @@ class PoolContext:
     skew: float
     redundant_experts: int
     stages: tuple[tuple[Layer, ...], ...]
+
+    @functools.cached_property
+    def stage_counts(self) -> tuple[tuple[tuple[Layer, int], ...], ...]:
+        """Each stage's distinct layers with their counts. Repeated layers of a group are the same
+        object, so grouping by identity is exact and avoids hashing deep pydantic models."""
+        return tuple(_count_layers(stage) for stage in self.stages)
+
+
+def _count_layers(layers: tuple[Layer, ...]) -> tuple[tuple[Layer, int], ...]:
+    counts: dict[int, tuple[Layer, int]] = {}
+    for layer in layers:
+        seen = counts.get(id(layer))
+        counts[id(layer)] = (layer, seen[1] + 1 if seen else 1)
+    return tuple(counts.values())
 
 
 def split_stages(layers: tuple[Layer, ...], pp: int) -> tuple[tuple[Layer, ...], ...]:
@@ -88,7 +102,7 @@ def layer_work(ctx: PoolContext, layer: Layer, shape: StepShape) -> StepWork:
 def stage_work(ctx: PoolContext, stage: int, shape: StepShape) -> StepWork:
     """One step of pipeline stage `stage` on one GPU."""
     work = StepWork()
-    for layer, count in Counter(ctx.stages[stage]).items():
+    for layer, count in ctx.stage_counts[stage]:
         one = layer_work(ctx, layer, shape)
         work.ops += [_scaled(op, count) for op in one.ops]
         work.transfers += [_scaled_transfer(t, count) for t in one.transfers]
@@ -125,8 +139,8 @@ def cache_fetch(ctx: PoolContext, stage: int, tokens: float, tier: CacheTier) ->
     """Bringing `tokens` of cached KV (this stage's layers, this GPU's share) into HBM."""
     if tier == "hbm" or tokens <= 0:
         return []
-    layers = ctx.stages[stage]
-    per_token = sum(layer.attention.kv_bytes_per_token(ctx.fmt.kv_dtype) for layer in layers)
+    per_token = sum(count * layer.attention.kv_bytes_per_token(ctx.fmt.kv_dtype)
+                    for layer, count in ctx.stage_counts[stage])
     share = 1.0 / ctx.par.tp if ctx.arch.layers[0].attention.kind == "gqa" else 1.0
     return [Transfer("kv_fetch_" + tier, "host" if tier == "host_dram" else "storage", tokens * per_token * share,
                      1.0, "p2p")]
