@@ -174,7 +174,7 @@ class Attention(BaseModel):
         k_dim = self.linear_k_heads * self.linear_k_head_dim
         return 2 * k_dim + self.linear_v_heads * self.linear_v_head_dim
 
-    def _token_kv_elements(self) -> int:
+    def token_kv_elements(self) -> int:
         """KV elements one token occupies in this layer, whatever bounds the layer's cache."""
         if self.kind == "mla":
             return self.kv_lora_rank + self.qk_rope_head_dim
@@ -184,7 +184,7 @@ class Attention(BaseModel):
 
     def kv_elements_per_token(self) -> int:
         """KV elements per context token; 0 for windowed/chunked/linear layers (per-sequence state)."""
-        return self._token_kv_elements() if self.is_full else 0
+        return self.token_kv_elements() if self.is_full else 0
 
     def indexer_key_bytes_per_token(self) -> int:
         """DSA indexer key cache: fp8 values + one fp32 scale per 128 dims (132 B for dim 128)."""
@@ -213,7 +213,7 @@ class Attention(BaseModel):
         span = self.window if self.window is not None else self.chunk
         if span is None or self.kind == "linear":
             return 0
-        return min(context_tokens, span) * self._token_kv_elements()
+        return min(context_tokens, span) * self.token_kv_elements()
 
     def linear_state_elements(self) -> int:
         """Recurrent state of a linear-attention layer: value heads x d_k x d_v."""

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 from costmodel.architecture import Layer
 from costmodel.modes import HEAD_BYTES, PoolContext
-from costmodel.operators import Parallel
+from costmodel.operators import Parallel, kv_share
 from costmodel.precision import STATE_BYTES_PER_ELEMENT, Dtype, bytes_per_element
 
 GIB = 2**30
@@ -89,8 +89,7 @@ def kv_bytes_per_sequence(ctx: PoolContext, stage: int, context_tokens: float) -
     kv = states = 0.0
     for layer, count in ctx.stage_counts[stage]:
         attn = layer.attention
-        share = 1.0 if attn.kind == "mla" else max(1.0 / ctx.par.tp, 1.0 / max(attn.num_kv_heads, 1))
-        kv += count * attn.kv_bytes_per_token(ctx.fmt.kv_dtype) * context_tokens * share
+        kv += count * attn.kv_bytes_per_token(ctx.fmt.kv_dtype) * context_tokens * kv_share(attn, ctx.par.tp)
         states += count * _state_bytes(layer, context_tokens, ctx) / ctx.par.tp
     return kv, states
 

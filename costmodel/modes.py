@@ -22,6 +22,7 @@ from costmodel.operators import (
     StepShape,
     attention_ops,
     dense_ffn_ops,
+    kv_share,
     routed_expert_ops,
 )
 from costmodel.precision import Dtype, bytes_per_element
@@ -139,11 +140,9 @@ def cache_fetch(ctx: PoolContext, stage: int, tokens: float, tier: CacheTier) ->
     """Bringing `tokens` of cached KV (this stage's layers, this GPU's share) into HBM."""
     if tier == "hbm" or tokens <= 0:
         return []
-    per_token = sum(count * layer.attention.kv_bytes_per_token(ctx.fmt.kv_dtype)
+    per_token = sum(count * layer.attention.kv_bytes_per_token(ctx.fmt.kv_dtype) * kv_share(layer.attention, ctx.par.tp)
                     for layer, count in ctx.stage_counts[stage])
-    share = 1.0 / ctx.par.tp if ctx.arch.layers[0].attention.kind == "gqa" else 1.0
-    return [Transfer("kv_fetch_" + tier, "host" if tier == "host_dram" else "storage", tokens * per_token * share,
-                     1.0, "p2p")]
+    return [Transfer("kv_fetch_" + tier, "host" if tier == "host_dram" else "storage", tokens * per_token, 1.0, "p2p")]
 
 
 def decode_work(ctx: PoolContext, stage: int, seqs: float, context: float, tokens_per_seq: float = 1.0) -> StepWork:

@@ -99,8 +99,11 @@ def attention_ops(attn: Attention, shape: StepShape, par: Parallel, fmt: Formats
     return _gqa_ops(attn, shape, par, fmt)
 
 
-def _kv_fraction(attn: Attention, tp: int) -> float:
-    """Share of a layer's KV one tp rank holds and reads."""
+def kv_share(attn: Attention, tp: int) -> float:
+    """Share of a layer's KV one tp rank holds and reads: MLA's latent is replicated on every rank; GQA
+    KV heads are split up to num_kv_heads ranks and replicated beyond."""
+    if attn.kind == "mla":
+        return 1.0
     return max(1.0 / tp, 1.0 / max(attn.num_kv_heads, 1))
 
 
@@ -108,8 +111,8 @@ def _gqa_ops(attn: Attention, shape: StepShape, par: Parallel, fmt: Formats) -> 
     cap = attn.window or attn.chunk
     heads = attn.num_heads / par.tp
     core_flops = 2.0 * shape.tokens * shape.attended(cap) * heads * (attn.head_dim + attn.v_head_dim)
-    kv_per_token = 2 * attn.num_kv_heads * attn.head_dim * bytes_per_element(fmt.kv_dtype)
-    kv_bytes = shape.seqs * shape.kv_read_tokens(cap) * kv_per_token * _kv_fraction(attn, par.tp)
+    kv_per_token = attn.token_kv_elements() * bytes_per_element(fmt.kv_dtype)
+    kv_bytes = shape.seqs * shape.kv_read_tokens(cap) * kv_per_token * kv_share(attn, par.tp)
     return [
         _gemm("attention_projections", shape.tokens, attn.params() / par.tp, fmt.weight_bytes, fmt, fmt.weight_compute),
         _attention("attention_core", core_flops, kv_bytes, fmt),
@@ -136,7 +139,7 @@ def _mla_ops(attn: Attention, shape: StepShape, par: Parallel, fmt: Formats) -> 
         core_flops = 2.0 * shape.tokens * shape.attended(cap) * heads * per_key
         decompress = attn.kv_lora_rank * heads * (attn.qk_nope_head_dim + attn.v_head_dim)
         core_flops += 2.0 * shape.seqs * shape.context * decompress
-    latent_bytes = (attn.kv_lora_rank + attn.qk_rope_head_dim) * bytes_per_element(fmt.kv_dtype)
+    latent_bytes = attn.token_kv_elements() * bytes_per_element(fmt.kv_dtype)
     kv_bytes = shape.seqs * shape.kv_read_tokens(cap) * latent_bytes
     ops = [
         _gemm("attention_projections", shape.tokens, replicated + sharded / par.tp, fmt.weight_bytes, fmt,
