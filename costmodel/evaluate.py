@@ -41,6 +41,7 @@ class Prediction:
     bottleneck: str
     memory_per_gpu_gb: float
     ttft_breakdown_ms: dict[str, float]
+    utilisation: dict[str, float] = field(default_factory=dict)
     pools: tuple[dict[str, Any], ...] = field(default_factory=tuple)
 
     def to_dict(self) -> dict[str, Any]:
@@ -55,6 +56,7 @@ class Prediction:
             "bottleneck": self.bottleneck,
             "memory_per_gpu_gb": self.memory_per_gpu_gb,
             "ttft_breakdown_ms": self.ttft_breakdown_ms,
+            "utilisation": self.utilisation,
             "pools": list(self.pools),
         }
 
@@ -131,6 +133,7 @@ def predict(plan: LayoutPlan, pricer: Pricer) -> Prediction:
         bottleneck=_bottleneck(timings),
         memory_per_gpu_gb=worst.memory.total / GB,
         ttft_breakdown_ms={k: v * 1e3 for k, v in ttft_parts.items()},
+        utilisation=_utilisation(timings),
         pools=tuple(_pool_report(timing) for timing in timings),
     )
 
@@ -174,12 +177,30 @@ def _phases(timing: PoolTiming) -> list[tuple[str, PhaseTime]]:
     return [(name, phase) for name, phase in named if phase is not None]
 
 
-def _bottleneck(timings: list[PoolTiming]) -> str:
-    """The binding term of the step that dominates: decode (or mixed) when any pool decodes."""
-    candidates = [(t.plan.pool.role, name, phase) for t in timings for name, phase in _phases(t)]
+def _dominant(timings: list[PoolTiming]) -> tuple[PoolTiming, str, PhaseTime]:
+    """The step that sets the pace: the slowest decode (or mixed) step when any pool decodes."""
+    candidates = [(t, name, phase) for t in timings for name, phase in _phases(t)]
     decoding = [c for c in candidates if c[1] != "fill"] or candidates
-    role, name, phase = max(decoding, key=lambda c: c[2].max_s)
-    return f"{role} {name}: {phase.slowest.bottleneck}"
+    return max(decoding, key=lambda c: c[2].max_s)
+
+
+def _bottleneck(timings: list[PoolTiming]) -> str:
+    timing, name, phase = _dominant(timings)
+    return f"{timing.plan.pool.role} {name}: {phase.slowest.bottleneck}"
+
+
+def _step_utilisation(phase: PhaseTime, system: SystemSpec) -> dict[str, float]:
+    """Share of the GPU's HBM bandwidth and peak compute the step actually uses."""
+    seconds = phase.max_s
+    busy = sum(op.flops / op.peak_flops_per_s for op in phase.work.ops)
+    return {"hbm_bandwidth": phase.work.hbm_bytes / (seconds * system.hbm_bandwidth_bytes_per_s),
+            "compute": busy / seconds}
+
+
+def _utilisation(timings: list[PoolTiming]) -> dict[str, float]:
+    timing, _, phase = _dominant(timings)
+    fullest = max(t.plan.memory.utilisation for t in timings)
+    return {"hbm_capacity": fullest, **_step_utilisation(phase, timing.plan.ctx.system)}
 
 
 def _phase_report(phase: PhaseTime, system: SystemSpec) -> dict[str, Any]:
@@ -189,6 +210,7 @@ def _phase_report(phase: PhaseTime, system: SystemSpec) -> dict[str, Any]:
         "by_operator_ms": {k: v * 1e3 for k, v in sorted(phase.slowest.by_name.items())},
         "bottleneck": phase.slowest.bottleneck,
         "roofline_floor_ms": roofline_floor_s(phase.work, system) * 1e3,
+        "utilisation": _step_utilisation(phase, system),
     }
 
 

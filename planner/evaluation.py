@@ -55,7 +55,9 @@ def print_prediction(prediction: Prediction) -> None:
         f"{prediction.tokens_per_s_per_user:,.1f} tokens/s/user   "
         f"{prediction.gpus} GPUs   {prediction.memory_per_gpu_gb:,.1f} GB/GPU ({status})"
     )
-    console.print(f"bottleneck: {prediction.bottleneck}")
+    used = prediction.utilisation
+    console.print(f"bottleneck: {prediction.bottleneck}   utilisation: HBM capacity {used['hbm_capacity']:.0%}, "
+                  f"HBM bandwidth {used['hbm_bandwidth']:.0%}, compute {used['compute']:.0%}")
     for reason in prediction.reasons:
         console.print(f"[red]{reason}[/red]")
     for pool in prediction.pools:

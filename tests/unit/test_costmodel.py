@@ -11,6 +11,7 @@ import pytest
 
 from costmodel.calibration import default_calibration
 from costmodel.evaluate import evaluate, plan_layout, pool_context
+from costmodel.hardware import system_names
 from costmodel.layout import Layout
 from costmodel.memory import stage_weight_bytes
 from costmodel.models import model_ids
@@ -181,3 +182,13 @@ def test_every_bundled_model_evaluates(model: str) -> None:
     prediction = evaluate(resolved, candidate)
     assert prediction.feasible, prediction.reasons
     assert prediction.ttft_ms > 0 and prediction.tpot_ms > 0 and prediction.tokens_per_s_per_gpu > 0
+
+
+@pytest.mark.parametrize("system", system_names())
+def test_every_system_evaluates(system: str) -> None:
+    resolved = scenario(model="qwen3-30b", system=system, gpus=8)
+    prediction = evaluate(resolved, layout(batch=64))
+    assert prediction.feasible
+    assert prediction.tpot_ms > 0 and prediction.ttft_ms > 0
+    assert 0 < prediction.utilisation["hbm_capacity"] < 1
+    assert 0 < prediction.utilisation["compute"] <= 1 and 0 < prediction.utilisation["hbm_bandwidth"] <= 1
