@@ -3,8 +3,9 @@
 Aggregated serving (one pool, continuous batching). Per attention-DP rank, a round serves its `b`
 sequences once: their prefills (b x input tokens) ride on decode steps in chunks of up to
 `ENGINE_STEP_TOKENS` tokens per step (mixed steps, each weight read once for both); the remaining steps
-are decode-only. TPOT is the round's decode time per output token, mixed steps included (this is work
-conservation and holds whatever the arrival pattern). TTFT depends on how bunched arrivals are: a
+are decode-only. In the closed loop a request's end-to-end time is the round, so TPOT is (round - TTFT)
+/ (osl - 1), as benchmarks measure it: prefill time a request waits for before its first token counts in
+its TTFT, the rest in its TPOT (work conservation, whatever the arrival pattern). TTFT depends on how bunched arrivals are: a
 request waits for its own prefill chunks plus, with the engine's fitted `cohort_fraction` k, for half of
 the other requests' prefill backlog (k = 0: fully staggered arrivals; k = 1: one cohort, as when a
 closed-loop benchmark starts all requests together and equal lengths keep them in step).
@@ -177,7 +178,13 @@ def time_pool(plan: PoolPlan, pricer: Pricer) -> PoolTiming:
     extra_fill = max(0.0, plan.mixed_steps - steps) * t_mix  # prefill outpaces decode
     backlog = max(0.0, plan.mixed_steps - plan.own_steps)
     ttft = t_mix * (plan.own_steps + pricer.calibration.engine(pricer.engine).cohort_fraction * backlog / 2.0)
-    return PoolTiming(plan, None, decode, mixed, ttft, decoding / request.output, decoding + extra_fill)
+    cycle = decoding + extra_fill
+    # Closed loop: a request's end-to-end time is the round, so its TPOT is what the round leaves after its
+    # first token, (round - TTFT) / (osl - 1), as benchmarks measure it; never below a decode-only step.
+    tpot = t_decode / request.accepted
+    if request.output > 1:
+        tpot = max(tpot, (cycle - ttft) / (request.output - 1))
+    return PoolTiming(plan, None, decode, mixed, ttft, tpot, cycle)
 
 
 def pool_memory(ctx: PoolContext, pool: Pool, workload: Workload) -> tuple[MemoryUse, int]:
