@@ -6,9 +6,10 @@ sequences once: their prefills (b x input tokens) ride on decode steps in chunks
 are decode-only. In the closed loop a request's end-to-end time is the round, so TPOT is (round - TTFT)
 / (osl - 1), as benchmarks measure it: prefill time a request waits for before its first token counts in
 its TTFT, the rest in its TPOT (work conservation, whatever the arrival pattern). TTFT depends on how
-bunched arrivals are: a request waits for its own prefill chunks plus, with the engine's fitted `cohort_fraction` k, for half of
-the other requests' prefill backlog (k = 0: fully staggered arrivals; k = 1: one cohort, as when a
-closed-loop benchmark starts all requests together and equal lengths keep them in step).
+bunched arrivals are: a request waits for its own prefill chunks plus, with the engine's fitted
+`cohort_fraction` k, for half of the other requests' prefill backlog (k = 0: fully staggered arrivals;
+k = 1: one cohort, as when a closed-loop benchmark starts all requests together and equal lengths keep
+them in step).
 
 Disaggregated serving: prefill instances process `batch` requests per fill; decode instances hold
 `batch` sequences each. Requests cycle between the prefill queue and the decode pool; the mean time at
