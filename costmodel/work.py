@@ -1,8 +1,8 @@
-"""Work of one step on one GPU, and the time it takes.
+"""Work of one step on one GPU, and the shape of its time.
 
 The cost model first counts work (FLOPs, HBM bytes, bytes on each link tier, collective calls, layers),
-which depends only on the model, layout and step shape; then prices it with a calibration. Keeping the
-two apart lets calibration fitting re-price the same work thousands of times cheaply.
+which depends only on the model, layout and step shape; `costmodel.pricing` then prices it with a
+calibration. Keeping the two apart lets calibration fitting re-price the same work thousands of times.
 
 Overlap rules (stated once, applied everywhere):
 - within one operator, compute and HBM traffic overlap fully: its time is the larger of the two (roofline);
