@@ -166,7 +166,7 @@ def _assign(data: dict[str, object], name: str, value: float) -> None:
 BOUNDS: dict[str, tuple[float, float]] = {
     "bf16": (0.25, 0.9), "fp8": (0.25, 0.9), "fp4": (0.25, 0.9), "int4": (0.25, 0.9),
     "attention_efficiency": (0.15, 0.85), "hbm_efficiency": (0.5, 0.95),
-    "efficiency": (0.1, 0.95), "nic_efficiency": (0.1, 0.95), "latency_s": (2e-6, 2e-4),
+    "efficiency": (0.4, 0.95), "nic_efficiency": (0.1, 0.95), "latency_s": (2e-6, 2e-4),
     "layer_overhead_s": (0.0, 1e-4), "step_overhead_s": (0.0, 2e-2), "cohort_fraction": (0.0, 1.0),
 }
 
