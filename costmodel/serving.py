@@ -194,7 +194,9 @@ def pool_memory(ctx: PoolContext, pool: Pool, workload: Workload) -> tuple[Memor
     if pool.role != "prefill":
         context += workload.output_tokens
     with_mtp = workload.speculative.method == "mtp"
-    step_tokens = float(ENGINE_STEP_TOKENS) if pool.role != "decode" else pool.batch / ctx.par.dp * 2.0
+    # Activations in flight per step: a full chunk where prefills run, else one decode step's tokens.
+    decode_tokens = pool.batch / ctx.par.dp * (1 + RequestShape.of(workload).draft)
+    step_tokens = float(ENGINE_STEP_TOKENS) if pool.role != "decode" else decode_tokens
     return (memory_use(ctx, pool.batch, context, step_tokens, with_mtp),
             max_batch(ctx, context, step_tokens, with_mtp))
 
