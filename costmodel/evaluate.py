@@ -107,7 +107,7 @@ def _serving(plan: LayoutPlan, timings: list[PoolTiming],
              calibration: Calibration) -> tuple[float, float, float, dict[str, float]]:
     if plan.layout.serving == "aggregated":
         return _aggregated(timings[0])
-    return _disaggregated(timings, plan.layout.gpus, calibration, plan.resolved.scenario.engine)
+    return _disaggregated(timings, calibration, plan.resolved.scenario.engine)
 
 
 def serving_latencies(plan: LayoutPlan, pricer: Pricer) -> tuple[float, float]:
@@ -144,12 +144,12 @@ def _aggregated(timing: PoolTiming) -> tuple[float, float, float, dict[str, floa
     return timing.ttft_s, timing.tpot_s, rate, {"fill": timing.ttft_s}
 
 
-def _disaggregated(timings: list[PoolTiming], gpus: int, calibration: Calibration,
+def _disaggregated(timings: list[PoolTiming], calibration: Calibration,
                    engine: str) -> tuple[float, float, float, dict[str, float]]:
     prefill = next(t for t in timings if t.plan.pool.role == "prefill")
     decode = next(t for t in timings if t.plan.pool.role == "decode")
     request = decode.plan.request
-    transfer = kv_transfer_s(prefill.plan.ctx, decode.plan.ctx, request, gpus, calibration)
+    transfer = kv_transfer_s(prefill.plan.ctx, decode.plan.ctx, request, calibration)
     concurrency = decode.plan.pool.replicas * decode.plan.pool.batch
     elsewhere = transfer + (request.output - 1) * decode.tpot_s
     capacity = prefill.plan.pool.replicas * prefill.plan.pool.batch / prefill.cycle_s

@@ -15,8 +15,8 @@ Disaggregated serving: prefill instances process `batch` requests per fill; deco
 `batch` sequences each. Requests cycle between the prefill queue and the decode pool; the mean time at
 the prefill pool is the asymptotic closed-network bound max(fill latency, N / capacity - time elsewhere)
 (exact at light and at saturating load), or, for the cohort share of arrivals, the fill latency plus
-half the others' prefills ahead (`closed_loop_wait_s`). KV moves from prefill to decode over NVLink when both pools
-fit in one scale-up domain, over the NICs otherwise, striped over the smaller instance's GPUs.
+half the others' prefills ahead (`closed_loop_wait_s`). KV moves from prefill to decode over NVLink
+when a prefill and a decode instance fit in one scale-up domain together, over the NICs otherwise.
 
 Pipelines: a fill chunk passes every stage (latency = sum of stage times, one chunk per slowest-stage
 time); decode keeps pp micro-batches in flight, so a sequence gets a token every pp slowest-stage steps.
@@ -201,13 +201,16 @@ def pool_memory(ctx: PoolContext, pool: Pool, workload: Workload) -> tuple[Memor
             max_batch(ctx, context, step_tokens, with_mtp))
 
 
-def kv_transfer_s(prefill: PoolContext, decode: PoolContext, request: RequestShape, total_gpus: int,
+def kv_transfer_s(prefill: PoolContext, decode: PoolContext, request: RequestShape,
                   calibration: Calibration) -> float:
-    """Moving one request's KV (all layers) from a prefill to a decode instance."""
+    """Moving one request's KV (all layers) from a prefill to a decode instance: over the scale-up
+    fabric when a prefill and a decode instance fit in one domain together (the planner then packs
+    them so), over the NICs otherwise; striped over the smaller instance's GPUs."""
     system = prefill.system
     size = (request.cached + request.new) * prefill.arch.kv_bytes_per_token(prefill.fmt.kv_dtype)
     p2p = calibration.collectives["p2p"]
-    if total_gpus <= system.scaleup_domain_gpus:
+    pair = prefill.par.stage_gpus * prefill.par.pp + decode.par.stage_gpus * decode.par.pp
+    if pair <= system.scaleup_domain_gpus:
         link = system.scaleup_bandwidth_bytes_per_s * p2p.efficiency
     else:
         link = system.nic_bandwidth_bytes_per_s * calibration.nic_efficiency
