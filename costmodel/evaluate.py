@@ -17,8 +17,7 @@ from costmodel.serving import (
     PhaseTime,
     PoolPlan,
     PoolTiming,
-    closed_loop_wait_s,
-    kv_transfer_s,
+    disaggregated_serving,
     plan_pool,
     time_pool,
 )
@@ -148,16 +147,8 @@ def _disaggregated(timings: list[PoolTiming], calibration: Calibration,
                    engine: str) -> tuple[float, float, float, dict[str, float]]:
     prefill = next(t for t in timings if t.plan.pool.role == "prefill")
     decode = next(t for t in timings if t.plan.pool.role == "decode")
-    request = decode.plan.request
-    transfer = kv_transfer_s(prefill.plan.ctx, decode.plan.ctx, request, calibration)
-    concurrency = decode.plan.pool.replicas * decode.plan.pool.batch
-    elsewhere = transfer + (request.output - 1) * decode.tpot_s
-    capacity = prefill.plan.pool.replicas * prefill.plan.pool.batch / prefill.cycle_s
-    cohort = calibration.engine(engine).cohort_fraction
-    at_prefill = closed_loop_wait_s(concurrency, capacity, prefill.ttft_s, elsewhere, cohort)
-    rate = concurrency / (at_prefill + elsewhere)
-    parts = {"fill": prefill.ttft_s, "queue": at_prefill - prefill.ttft_s, "kv_transfer": transfer}
-    return at_prefill + transfer, decode.tpot_s, rate, parts
+    return disaggregated_serving(prefill, decode, prefill.plan.pool.replicas, decode.plan.pool.replicas,
+                                 calibration, engine)
 
 
 def _memory_reasons(plan: PoolPlan) -> list[str]:

@@ -218,6 +218,22 @@ def kv_transfer_s(prefill: PoolContext, decode: PoolContext, request: RequestSha
     return size / (streams * link) + p2p.latency_s
 
 
+def disaggregated_serving(prefill: PoolTiming, decode: PoolTiming, prefill_replicas: int, decode_replicas: int,
+                          calibration: Calibration, engine: str) -> tuple[float, float, float, dict[str, float]]:
+    """(TTFT s, TPOT s, requests/s, TTFT parts) of prefill and decode pools of one instance layout each,
+    replicated. The planner calls this directly with candidate timings and replica counts."""
+    request = decode.plan.request
+    transfer = kv_transfer_s(prefill.plan.ctx, decode.plan.ctx, request, calibration)
+    concurrency = decode_replicas * decode.plan.pool.batch
+    elsewhere = transfer + (request.output - 1) * decode.tpot_s
+    capacity = prefill_replicas * prefill.plan.pool.batch / prefill.cycle_s
+    cohort = calibration.engine(engine).cohort_fraction
+    at_prefill = closed_loop_wait_s(concurrency, capacity, prefill.ttft_s, elsewhere, cohort)
+    rate = concurrency / (at_prefill + elsewhere)
+    parts = {"fill": prefill.ttft_s, "queue": at_prefill - prefill.ttft_s, "kv_transfer": transfer}
+    return at_prefill + transfer, decode.tpot_s, rate, parts
+
+
 def closed_loop_wait_s(concurrency: float, capacity_per_s: float, min_latency_s: float, elsewhere_s: float,
                        cohort_fraction: float) -> float:
     """Mean time at a station of a closed loop of `concurrency` requests.

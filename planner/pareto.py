@@ -1,0 +1,80 @@
+"""Pareto fronts of TTFT (lower is better) against tokens/s per GPU (higher is better), and the
+indicators used to compare fronts: hypervolume and the additive epsilon indicator."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from costmodel.layout import Layout
+
+
+@dataclass(frozen=True)
+class FrontPoint:
+    """One deployment on (or offered for) the front, with its exact cost-model figures."""
+
+    ttft_ms: float
+    tpot_ms: float
+    tokens_per_s_per_gpu: float
+    gpus: int
+    layout: Layout
+
+    @property
+    def tokens_per_s_per_user(self) -> float:
+        return 1e3 / self.tpot_ms
+
+    def sort_key(self) -> tuple[float, float, int, str]:
+        """Deterministic order: TTFT, then throughput (higher first), then fewer GPUs, then the layout."""
+        return (self.ttft_ms, -self.tokens_per_s_per_gpu, self.gpus, self.layout.model_dump_json())
+
+
+def dominates(a: FrontPoint, b: FrontPoint, rel_tol: float = 0.0) -> bool:
+    """a is at least as good in both objectives (within rel_tol) and strictly better in one."""
+    no_worse = (a.ttft_ms <= b.ttft_ms * (1 + rel_tol)
+                and a.tokens_per_s_per_gpu >= b.tokens_per_s_per_gpu * (1 - rel_tol))
+    better = a.ttft_ms < b.ttft_ms or a.tokens_per_s_per_gpu > b.tokens_per_s_per_gpu
+    return no_worse and better
+
+
+def non_dominated(points: Sequence[FrontPoint]) -> list[FrontPoint]:
+    """The non-dominated points in TTFT order; of points equal in both objectives the first in
+    `sort_key` order is kept (fewer GPUs, then a fixed layout order)."""
+    front: list[FrontPoint] = []
+    best = float("-inf")
+    for point in sorted(points, key=FrontPoint.sort_key):
+        if point.tokens_per_s_per_gpu > best:
+            front.append(point)
+            best = point.tokens_per_s_per_gpu
+    return front
+
+
+def hypervolume(front: Sequence[FrontPoint], ttft_ref_ms: float, throughput_ref: float = 0.0) -> float:
+    """Area (ms x tokens/s/GPU) dominated by the front and bounded by the reference point.
+
+    Along a non-dominated front sorted by TTFT, throughput increases, so between one point's TTFT and the
+    next the dominated height is that point's throughput: a staircase sum.
+    """
+    points = [p for p in non_dominated(front) if p.ttft_ms < ttft_ref_ms and p.tokens_per_s_per_gpu > throughput_ref]
+    area = 0.0
+    for index, point in enumerate(points):
+        next_ttft = points[index + 1].ttft_ms if index + 1 < len(points) else ttft_ref_ms
+        area += (next_ttft - point.ttft_ms) * (point.tokens_per_s_per_gpu - throughput_ref)
+    return area
+
+
+def additive_epsilon(front: Sequence[FrontPoint], reference: Sequence[FrontPoint]) -> float:
+    """Smallest e such that every reference point is weakly dominated by some front point shifted by e
+    (TTFT - e x TTFT_scale, throughput + e x throughput_scale) on objectives normalised by the reference's
+    ranges; 0 when the front covers the reference."""
+    if not reference:
+        return 0.0
+    if not front:
+        return float("inf")
+    ttft_scale = max(p.ttft_ms for p in reference) or 1.0
+    thr_scale = max(p.tokens_per_s_per_gpu for p in reference) or 1.0
+    worst = 0.0
+    for r in reference:
+        needed = min(max((f.ttft_ms - r.ttft_ms) / ttft_scale, (r.tokens_per_s_per_gpu - f.tokens_per_s_per_gpu)
+                         / thr_scale) for f in front)
+        worst = max(worst, needed)
+    return max(0.0, worst)

@@ -1,0 +1,144 @@
+"""Candidate pool layouts, enumerated outside the optimisation model and timed once with the exact cost
+model (planned per layout, priced in bulk).
+
+Degrees (unless the scenario's `search` lists them): tp in powers of two up to 8 that divide the attention
+heads; attention-DP in powers of two; pp in {1, 2, 4}; experts either spread (moe_ep = tp x dp) or
+tensor-parallel (moe_tp = tp x dp); dense models put all stage GPUs in moe_tp. Instances never exceed the
+cluster. Batches per attention-DP rank on a geometric grid (1, 2, 4, ... 1024; prefill 1 to 8 requests per
+fill). Pruned: candidates over HBM, and candidates that break an SLO on their own (TPOT of mixed and
+decode pools, TTFT of mixed pools, fill latency of prefill pools).
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+from costmodel.calibration import Calibration
+from costmodel.evaluate import pool_context
+from costmodel.layout import Pool, PoolRole
+from costmodel.pricing import TablePricer, WorkTable
+from costmodel.resolve import ResolvedScenario
+from costmodel.serving import PoolTiming, plan_pool, time_pool
+
+POWERS_OF_TWO = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
+BATCH_PER_RANK = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
+PREFILL_BATCH_PER_RANK = (1, 2, 4, 8)
+MAX_TP = 8  # tensor parallelism beyond one HGX board's worth stops paying for attention
+PIPELINE_DEPTHS = (1, 2, 4)
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One instance layout of one role, timed per instance (replicas = 1)."""
+
+    pool: Pool
+    timing: PoolTiming
+
+    @property
+    def gpus(self) -> int:
+        return self.pool.gpus_per_instance
+
+    @property
+    def requests_per_s(self) -> float:
+        """Mixed: requests completed per second per instance; prefill: fills per second (capacity)."""
+        return self.pool.batch / self.timing.cycle_s
+
+
+@dataclass
+class CandidateSet:
+    """Candidates per role, with the counts of what was pruned and why."""
+
+    by_role: dict[PoolRole, list[Candidate]] = field(default_factory=dict)
+    pruned: dict[str, int] = field(default_factory=dict)
+
+    def count(self, reason: str) -> None:
+        self.pruned[reason] = self.pruned.get(reason, 0) + 1
+
+
+def roles_for(resolved: ResolvedScenario) -> tuple[PoolRole, ...]:
+    roles: list[PoolRole] = []
+    if "aggregated" in resolved.scenario.search.serving:
+        roles.append("mixed")
+    if "disaggregated" in resolved.scenario.search.serving:
+        roles += ["prefill", "decode"]
+    return tuple(roles)
+
+
+def _tp_options(resolved: ResolvedScenario) -> tuple[int, ...]:
+    if resolved.scenario.search.tp:
+        return tuple(resolved.scenario.search.tp)
+    heads = max(layer.attention.num_heads for layer in resolved.architecture.layers)
+    return tuple(t for t in POWERS_OF_TWO if t <= MAX_TP and heads % t == 0)
+
+
+def _parallel_options(resolved: ResolvedScenario) -> Iterator[tuple[int, int, int, int, int]]:
+    """(tp, dp, pp, moe_tp, moe_ep) within the cluster and the search's allowed degrees."""
+    search, arch = resolved.scenario.search, resolved.architecture
+    dps = search.dp_attention or [d for d in POWERS_OF_TWO if d <= resolved.gpus]
+    pps = search.pp or [p for p in PIPELINE_DEPTHS if p <= arch.num_layers]
+    for tp, dp, pp in itertools.product(_tp_options(resolved), dps, pps):
+        group = tp * dp
+        if group * pp > resolved.gpus:
+            continue
+        splits = {(group, 1)} if arch.num_experts is None else {(group, 1), (1, group)}
+        for moe_tp, moe_ep in sorted(splits):
+            if (search.moe_tp and moe_tp not in search.moe_tp) or (search.moe_ep and moe_ep not in search.moe_ep):
+                continue
+            if arch.num_experts is not None and moe_ep > arch.num_experts:
+                continue
+            yield tp, dp, pp, moe_tp, moe_ep
+
+
+def candidate_pools(resolved: ResolvedScenario, role: PoolRole) -> list[Pool]:
+    per_rank = PREFILL_BATCH_PER_RANK if role == "prefill" else BATCH_PER_RANK
+    cap = resolved.scenario.search.max_batch
+    pools = []
+    for tp, dp, pp, moe_tp, moe_ep in _parallel_options(resolved):
+        for batch in (b * dp for b in per_rank):
+            if cap is None or batch <= cap:
+                pools.append(Pool(role=role, replicas=1, tp=tp, dp_attention=dp, pp=pp, moe_tp=moe_tp,
+                                  moe_ep=moe_ep, batch=batch))
+    return pools
+
+
+def generate(resolved: ResolvedScenario, calibration: Calibration) -> CandidateSet:
+    """Every candidate of every role the scenario allows, timed, with infeasible ones pruned."""
+    result = CandidateSet()
+    engine = resolved.scenario.engine
+    for role in roles_for(resolved):
+        plans = []
+        for pool in candidate_pools(resolved, role):
+            plan = plan_pool(pool_context(resolved, pool), pool, resolved.scenario.workload)
+            if plan.memory.fits:
+                plans.append(plan)
+            else:
+                result.count("over HBM")
+        works = [w for plan in plans for phase in (plan.fill, plan.decode, plan.mixed) for w in phase or []]
+        table = WorkTable(works, [resolved.system] * len(works), [engine] * len(works))
+        pricer = TablePricer(table, table.price(calibration), calibration, engine)
+        kept = []
+        for plan in plans:
+            candidate = Candidate(plan.pool, time_pool(plan, pricer))
+            reason = _slo_breach(resolved, candidate)
+            if reason:
+                result.count(reason)
+            else:
+                kept.append(candidate)
+        result.by_role[role] = kept
+    return result
+
+
+def _slo_breach(resolved: ResolvedScenario, candidate: Candidate) -> str | None:
+    slo, role, timing = resolved.scenario.slo, candidate.pool.role, candidate.timing
+    if slo.tpot_ms is not None and role != "prefill" and timing.tpot_s * 1e3 > slo.tpot_ms:
+        return "TPOT over the SLO"
+    if slo.ttft_ms is not None and role != "decode" and timing.ttft_s * 1e3 > slo.ttft_ms:
+        return "TTFT over the SLO"
+    return None
+
+
+def with_replicas(candidate: Candidate, replicas: int) -> Pool:
+    """The candidate's pool as a layout entry with `replicas` instances."""
+    return candidate.pool.model_copy(update={"replicas": replicas})

@@ -1,0 +1,84 @@
+"""Candidates, placement, Pareto utilities and the exhaustive reference front."""
+
+from __future__ import annotations
+
+import pytest
+
+from costmodel.calibration import default_calibration
+from costmodel.evaluate import evaluate
+from costmodel.layout import Layout
+from costmodel.resolve import ResolvedScenario
+from planner.pareto import FrontPoint, additive_epsilon, dominates, hypervolume, non_dominated
+from planner.placement import domain_bins, fits, max_replicas
+from planner.reference import exhaustive_front
+from planner.scenario import scenario_from_data
+from planner.templates import generate
+
+LAYOUT = Layout.model_validate({"serving": "aggregated", "pools": [{"role": "mixed", "batch": 1}]})
+
+
+def point(ttft: float, throughput: float, gpus: int = 8) -> FrontPoint:
+    return FrontPoint(ttft, 10.0, throughput, gpus, LAYOUT)
+
+
+def small(serving: list[str], **slo: float) -> ResolvedScenario:
+    return scenario_from_data({
+        "schema_version": 1, "name": "s", "model": "qwen3-30b", "precision": {"weights": "fp8", "kv_cache": "fp8"},
+        "cluster": {"system": "h200-sxm", "gpus": 8}, "workload": {"input_tokens": 2048, "output_tokens": 256},
+        "slo": slo, "search": {"serving": serving, "pp": [1], "dp_attention": [1, 2]},
+    })
+
+
+def test_non_dominated_keeps_the_staircase() -> None:
+    points = [point(10, 100), point(20, 90), point(20, 300), point(30, 300, gpus=4), point(30, 300), point(5, 50)]
+    front = non_dominated(points)
+    assert [(p.ttft_ms, p.tokens_per_s_per_gpu) for p in front] == [(5, 50), (10, 100), (20, 300)]
+    assert dominates(point(10, 100), point(20, 90)) and not dominates(point(10, 100), point(10, 100))
+
+
+def test_hypervolume_and_epsilon_by_hand() -> None:
+    front = [point(10, 100), point(20, 300)]
+    # (20-10) x 100 + (40-20) x 300 with the reference at TTFT 40 ms, throughput 0
+    assert hypervolume(front, 40.0) == pytest.approx(10 * 100 + 20 * 300)
+    assert additive_epsilon(front, front) == 0.0
+    worse = [point(10, 50), point(20, 150)]
+    assert additive_epsilon(worse, front) == pytest.approx(150 / 300)
+
+
+def test_domains_and_packing() -> None:
+    gb200 = scenario_from_data({"schema_version": 1, "name": "g", "model": "qwen3-30b",
+                                "cluster": {"system": "gb200-nvl72", "gpus": 80},
+                                "workload": {"input_tokens": 10, "output_tokens": 10}})
+    assert domain_bins(gb200) == (72, 8)  # one full NVL72 domain and 8 GPUs of a second rack
+    bins = (72, 8)
+    assert fits([(16, 4), (8, 1)], bins) and not fits([(16, 5)], bins)
+    assert fits([(32, 2), (8, 2)], bins) and not fits([(32, 2), (8, 3)], bins)
+    assert max_replicas(16, bins) == 4 and max_replicas(8, (8, 8)) == 2 and max_replicas(144, (72, 72)) == 1
+
+
+def test_exhaustive_front_points_are_reproduced_by_evaluate() -> None:
+    resolved = small(["aggregated", "disaggregated"], tpot_ms=50)
+    calibration = default_calibration()
+    front = exhaustive_front(resolved, generate(resolved, calibration), calibration)
+    assert len(front) > 5
+    assert {p.layout.serving for p in front} == {"aggregated", "disaggregated"}
+    ttfts = [p.ttft_ms for p in front]
+    throughputs = [p.tokens_per_s_per_gpu for p in front]
+    assert ttfts == sorted(ttfts) and throughputs == sorted(throughputs)
+    for p in front:
+        prediction = evaluate(resolved, p.layout)
+        assert prediction.gpus == p.gpus <= resolved.gpus
+        assert prediction.feasible
+        assert (prediction.ttft_ms, prediction.tpot_ms, prediction.tokens_per_s_per_gpu) == pytest.approx(
+            (p.ttft_ms, p.tpot_ms, p.tokens_per_s_per_gpu), rel=1e-9)
+        assert p.tpot_ms <= 50
+
+
+def test_slo_cuts_the_front() -> None:
+    calibration = default_calibration()
+    loose = small(["aggregated"])
+    tight = small(["aggregated"], ttft_ms=100)
+    loose_front = exhaustive_front(loose, generate(loose, calibration), calibration)
+    tight_front = exhaustive_front(tight, generate(tight, calibration), calibration)
+    assert max(p.ttft_ms for p in loose_front) > 100 >= max(p.ttft_ms for p in tight_front)
+    assert [p for p in loose_front if p.ttft_ms <= 100] == tight_front
