@@ -20,6 +20,7 @@ from costmodel.operators import (
     Formats,
     Parallel,
     StepShape,
+    activation_traffic_op,
     attention_ops,
     dense_ffn_ops,
     kv_share,
@@ -87,6 +88,7 @@ def layer_work(ctx: PoolContext, layer: Layer, shape: StepShape) -> StepWork:
     work = StepWork(layers=1)
     work.ops += attention_ops(layer.attention, shape, par, ctx.fmt)
     work.ops += dense_ffn_ops(layer.ffn, shape, par, ctx.fmt)
+    work.ops.append(activation_traffic_op(layer.ffn, shape, par, ctx.fmt, hidden))
     payload = shape.tokens * hidden * HEAD_BYTES
     work.transfers += all_reduce("tp_allreduce", par.tp, payload, ctx.system)  # after attention
     work.transfers += all_reduce("tp_allreduce", par.tp, payload, ctx.system)  # after the FFN

@@ -171,6 +171,34 @@ def _linear_ops(attn: Attention, shape: StepShape, par: Parallel, fmt: Formats) 
     ]
 
 
+# Memory-bound passes over bf16 activations per token per layer, outside the GEMMs and attention kernels:
+# two RMSNorms (read + write: 4 hidden vectors), two residual adds (read 2, write 1: 6), RoPE and the
+# q/k/v split (2), quantising the inputs of the fp8/fp4 GEMMs (read 2 B, write 1 B per element, about 4
+# hidden-sized inputs: 6 bytes ~ 3 vectors): about 15 hidden-sized bf16 vectors.
+HIDDEN_PASSES = 15
+# MoE: each token-expert pair is permuted into its expert's batch and back (write + read, twice) and its
+# gated activation reads 2 and writes 1 intermediate-sized vector.
+PERMUTE_PASSES = 4
+GATED_ACTIVATION_PASSES = 3
+
+
+def activation_traffic_op(ffn: Ffn, shape: StepShape, par: Parallel, fmt: Formats, hidden: int) -> Op:
+    """HBM traffic of the elementwise work between kernels: negligible in decode, ~10-30% of a long
+    prefill's time on a large MoE."""
+    elements = HIDDEN_PASSES * shape.tokens * hidden
+    if ffn.kind == "dense":
+        elements += GATED_ACTIVATION_PASSES * shape.tokens * ffn.intermediate_size / par.tp
+    else:
+        pairs = shape.tokens * par.dp * ffn.top_k / (par.moe_tp * par.moe_ep)
+        width = ffn.expert_hidden_size or hidden
+        elements += pairs * (PERMUTE_PASSES * width + GATED_ACTIVATION_PASSES * ffn.expert_intermediate_size)
+        elements += GATED_ACTIVATION_PASSES * shape.tokens * ffn.shared_intermediate_size / par.tp
+    return Op("activation_traffic", "gemm", 0.0, elements * _ACTIVATION_BYTES, fmt.peak(Dtype.BF16), Dtype.BF16)
+
+
+_ACTIVATION_BYTES = 2.0  # bf16
+
+
 def distinct_experts(experts: float, top_k: float, tokens: float) -> float:
     """Expected distinct experts touched when `tokens` tokens each pick top_k of `experts` uniformly:
     E (1 - (1 - k/E)^T) (DOMAIN.md, decode experts)."""
