@@ -58,6 +58,10 @@ class CollectiveFactors(_Frozen):
 class EngineFactors(_Frozen):
     layer_overhead_s: float = Field(ge=0, description="Fixed time per layer per step (launches, syncs), s.")
     step_overhead_s: float = Field(ge=0, description="Fixed time per step (scheduling, sampling), s.")
+    alltoall_overlap: float = Field(
+        0.0, ge=0, le=0.95,
+        description="Share of a step's expert all-to-all hidden behind its compute (two-batch overlap).",
+    )
     cohort_fraction: float = Field(
         ge=0, le=1,
         description="How bunched closed-loop arrivals stay: 0 = fully staggered (a request waits only for its "

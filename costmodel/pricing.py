@@ -83,6 +83,17 @@ class WorkTable:
         bandwidth = self.tier_bw[self.tr_work, self.tr_tier] * efficiency
         return np.asarray(self.tr_bytes / bandwidth + self.tr_calls * latency)
 
+    def overlapped_transfer_seconds(self, calibration: Calibration, busy: np.ndarray) -> np.ndarray:
+        """Transfer seconds left after engines hide part of the expert all-to-all behind compute
+        (two-batch overlap): hidden = overlap x min(all-to-all time, compute and HBM time) per step."""
+        moved = self.transfer_seconds(calibration)
+        alltoall = self.tr_kind == _KINDS.index("alltoall")
+        total = np.bincount(self.tr_work[alltoall], moved[alltoall], minlength=len(self.works))
+        overlap = np.array([calibration.engine(e).alltoall_overlap for e in self.engines])
+        hidden = overlap * np.minimum(total, busy)
+        keep = 1.0 - hidden / np.where(total > 0, total, 1.0)
+        return np.asarray(np.where(alltoall, moved * keep[self.tr_work], moved))
+
     def price(self, calibration: Calibration) -> np.ndarray:
         """Seconds per term (columns in TERMS order) for every work."""
         n = len(self.works)
@@ -90,7 +101,7 @@ class WorkTable:
         terms = np.zeros((n, len(TERMS)))
         terms[:, 0] = np.bincount(self.op_work, np.where(compute_bound, seconds, 0.0), minlength=n)
         terms[:, 1] = np.bincount(self.op_work, np.where(compute_bound, 0.0, seconds), minlength=n)
-        moved = self.transfer_seconds(calibration)
+        moved = self.overlapped_transfer_seconds(calibration, terms[:, 0] + terms[:, 1])
         for tier, column in enumerate(_TIER_TERM):
             mask = self.tr_tier == tier
             terms[:, column] = np.bincount(self.tr_work[mask], moved[mask], minlength=n)
@@ -113,8 +124,8 @@ def price(work: StepWork, system: SystemSpec, calibration: Calibration, engine: 
     terms = table.price(calibration)[0]
     by_name: dict[str, float] = {}
     seconds, _ = table.op_seconds(calibration)
-    for name, value in zip(table.op_names + table.tr_names,
-                           np.concatenate([seconds, table.transfer_seconds(calibration)]).tolist(), strict=True):
+    moved = table.overlapped_transfer_seconds(calibration, np.array([terms[0] + terms[1]]))
+    for name, value in zip(table.op_names + table.tr_names, np.concatenate([seconds, moved]).tolist(), strict=True):
         by_name[name] = by_name.get(name, 0.0) + value
     by_name["fixed_overheads"] = float(terms[6])
     return StepTime(terms=dict(zip(TERMS, terms.tolist(), strict=True)), by_name=by_name)

@@ -7,8 +7,8 @@ calibration. Keeping the two apart lets calibration fitting re-price the same wo
 Overlap rules (stated once, applied everywhere):
 - within one operator, compute and HBM traffic overlap fully: its time is the larger of the two (roofline);
 - operators run one after another: their times add;
-- communication does not overlap computation (engines overlap some of it with two-batch overlap; we
-  charge it in full, the conservative choice, and let the fitted overheads absorb systematic gaps);
+- communication does not overlap computation, except the share `alltoall_overlap` of an engine's expert
+  all-to-all that two-batch overlap hides behind the step's compute and HBM time (`costmodel.pricing`);
 - each collective call pays a fixed latency on top of its bytes over bandwidth;
 - each layer pays a fixed launch/sync overhead, each step a fixed scheduling overhead.
 """
