@@ -192,3 +192,23 @@ def test_every_system_evaluates(system: str) -> None:
     assert prediction.tpot_ms > 0 and prediction.ttft_ms > 0
     assert 0 < prediction.utilisation["hbm_capacity"] < 1
     assert 0 < prediction.utilisation["compute"] <= 1 and 0 < prediction.utilisation["hbm_bandwidth"] <= 1
+
+
+def test_two_batch_overlap_hides_at_most_the_smaller_of_alltoall_and_compute() -> None:
+    resolved = scenario(gpus=8)
+    work = prefill_work(pool_context(resolved, layout().pools[0]), 0, 4, 2048)
+    base = default_calibration()
+
+    def with_overlap(share: float) -> float:
+        engines = {name: factors.model_copy(update={"alltoall_overlap": share})
+                   for name, factors in base.engines.items()}
+        step = price(work, resolved.system, base.model_copy(update={"engines": engines}), "generic")
+        assert sum(step.by_name.values()) == pytest.approx(step.total_s, rel=1e-12)
+        return step.total_s
+
+    none, most = with_overlap(0.0), with_overlap(0.9)
+    plain = price(work, resolved.system, base.model_copy(update={"engines": {
+        n: f.model_copy(update={"alltoall_overlap": 0.0}) for n, f in base.engines.items()}}), "generic")
+    alltoall = plain.by_name["moe_dispatch"] + plain.by_name["moe_combine"]
+    busy = plain.terms["compute"] + plain.terms["hbm_bandwidth"]
+    assert none - most == pytest.approx(0.9 * min(alltoall, busy), rel=1e-9)
