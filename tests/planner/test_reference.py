@@ -82,3 +82,19 @@ def test_slo_cuts_the_front() -> None:
     tight_front = exhaustive_front(tight, generate(tight, calibration), calibration)
     assert max(p.ttft_ms for p in loose_front) > 100 >= max(p.ttft_ms for p in tight_front)
     assert [p for p in loose_front if p.ttft_ms <= 100] == tight_front
+
+
+@pytest.mark.parametrize("name", ["deepseek-v3-8xh200", "gpt-oss-120b-8xb200", "qwen3-235b-16xh100"])
+def test_example_scenarios_have_feasible_candidates(name: str) -> None:
+    from planner.scenario import load_scenario
+    from tests.conftest import SCENARIOS
+
+    resolved = load_scenario(SCENARIOS / f"{name}.yaml")
+    candidates = generate(resolved, default_calibration())
+    for role, found in candidates.by_role.items():
+        assert found, role
+        for candidate in found:
+            assert candidate.timing.plan.memory.fits
+            assert candidate.gpus <= resolved.gpus
+            if role != "prefill" and resolved.scenario.slo.tpot_ms is not None:
+                assert candidate.timing.tpot_s * 1e3 <= resolved.scenario.slo.tpot_ms
