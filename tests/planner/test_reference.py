@@ -11,8 +11,9 @@ from costmodel.resolve import ResolvedScenario
 from planner.pareto import FrontPoint, additive_epsilon, dominates, hypervolume, non_dominated
 from planner.placement import domain_bins, fits, max_replicas
 from planner.reference import exhaustive_front
-from planner.scenario import scenario_from_data
+from planner.scenario import load_scenario, scenario_from_data
 from planner.templates import generate
+from tests.conftest import SCENARIOS
 
 LAYOUT = Layout.model_validate({"serving": "aggregated", "pools": [{"role": "mixed", "batch": 1}]})
 
@@ -86,9 +87,6 @@ def test_slo_cuts_the_front() -> None:
 
 @pytest.mark.parametrize("name", ["deepseek-v3-8xh200", "gpt-oss-120b-8xb200", "qwen3-235b-16xh100"])
 def test_example_scenarios_have_feasible_candidates(name: str) -> None:
-    from planner.scenario import load_scenario
-    from tests.conftest import SCENARIOS
-
     resolved = load_scenario(SCENARIOS / f"{name}.yaml")
     candidates = generate(resolved, default_calibration())
     for role, found in candidates.by_role.items():
