@@ -13,9 +13,8 @@ from typing import Annotated, Literal
 
 from pydantic import Field, model_validator
 
-from costmodel.scenario import ServingMode, StrictModel
+from costmodel.scenario import PositiveInt, ServingMode, StrictModel
 
-PositiveInt = Annotated[int, Field(gt=0)]
 PoolRole = Literal["mixed", "prefill", "decode"]
 
 

@@ -103,7 +103,8 @@ def _state_bytes(layer: Layer, context_tokens: float, ctx: PoolContext) -> float
 
 
 def workspace_bytes(ctx: PoolContext, step_tokens_per_rank: float, seqs_per_rank: float) -> float:
-    widest = max((layer.ffn.intermediate_size or layer.ffn.expert_intermediate_size) for layer in ctx.arch.layers)
+    widest = max(layer.ffn.intermediate_size or layer.ffn.expert_intermediate_size
+                 for stage in ctx.stage_counts for layer, _ in stage)
     per_token = (WORKSPACE_HIDDEN_VECTORS * ctx.arch.hidden_size + WORKSPACE_FFN_VECTORS * widest / ctx.par.tp) * 2
     logits = seqs_per_rank * ctx.arch.vocab_size / ctx.par.tp * 4
     return step_tokens_per_rank * per_token + logits

@@ -96,6 +96,10 @@ class WorkTable:
 
     def price(self, calibration: Calibration) -> np.ndarray:
         """Seconds per term (columns in TERMS order) for every work."""
+        return self.priced(calibration)[0]
+
+    def priced(self, calibration: Calibration) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(seconds per term for every work, seconds of every operator, seconds of every transfer)."""
         n = len(self.works)
         seconds, compute_bound = self.op_seconds(calibration)
         terms = np.zeros((n, len(TERMS)))
@@ -108,7 +112,7 @@ class WorkTable:
         engines = [calibration.engine(e) for e in self.engines]
         terms[:, 6] = (self.layers * np.array([e.layer_overhead_s for e in engines])
                        + np.array([e.step_overhead_s for e in engines]))
-        return terms
+        return terms, seconds, moved
 
 
 def _tier_bandwidths(system: SystemSpec) -> tuple[float, float, float, float]:
@@ -121,10 +125,9 @@ def _tier_bandwidths(system: SystemSpec) -> tuple[float, float, float, float]:
 def price(work: StepWork, system: SystemSpec, calibration: Calibration, engine: str) -> StepTime:
     """Time of one step, with seconds per operator and transfer name."""
     table = WorkTable([work], [system], [engine])
-    terms = table.price(calibration)[0]
+    all_terms, seconds, moved = table.priced(calibration)
+    terms = all_terms[0]
     by_name: dict[str, float] = {}
-    seconds, _ = table.op_seconds(calibration)
-    moved = table.overlapped_transfer_seconds(calibration, np.array([terms[0] + terms[1]]))
     for name, value in zip(table.op_names + table.tr_names, np.concatenate([seconds, moved]).tolist(), strict=True):
         by_name[name] = by_name.get(name, 0.0) + value
     by_name["fixed_overheads"] = float(terms[6])
