@@ -1,0 +1,131 @@
+"""The constants the deployment MILP needs, computed once per scenario from the timed candidates.
+
+Per prefill candidate p: GPUs g_p, fill latency t_p (s), capacity mu_p (fills of requests per second per
+instance), most instances the domains hold. Per decode candidate d: g_d, sequences b_d per instance, the
+time a request spends decoding after its first token Z_d = (osl - 1) TPOT_d, most instances. Per pair of
+instance sizes: the KV transfer time t_kv (it depends only on the two sizes: see
+`costmodel.serving.kv_transfer_s`). Per mixed candidate: its aggregated deployment's exact figures.
+
+Prefill candidates are pruned by a dominance that is safe for every figure of the front: same GPUs, no
+longer fill latency and no less capacity (any deployment with the dominated one does at least as well
+with the dominating one at the same counts). Decode candidates are not pruned: a lower TPOT shortens
+the time requests spend away from the prefill pool and so raises its queueing (a TTFT trade-off).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from costmodel.calibration import Calibration
+from costmodel.resolve import ResolvedScenario
+from costmodel.serving import kv_transfer_s
+from planner.deployment import aggregated_point
+from planner.pareto import FrontPoint
+from planner.placement import domain_bins, max_replicas
+from planner.templates import Candidate, CandidateSet
+
+
+@dataclass(frozen=True)
+class MixedOption:
+    candidate: Candidate
+    point: FrontPoint  # the aggregated deployment, exact
+
+
+@dataclass(frozen=True)
+class PrefillOption:
+    candidate: Candidate
+    gpus: int
+    fill_s: float
+    capacity: float  # requests per second per instance
+    most: int
+
+
+@dataclass(frozen=True)
+class DecodeOption:
+    candidate: Candidate
+    gpus: int
+    slots: int  # sequences per instance
+    decoding_s: float  # (osl - 1) x TPOT
+    most: int
+
+
+@dataclass(frozen=True)
+class Domains:
+    """Scale-up domains: `full` of `size` GPUs and one of `rest` GPUs (0 if none)."""
+
+    size: int
+    full: int
+    rest: int
+
+    @property
+    def gpus(self) -> int:
+        return self.size * self.full + self.rest
+
+
+@dataclass(frozen=True)
+class DeploymentOptions:
+    mixed: tuple[MixedOption, ...]
+    prefill: tuple[PrefillOption, ...]
+    decode: tuple[DecodeOption, ...]
+    kv_transfer_s: dict[tuple[int, int], float]  # (prefill GPUs, decode GPUs) -> s
+    domains: Domains
+    output_tokens: int
+    cohort_fraction: float
+    pruned_prefill: int
+
+    @property
+    def disaggregated(self) -> bool:
+        return bool(self.prefill and self.decode)
+
+    def fewest_gpus(self) -> int:
+        """GPUs of the smallest deployment (scales the Dinkelbach gap into a ratio gap)."""
+        sizes = [m.point.gpus for m in self.mixed]
+        if self.disaggregated:
+            sizes.append(min(p.gpus for p in self.prefill) + min(d.gpus for d in self.decode))
+        return min(sizes, default=1)
+
+
+def _domains(resolved: ResolvedScenario) -> Domains:
+    bins = domain_bins(resolved)
+    full = sum(1 for b in bins if b == bins[0])
+    return Domains(bins[0], full, sum(bins) - full * bins[0])
+
+
+def _prune_prefill(options: list[PrefillOption]) -> list[PrefillOption]:
+    kept: list[PrefillOption] = []
+    ordered = sorted(options, key=lambda o: (o.gpus, o.fill_s, -o.capacity))
+    for option in ordered:  # within one size, keep the capacity staircase along fill latency
+        same = [k for k in kept if k.gpus == option.gpus]
+        if not any(k.fill_s <= option.fill_s and k.capacity >= option.capacity for k in same):
+            kept.append(option)
+    return kept
+
+
+def deployment_options(resolved: ResolvedScenario, candidates: CandidateSet,
+                       calibration: Calibration) -> DeploymentOptions:
+    bins, workload = domain_bins(resolved), resolved.scenario.workload
+    mixed = []
+    for candidate in candidates.by_role.get("mixed", []):
+        point = aggregated_point(resolved, candidate)
+        if point is not None:
+            mixed.append(MixedOption(candidate, point))
+    prefill_all = [PrefillOption(c, c.gpus, c.timing.ttft_s, c.requests_per_s, max_replicas(c.gpus, bins))
+                   for c in candidates.by_role.get("prefill", [])]
+    prefill_all = [p for p in prefill_all if p.most >= 1]
+    prefill = _prune_prefill(prefill_all)
+    decode = [DecodeOption(c, c.gpus, c.pool.batch, (workload.output_tokens - 1) * c.timing.tpot_s,
+                           max_replicas(c.gpus, bins)) for c in candidates.by_role.get("decode", [])]
+    decode = [d for d in decode if d.most >= 1]
+    transfer = {}
+    for p in prefill:
+        for d in decode:
+            key = (p.gpus, d.gpus)
+            if key not in transfer:
+                transfer[key] = kv_transfer_s(p.candidate.timing.plan.ctx, d.candidate.timing.plan.ctx,
+                                              d.candidate.timing.plan.request, calibration)
+    return DeploymentOptions(
+        mixed=tuple(mixed), prefill=tuple(prefill), decode=tuple(decode), kv_transfer_s=transfer,
+        domains=_domains(resolved), output_tokens=workload.output_tokens,
+        cohort_fraction=calibration.engine(resolved.scenario.engine).cohort_fraction,
+        pruned_prefill=len(prefill_all) - len(prefill),
+    )

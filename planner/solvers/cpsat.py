@@ -1,0 +1,101 @@
+"""OR-Tools CP-SAT adapter.
+
+CP-SAT solves over integers: a continuous variable v of resolution r becomes r x V with V integer, and
+each constraint's coefficients (per integer step) are scaled by one power of two so that the largest is
+about 2^30, then rounded (relative error below 1e-9 of the largest coefficient). Rounded right-hand
+sides round towards feasibility of the scaled row. The objective is scaled the same way.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+
+from ortools.sat.python import cp_model
+
+from planner.formulation.linear import Constraint, Expr, LinearModel, Variable
+from planner.solvers.base import SolveOptions, SolveReport, SolveStatus
+
+PRECISION_BITS = 30  # the smallest coefficient of a row becomes at least 2^30 when activity allows
+ACTIVITY_BITS = 60  # |coefficient| x |domain| summed over a row stays below 2^60 (CP-SAT needs < 2^63)
+
+
+def _scale(steps: Expr, domains: list[float], rhs: float = 0.0) -> float:
+    """A power of two that makes the row's per-step coefficients integers to about 1e-9 of the smallest,
+    unless that would overflow: then as large as the activity bound allows."""
+    coeffs = [*steps.values(), rhs]
+    if all(float(c).is_integer() for c in coeffs):
+        return 1.0  # integer rows stay exact
+    smallest = min(abs(c) for c in steps.values() if c) if any(steps.values()) else 1.0
+    activity = sum(abs(c) * d for c, d in zip(steps.values(), domains, strict=True)) + abs(rhs)
+    exponent = min(PRECISION_BITS - math.floor(math.log2(smallest)), ACTIVITY_BITS - math.ceil(math.log2(activity)))
+    return float(2.0**exponent)
+
+
+def _steps(var: Variable) -> float:
+    """Largest |integer value| of a variable in CP-SAT's units."""
+    return max(abs(var.lb), abs(var.ub), 1.0) / var.resolution
+
+
+class CpSatBackend:
+    name = "cpsat"
+
+    def is_available(self) -> bool:
+        return True
+
+    def solve(self, model: LinearModel, options: SolveOptions) -> SolveReport:
+        start = time.perf_counter()
+        cp = cp_model.CpModel()
+        ints = [self._variable(cp, v.lb, v.ub, v.resolution, v.name) for v in model.variables]
+        for row in model.constraints:
+            self._constraint(cp, model, ints, row)
+        steps = {i: c * model.variables[i].resolution for i, c in model.objective.items()}
+        factor = _scale(steps, [_steps(model.variables[i]) for i in steps])
+        cp.maximize(sum(round(c * factor) * ints[i] for i, c in steps.items()))
+        for index, value in sorted(model.hint.items()):
+            var = model.variables[index]
+            cp.add_hint(ints[index], min(max(round(value / var.resolution), math.ceil(var.lb / var.resolution)),
+                                         math.floor(var.ub / var.resolution)))
+        solver = cp_model.CpSolver()
+        solver.parameters.max_time_in_seconds = max(options.time_limit_s, 0.01)
+        solver.parameters.num_workers = options.threads
+        solver.parameters.interleave_search = options.threads > 1  # deterministic with several workers
+        solver.parameters.random_seed = options.seed
+        solver.parameters.relative_gap_limit = options.relative_gap
+        code = solver.solve(cp)
+        elapsed = time.perf_counter() - start
+        return self._report(model, solver, code, ints, factor, elapsed)
+
+    @staticmethod
+    def _variable(cp: cp_model.CpModel, lb: float, ub: float, resolution: float, name: str) -> cp_model.IntVar:
+        low, high = math.ceil(lb / resolution - 1e-9), math.floor(ub / resolution + 1e-9)
+        return cp.new_int_var(low, high, name)
+
+    @staticmethod
+    def _constraint(cp: cp_model.CpModel, model: LinearModel, ints: list[cp_model.IntVar], row: Constraint) -> None:
+        steps: Expr = {i: c * model.variables[i].resolution for i, c in row.expr.items()}
+        factor = _scale(steps, [_steps(model.variables[i]) for i in steps], row.rhs)
+        expr = sum(round(c * factor) * ints[i] for i, c in steps.items())
+        rhs = row.rhs * factor
+        if row.sense == "<=":
+            cp.add(expr <= math.floor(rhs + 1e-6)).with_name(row.name)
+        elif row.sense == ">=":
+            cp.add(expr >= math.ceil(rhs - 1e-6)).with_name(row.name)
+        else:
+            cp.add(expr == round(rhs)).with_name(row.name)
+
+    @staticmethod
+    def _report(model: LinearModel, solver: cp_model.CpSolver, code: int, ints: list[cp_model.IntVar],
+                factor: float, elapsed: float) -> SolveReport:
+        if code in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+            values = tuple(solver.value(x) * v.resolution for x, v in zip(ints, model.variables, strict=True))
+            objective = model.value_of(model.objective, list(values)) + model.objective_constant
+            bound = solver.best_objective_bound / factor + model.objective_constant
+            status = SolveStatus.OPTIMAL if code == cp_model.OPTIMAL else SolveStatus.FEASIBLE
+            return SolveReport(status, objective, max(bound, objective), elapsed, values)
+        if code == cp_model.INFEASIBLE:
+            return SolveReport(SolveStatus.INFEASIBLE, math.nan, math.nan, elapsed)
+        if code == cp_model.UNKNOWN:
+            return SolveReport(SolveStatus.NO_SOLUTION, math.nan, math.nan, elapsed)
+        return SolveReport(SolveStatus.ERROR, math.nan, math.nan, elapsed,
+                           message=f"CP-SAT returned {solver.status_name(code)}")
