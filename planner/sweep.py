@@ -24,6 +24,8 @@ from costmodel.resolve import ResolvedScenario
 from planner.deployment import disaggregated_point
 from planner.formulation.model import DeploymentModel, Selection, build_model
 from planner.formulation.options import DeploymentOptions
+from planner.formulation.pairs import PAIR_LIMIT, ConfigArrays, best_ratio_pair
+from planner.formulation.screening import screen
 from planner.pareto import FrontPoint, non_dominated
 from planner.placement import domain_bins, fits
 from planner.solvers import Backend, SolveOptions, SolveReport, SolveStatus
@@ -74,9 +76,9 @@ class _Sweeper:
     def run(self) -> SweepResult:
         slo = self.resolved.scenario.slo.ttft_ms
         eps: float | None = None if slo is None else slo / 1e3
-        q = 0.0
+        q, previous = 0.0, None
         while True:
-            solved = self._best_within(eps, q)
+            solved = self._best_within(eps, q, self._incumbent(eps, previous))
             if solved is None:
                 return self.result
             self.result.points.append(solved)
@@ -85,37 +87,76 @@ class _Sweeper:
             if self.result.timed_out:
                 return self.result
             eps = math.ceil(solved.point.ttft_ms / 1e3 / GRID_S - 1e-6) * GRID_S - GRID_S
-            q = solved.point.tokens_per_s_per_gpu
+            q, previous = solved.point.tokens_per_s_per_gpu, solved.selection
 
-    def _best_within(self, eps: float | None, q: float) -> SolvedPoint | None:
-        """The best deployment with TTFT <= eps (None when there is none or time ran out first)."""
-        best: SolvedPoint | None = None
+    def _incumbent(self, eps: float | None, previous: Selection | None) -> SolvedPoint | None:
+        """A good deployment within the cap to start Dinkelbach from (and hint): the best aggregated
+        one, and the best configuration pair by closed-form figures (all pairs when there are at most
+        PAIR_LIMIT, else those of the previous point's two candidates)."""
+        screened = screen(self.options, eps, 0.0, False)
+        found = [SolvedPoint(m.point, Selection(mixed=m), SolveStatus.FEASIBLE, math.inf) for m in screened.mixed]
+        prefill, decode = screened.prefill, screened.decode
+        if len(prefill) * len(decode) > PAIR_LIMIT and previous is not None:
+            prefill = [y for y in prefill if y[0] is previous.prefill]
+            decode = [z for z in decode if z[0] is previous.decode]
+        if prefill and decode and len(prefill) * len(decode) <= PAIR_LIMIT:
+            where = best_ratio_pair(self.options, ConfigArrays.of(prefill, decode), eps)
+            if where is not None:
+                (p, count_p), (d, count_d) = prefill[where[0]], decode[where[1]]
+                selection = Selection(prefill=p, prefills=count_p, decode=d, decodes=count_d)
+                point = self._point(selection, eps)
+                if point is not None:
+                    found.append(SolvedPoint(point, selection, SolveStatus.FEASIBLE, math.inf))
+        return max(found, key=lambda s: s.point.tokens_per_s_per_gpu, default=None)
+
+    def _best_within(self, eps: float | None, q: float, incumbent: SolvedPoint | None) -> SolvedPoint | None:
+        """The best deployment with TTFT <= eps (None when there is none or time ran out first).
+
+        Dinkelbach: q starts at the incumbent's exact ratio (or, without one, at the previous point's,
+        which is above this step's optimum); once q is the exact ratio of a deployment within the cap,
+        the MILP's optimum is >= 0, and a proof that it is ~0 proves q optimal."""
+        best = incumbent
+        excluded: list[Selection] = []
+        q_feasible = incumbent is not None
+        if incumbent is not None:
+            q = incumbent.point.tokens_per_s_per_gpu
         for _ in range(MAX_DINKELBACH):
-            dm = build_model(self.options, eps, q)
+            dm = build_model(self.options, eps, q, q_feasible)
+            for selection in excluded:
+                dm.exclude(selection)
             if self.result.first_model is None:
                 self.result.first_model = dm
             if best is not None:
-                _hint(dm, best.selection)
+                dm.hint(best.selection)
             report = self._solve(dm)
             if not report.status.has_solution:
-                if report.status == SolveStatus.NO_SOLUTION:
-                    self.result.timed_out = True
-                return best
+                return self._no_better(best, report)
             solved = self._exact(dm, report, eps)
             if solved is None:
-                continue  # a packing cut was added; solve again
-            improved = best is None or solved.point.tokens_per_s_per_gpu > best.point.tokens_per_s_per_gpu
-            if improved:
+                excluded.append(dm.selection(report.values))
+                continue
+            if best is None or solved.point.tokens_per_s_per_gpu > best.point.tokens_per_s_per_gpu:
                 best = solved
-            assert best is not None
-            proven_gap = max(0.0, report.bound) / (self.options.fewest_gpus() * max(q, 1e-12))
-            if best.point.tokens_per_s_per_gpu >= q > 0 and proven_gap <= RATIO_TOL or not improved:
-                return replace(best, status=report.status, gap=_gap(report, proven_gap))
-            if report.status == SolveStatus.FEASIBLE:  # out of time: best so far, with its gap
-                self.result.timed_out = True
-                return replace(best, status=report.status, gap=math.inf)
-            q = best.point.tokens_per_s_per_gpu
+            if q_feasible and (solved.point.tokens_per_s_per_gpu <= q * (1 + RATIO_TOL)
+                               or report.status == SolveStatus.FEASIBLE):
+                return self._finish(best, report, q)
+            q, q_feasible = best.point.tokens_per_s_per_gpu, True
         return best
+
+    def _no_better(self, best: SolvedPoint | None, report: SolveReport) -> SolvedPoint | None:
+        """The MILP found nothing: within the cap no deployment (or none beating the incumbent, whose
+        configurations the screening keeps) exists, or time ran out."""
+        if report.status != SolveStatus.INFEASIBLE:
+            self.result.timed_out = True
+            return None if best is None else replace(best, status=SolveStatus.FEASIBLE, gap=math.inf)
+        return None if best is None else replace(best, status=SolveStatus.OPTIMAL, gap=0.0)
+
+    def _finish(self, best: SolvedPoint, report: SolveReport, q: float) -> SolvedPoint:
+        if report.status == SolveStatus.OPTIMAL:
+            return replace(best, status=SolveStatus.OPTIMAL, gap=0.0)
+        self.result.timed_out = True  # the backend stopped on its time limit: all time is spent
+        gap = max(0.0, report.bound) / (self.options.fewest_gpus() * q)
+        return replace(best, status=SolveStatus.FEASIBLE, gap=gap)
 
     def _solve(self, dm: DeploymentModel) -> SolveReport:
         left = self.deadline - time.perf_counter()
@@ -128,37 +169,22 @@ class _Sweeper:
         return report
 
     def _exact(self, dm: DeploymentModel, report: SolveReport, eps: float | None) -> SolvedPoint | None:
+        """The solution's deployment with exact figures; None if it does not pack or (within solver
+        tolerances only) passes the cap, which the caller then excludes."""
         selection = dm.selection(report.values)
+        point = self._point(selection, eps)
+        return None if point is None else SolvedPoint(point, selection, report.status, 0.0)
+
+    def _point(self, selection: Selection, eps: float | None) -> FrontPoint | None:
         if selection.mixed is not None:
-            return SolvedPoint(selection.mixed.point, selection, report.status, 0.0)
+            return selection.mixed.point
         assert selection.prefill is not None and selection.decode is not None
         instances = [(selection.prefill.gpus, selection.prefills), (selection.decode.gpus, selection.decodes)]
         if not fits(instances, domain_bins(self.resolved)):
-            dm.exclude(selection)
             return None
         point = disaggregated_point(self.resolved, self.calibration, selection.prefill.candidate,
                                     selection.decode.candidate, selection.prefills, selection.decodes)
-        if eps is not None and point.ttft_ms / 1e3 > eps:
-            dm.exclude(selection)  # within the solver's feasibility tolerance only: not below the cap
-            return None
-        return SolvedPoint(point, selection, report.status, 0.0)
-
-
-def _gap(report: SolveReport, proven_gap: float) -> float:
-    return 0.0 if report.status == SolveStatus.OPTIMAL else proven_gap
-
-
-def _hint(dm: DeploymentModel, selection: Selection) -> None:
-    """Start from the previous deployment where it is still in the model (the solver repairs the rest)."""
-    for var, option in dm.mixed:
-        dm.model.hint[var] = 1.0 if option is selection.mixed else 0.0
-    for entries, chosen, count in ((dm.prefill, selection.prefill, selection.prefills),
-                                   (dm.decode, selection.decode, selection.decodes)):
-        for counted, option in entries:
-            on = option is chosen
-            dm.model.hint[counted.chosen] = 1.0 if on else 0.0
-            for var, weight in counted.bits:
-                dm.model.hint[var] = 1.0 if on and count & weight else 0.0
+        return None if eps is not None and point.ttft_ms / 1e3 > eps else point
 
 
 def sweep(resolved: ResolvedScenario, calibration: Calibration, options: DeploymentOptions,

@@ -104,7 +104,8 @@ class HighsBackend(_PulpBackend):
 
     def _solver(self, options: SolveOptions, log: Path | None) -> Any:
         return pulp.HiGHS(msg=False, timeLimit=options.time_limit_s, threads=options.threads,
-                          gapRel=options.relative_gap, random_seed=options.seed)
+                          gapRel=options.relative_gap, random_seed=options.seed,
+                          presolve="off")  # HiGHS presolve takes seconds on these models for nothing
 
     def _bound(self, problem: pulp.LpProblem, log: Path | None) -> float:
         info = problem.solverModel.getInfo()
