@@ -17,10 +17,12 @@ import yaml
 
 from costmodel.errors import CostModelError
 from costmodel.evaluate import evaluate
-from planner import __version__, evaluation, report
+from planner import __version__, evaluation, plan_output, report
 from planner.errors import InputError, PlannerError
-from planner.scenario import layout_from_document, load_layout, load_scenario
+from planner.scenario import is_plan_file, layout_from_document, load_layout, load_scenario
 from planner.schemas import json_schema
+from planner.solve import SolveSettings, solve
+from planner.solvers import BACKENDS
 from planner.sourcefile import read_document
 
 FORMAT = click.option(
@@ -41,7 +43,7 @@ def cli(debug: bool) -> None:
 def validate(file: Path) -> None:
     """Check a scenario or layout FILE; exit 2 with the line and field of each problem."""
     document = read_document(file)
-    if isinstance(document.data, dict) and "pools" in document.data:
+    if isinstance(document.data, dict) and ("pools" in document.data or is_plan_file(document)):
         layout = layout_from_document(document)
         click.echo(f"{file}: valid layout ({layout.serving}, {layout.gpus} GPUs)")
         return
@@ -113,6 +115,44 @@ def evaluate_command(scenario: Path | None, layout_path: Path | None, cases: Pat
         _echo_json(prediction.to_dict())
     else:
         evaluation.print_prediction(prediction)
+
+
+@cli.command("solve")
+@click.argument("scenario", type=click.Path(path_type=Path))
+@click.option("--format", "fmt", type=click.Choice(["table", "json", "csv"]), default="table", show_default=True,
+              help="table for people; json or csv for scripts.")
+@click.option("--out", "out_dir", type=click.Path(path_type=Path, file_okay=False),
+              help="Write front.json, front.csv, front.png and plan-<i>.yaml here.")
+@click.option("--solver", type=click.Choice(list(BACKENDS)), help="MILP backend (default: the scenario's).")
+@click.option("--time-limit", "time_limit", type=click.FloatRange(min=0.1), help="Seconds for the whole solve.")
+@click.option("--threads", type=click.IntRange(min=1), help="Solver threads (1: deterministic).")
+@click.option("--seed", type=click.IntRange(min=0), help="Solver seed.")
+@click.option("--model-stats", is_flag=True, help="Also print variables and constraints per constraint family.")
+def solve_command(scenario: Path, fmt: str, out_dir: Path | None, solver: str | None, time_limit: float | None,
+                  threads: int | None, seed: int | None, model_stats: bool) -> None:
+    """Pareto front of TTFT against tokens/s per GPU for SCENARIO, every point a deployment that fits."""
+    resolved = load_scenario(scenario)
+    search = resolved.scenario.search
+    settings = SolveSettings(backend=solver or search.solver, time_limit_s=time_limit or search.time_limit_s,
+                             threads=threads or search.threads or 1, seed=search.seed if seed is None else seed)
+    console = report.console()
+    if fmt == "table" and console.is_terminal:
+        with console.status(f"solving {resolved.scenario.name} with {settings.backend}..."):
+            result = solve(resolved, settings)
+    else:
+        result = solve(resolved, settings)
+    if out_dir is not None:
+        for path in plan_output.write_outputs(result, out_dir):
+            click.echo(f"wrote {path}", err=True)
+    if fmt == "json":
+        data = plan_output.result_dict(result)
+        if model_stats:
+            data["model_statistics"] = result.model_statistics()
+        _echo_json(data)
+    elif fmt == "csv":
+        click.echo(plan_output.csv_text(result), nl=False)
+    else:
+        plan_output.print_table(result, console, model_stats)
 
 
 @cli.command("import-hf")

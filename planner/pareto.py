@@ -36,15 +36,20 @@ def dominates(a: FrontPoint, b: FrontPoint, rel_tol: float = 0.0) -> bool:
     return no_worse and better
 
 
+TIE_REL = 1e-9  # TTFTs this close are float noise of the same figure, not a trade-off
+
+
 def non_dominated(points: Sequence[FrontPoint]) -> list[FrontPoint]:
     """The non-dominated points in TTFT order; of points equal in both objectives the first in
-    `sort_key` order is kept (fewer GPUs, then a fixed layout order)."""
+    `sort_key` order is kept (fewer GPUs, then a fixed layout order). TTFTs within `TIE_REL` count as
+    equal, so float noise cannot keep a point that a faster-by-noise one dominates."""
     front: list[FrontPoint] = []
-    best = float("-inf")
     for point in sorted(points, key=FrontPoint.sort_key):
-        if point.tokens_per_s_per_gpu > best:
-            front.append(point)
-            best = point.tokens_per_s_per_gpu
+        if front and point.tokens_per_s_per_gpu <= front[-1].tokens_per_s_per_gpu:
+            continue
+        while front and point.ttft_ms <= front[-1].ttft_ms * (1 + TIE_REL):
+            front.pop()
+        front.append(point)
     return front
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from costmodel.resolve import ResolvedScenario
 
@@ -74,3 +75,40 @@ def max_replicas(size: int, bins: tuple[int, ...]) -> int:
     if size > domain:
         return sum(1 for b in bins if b == domain) // -(-size // domain)
     return sum(b // size for b in bins)
+
+
+@dataclass(frozen=True)
+class Slot:
+    """Where one instance sits: its first domain, its first GPU in that domain, and its GPU count."""
+
+    domain: int
+    first_gpu: int
+    gpus: int
+
+
+def assign(sizes: Sequence[int], bins: tuple[int, ...]) -> list[Slot]:
+    """GPUs for instances of `sizes` (in order), first-fit decreasing: wide instances take whole domains
+    first, then each instance goes to the first domain with room. Raises ValueError if they do not fit."""
+    domain = bins[0]
+    free = list(bins)
+    slots: dict[int, Slot] = {}
+    order = sorted(range(len(sizes)), key=lambda i: -sizes[i])
+    next_whole = 0
+    for index in order:
+        size = sizes[index]
+        if size > domain:
+            span = -(-size // domain)
+            start = next_whole
+            if start + span > sum(1 for b in bins if b == domain):
+                raise ValueError("instances do not fit the domains")
+            for d in range(start, start + span):
+                free[d] = 0
+            slots[index] = Slot(start, 0, size)
+            next_whole += span
+            continue
+        target = next((d for d in range(len(bins)) if free[d] >= size), None)
+        if target is None:
+            raise ValueError("instances do not fit the domains")
+        slots[index] = Slot(target, bins[target] - free[target], size)
+        free[target] -= size
+    return [slots[i] for i in range(len(sizes))]

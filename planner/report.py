@@ -21,7 +21,7 @@ from planner.errors import InputError
 _STATE_CONTEXT_TOKENS = 131072
 
 
-def _console() -> Console:
+def console() -> Console:
     # Piped output (scripts, CI logs) gets a wide fixed width so tables are never truncated.
     console = Console(highlight=False)
     return console if console.is_terminal else Console(highlight=False, width=200)
@@ -80,7 +80,7 @@ def print_catalog(kind: str) -> None:
             table.add_row(r["name"], r["gpu"], f"{r['hbm_bytes'] / 1e9:.0f} GB",
                           f"{r['hbm_bytes_per_s'] / 1e12:.2f} TB/s", f"{r['scaleup_domain_gpus']} GPUs",
                           ", ".join(r["formats"]))
-    _console().print(table)
+    console().print(table)
 
 
 def _params(count: float) -> str:
@@ -138,8 +138,8 @@ def model_summary(arch: Architecture) -> dict[str, Any]:
 
 
 def print_model(summary: dict[str, Any]) -> None:
-    console = _console()
-    console.print(f"[bold]{summary['id']}[/bold]")
+    out = console()
+    out.print(f"[bold]{summary['id']}[/bold]")
     experts = f"{summary['experts']} routed, top-{summary['top_k']}" if summary["experts"] else "none (dense)"
     kv = summary["kv_bytes_per_token"]
     lines = [
@@ -156,15 +156,15 @@ def print_model(summary: dict[str, Any]) -> None:
                                f"(bf16 KV, at {summary['state_context_tokens']:,} tokens)"),
     ]
     for label, value in lines:
-        console.print(f"  {label:<20} {value}")
+        out.print(f"  {label:<20} {value}")
     table = Table(title="layer groups")
     for column in ("layers", "repeats", "repeating unit"):
         table.add_column(column)
     for group in summary["layer_groups"]:
         table.add_row(group["layers"], str(group["repeats"]), " | ".join(group["unit"]))
-    console.print(table)
+    out.print(table)
     for note in summary["notes"]:
-        console.print(f"  note: {note}")
+        out.print(f"  note: {note}")
 
 
 def system_summary(name: str) -> dict[str, Any]:
@@ -172,8 +172,8 @@ def system_summary(name: str) -> dict[str, Any]:
 
 
 def print_system(summary: dict[str, Any]) -> None:
-    console = _console()
-    console.print(f"[bold]{summary['name']}[/bold]: {summary['description']}")
+    out = console()
+    out.print(f"[bold]{summary['name']}[/bold]: {summary['description']}")
     table = Table()
     for column in ("field", "value", "source"):
         table.add_column(column)
@@ -184,7 +184,7 @@ def print_system(summary: dict[str, Any]) -> None:
         shown = ", ".join(f"{k}: {v:.4g}" for k, v in value.items()) if isinstance(value, dict) else (
             f"{value:.4g}" if isinstance(value, float) else str(value))
         table.add_row(field, shown, sources.get(field, ""))
-    console.print(table)
+    out.print(table)
 
 
 def import_hf_config(path: Path, name: str | None) -> dict[str, Any]:

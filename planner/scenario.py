@@ -52,7 +52,15 @@ def layout_from_text(text: str, resolved: ResolvedScenario | None = None) -> Lay
     return layout_from_document(parse_text(text), resolved)
 
 
+def is_plan_file(document: SourceDocument) -> bool:
+    """A `plan-<i>.yaml` written by `plan solve --out`: its layout sits under `layout`."""
+    return isinstance(document.data, dict) and "layout" in document.data and "pools" not in document.data
+
+
 def layout_from_document(document: SourceDocument, resolved: ResolvedScenario | None = None) -> Layout:
+    """Validate a layout document, or the layout inside a plan file."""
+    if is_plan_file(document):
+        document = document.sub("layout")
     layout = validate_document(Layout, document, "layout")
     if resolved is not None:
         try:

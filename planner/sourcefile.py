@@ -77,6 +77,10 @@ class SourceDocument:
             line = node.start_mark.line + 1
         return line
 
+    def sub(self, key: str) -> SourceDocument:
+        """The document under top-level `key` (lines still point into the same file)."""
+        return SourceDocument(self.path, self.data[key], _child(self.root, key))
+
 
 def _child(node: yaml.Node | None, part: str | int) -> yaml.Node | None:
     if isinstance(node, yaml.MappingNode):

@@ -63,6 +63,7 @@ class SweepSettings:
     time_limit_s: float
     threads: int = 1
     seed: int = 0
+    pair_screening: bool = True
 
 
 class _Sweeper:
@@ -93,13 +94,13 @@ class _Sweeper:
         """A good deployment within the cap to start Dinkelbach from (and hint): the best aggregated
         one, and the best configuration pair by closed-form figures (all pairs when there are at most
         PAIR_LIMIT, else those of the previous point's two candidates)."""
-        screened = screen(self.options, eps, 0.0, False)
+        screened = screen(self.options, eps, 0.0, False, False)
         found = [SolvedPoint(m.point, Selection(mixed=m), SolveStatus.FEASIBLE, math.inf) for m in screened.mixed]
         prefill, decode = screened.prefill, screened.decode
         if len(prefill) * len(decode) > PAIR_LIMIT and previous is not None:
             prefill = [y for y in prefill if y[0] is previous.prefill]
             decode = [z for z in decode if z[0] is previous.decode]
-        if prefill and decode and len(prefill) * len(decode) <= PAIR_LIMIT:
+        if self.settings.pair_screening and prefill and decode and len(prefill) * len(decode) <= PAIR_LIMIT:
             where = best_ratio_pair(self.options, ConfigArrays.of(prefill, decode), eps)
             if where is not None:
                 (p, count_p), (d, count_d) = prefill[where[0]], decode[where[1]]
@@ -121,7 +122,7 @@ class _Sweeper:
         if incumbent is not None:
             q = incumbent.point.tokens_per_s_per_gpu
         for _ in range(MAX_DINKELBACH):
-            dm = build_model(self.options, eps, q, q_feasible)
+            dm = build_model(self.options, eps, q, q_feasible, self.settings.pair_screening)
             for selection in excluded:
                 dm.exclude(selection)
             if self.result.first_model is None:

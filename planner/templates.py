@@ -52,6 +52,18 @@ class CandidateSet:
 
     by_role: dict[PoolRole, list[Candidate]] = field(default_factory=dict)
     pruned: dict[str, int] = field(default_factory=dict)
+    fastest_ms: dict[str, float] = field(default_factory=dict)  # best TPOT / TTFT among layouts that fit HBM
+    instance_gpus: int = 0  # GPUs of the largest instance layout tried
+
+    def total(self) -> int:
+        return sum(len(c) for c in self.by_role.values())
+
+    def note_speed(self, candidate: Candidate) -> None:
+        timing, role = candidate.timing, candidate.pool.role
+        if role != "prefill":
+            self.fastest_ms["tpot"] = min(self.fastest_ms.get("tpot", float("inf")), timing.tpot_s * 1e3)
+        if role != "decode":
+            self.fastest_ms["ttft"] = min(self.fastest_ms.get("ttft", float("inf")), timing.ttft_s * 1e3)
 
     def count(self, reason: str) -> None:
         self.pruned[reason] = self.pruned.get(reason, 0) + 1
@@ -110,6 +122,7 @@ def generate(resolved: ResolvedScenario, calibration: Calibration) -> CandidateS
     for role in roles_for(resolved):
         plans = []
         for pool in candidate_pools(resolved, role):
+            result.instance_gpus = max(result.instance_gpus, pool.gpus_per_instance)
             plan = plan_pool(pool_context(resolved, pool), pool, resolved.scenario.workload)
             if plan.memory.fits:
                 plans.append(plan)
@@ -121,6 +134,7 @@ def generate(resolved: ResolvedScenario, calibration: Calibration) -> CandidateS
         kept = []
         for plan in plans:
             candidate = Candidate(plan.pool, time_pool(plan, pricer))
+            result.note_speed(candidate)
             reason = _slo_breach(resolved, candidate)
             if reason:
                 result.count(reason)

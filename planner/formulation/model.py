@@ -98,11 +98,12 @@ class DeploymentModel:
             self.model.hint[config.var] = float(config.option is chosen.decode and config.count == chosen.decodes)
 
 
-def build_model(options: DeploymentOptions, eps_s: float | None, q: float, q_feasible: bool = False) -> DeploymentModel:
+def build_model(options: DeploymentOptions, eps_s: float | None, q: float, q_feasible: bool = False,
+                pair_screening: bool = True) -> DeploymentModel:
     """The MILP of the module docstring at TTFT cap `eps_s` (None: no cap) and ratio `q`; `q_feasible`
     says that q is the exact ratio of a deployment within the cap (it allows bound screening)."""
     dm = DeploymentModel(LinearModel())
-    screened = screen(options, eps_s, q, q_feasible)
+    screened = screen(options, eps_s, q, q_feasible, pair_screening)
     model = dm.model
     for index, option in enumerate(screened.mixed):
         var = model.binary(f"mixed{index}", "choice")

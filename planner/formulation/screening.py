@@ -37,7 +37,8 @@ def _configs(items: tuple[PrefillOption, ...] | tuple[DecodeOption, ...], room: 
     return [(item, n) for item in items for n in range(1, item.most + 1) if n * item.gpus <= room]
 
 
-def screen(options: DeploymentOptions, eps_s: float | None, q: float, q_feasible: bool) -> Screened:
+def screen(options: DeploymentOptions, eps_s: float | None, q: float, q_feasible: bool,
+           pair_screening: bool = True) -> Screened:
     mixed = [m for m in options.mixed if eps_s is None or m.point.ttft_ms / 1e3 <= eps_s]
     if q_feasible:
         mixed = [m for m in mixed if m.point.tokens_per_s_per_gpu >= q * (1 - BOUND_TOL)]
@@ -54,7 +55,7 @@ def screen(options: DeploymentOptions, eps_s: float | None, q: float, q_feasible
         decode = _servable(options, prefill, decode, eps_s)  # type: ignore[arg-type]
     if q_feasible and prefill and decode:
         prefill, decode = _bounded(options, prefill, decode, q)  # type: ignore[arg-type]
-    if q_feasible and prefill and decode and len(prefill) * len(decode) <= PAIR_LIMIT:
+    if pair_screening and q_feasible and prefill and decode and len(prefill) * len(decode) <= PAIR_LIMIT:
         prefill, decode = _pair_bounded(options, prefill, decode, eps_s, q)  # type: ignore[arg-type]
     if not prefill or not decode:
         return Screened(mixed, [], [])

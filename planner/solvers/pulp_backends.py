@@ -14,6 +14,7 @@ import re
 import sys
 import tempfile
 import time
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -28,8 +29,9 @@ _SENSES = {"<=": pulp.LpConstraintLE, ">=": pulp.LpConstraintGE, "==": pulp.LpCo
 
 def to_pulp(model: LinearModel) -> tuple[pulp.LpProblem, list[pulp.LpVariable]]:
     problem = pulp.LpProblem("moe_planner", pulp.LpMaximize)
-    variables = [pulp.LpVariable(f"v{i}", lowBound=v.lb, upBound=v.ub, cat=pulp.LpInteger if v.integer
-                                 else pulp.LpContinuous) for i, v in enumerate(model.variables)]
+    variables = [problem.add_variable(f"v{i}", lowBound=v.lb, upBound=v.ub,
+                                      cat=pulp.LpInteger if v.integer else pulp.LpContinuous)
+                 for i, v in enumerate(model.variables)]
     problem += pulp.lpSum(c * variables[i] for i, c in model.objective.items()) + model.objective_constant
     for index, row in enumerate(model.constraints):
         expr = pulp.lpSum(c * variables[i] for i, c in row.expr.items())
@@ -108,17 +110,20 @@ class HighsBackend(_PulpBackend):
                           presolve="off")  # HiGHS presolve takes seconds on these models for nothing
 
     def _bound(self, problem: pulp.LpProblem, log: Path | None) -> float:
+        # PuLP hands HiGHS the negated objective of a maximisation: its dual bound is minus our bound.
         info = problem.solverModel.getInfo()
-        return float(info.mip_dual_bound) if math.isfinite(info.mip_dual_bound) else math.nan
+        return -float(info.mip_dual_bound) if math.isfinite(info.mip_dual_bound) else math.nan
 
 
 class CbcBackend(_PulpBackend):
     name = "cbc"
 
     def _solver(self, options: SolveOptions, log: Path | None) -> Any:
-        return pulp.PULP_CBC_CMD(msg=False, timeLimit=options.time_limit_s, threads=options.threads,
-                                 gapRel=options.relative_gap, logPath=str(log) if log else None,
-                                 options=[f"randomCbcSeed {options.seed + 1}"])
+        with warnings.catch_warnings():  # PuLP 3.x warns that 4.x drops the bundled CBC: we pin 3.x for it
+            warnings.simplefilter("ignore", DeprecationWarning)
+            return pulp.PULP_CBC_CMD(msg=False, timeLimit=options.time_limit_s, threads=options.threads,
+                                     gapRel=options.relative_gap, logPath=str(log) if log else None,
+                                     options=[f"randomCbcSeed {options.seed + 1}"])
 
     def _bound(self, problem: pulp.LpProblem, log: Path | None) -> float:
         # CBC minimises -objective: its "Lower bound" line is minus our upper bound.

@@ -1,0 +1,104 @@
+"""`solve(scenario)`: candidates, the epsilon-constraint sweep of deployment MILPs, placement.
+
+Build, solve, extract and report are separate steps: the front's figures come from the cost model
+(`planner.deployment`), never from solver variables, so `plan evaluate` of a point's layout gives the
+same figures.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import Any
+
+from costmodel.calibration import Calibration, default_calibration
+from costmodel.resolve import ResolvedScenario
+from planner import diagnose
+from planner.errors import NoSolutionInTimeError
+from planner.experts import ExpertPlacement, place_experts
+from planner.formulation.options import deployment_options
+from planner.solvers import SolveStatus, backend
+from planner.sweep import SolvedPoint, SweepResult, SweepSettings, sweep
+from planner.templates import generate
+
+EXPERT_TIME_S = 0.5  # per distinct expert-parallel degree: the swap search does most of the work
+
+
+@dataclass(frozen=True)
+class SolveSettings:
+    backend: str = "cpsat"
+    time_limit_s: float = 60.0
+    threads: int = 1
+    seed: int = 0
+    pair_screening: bool = True  # off: the MILP alone chooses among all configurations (slow at scale)
+
+
+@dataclass
+class SolveResult:
+    resolved: ResolvedScenario
+    settings: SolveSettings
+    front: list[SolvedPoint]
+    sweep: SweepResult
+    time_s: float
+    candidates: dict[str, int] = field(default_factory=dict)
+    experts: dict[int, ExpertPlacement] = field(default_factory=dict)  # by expert-parallel degree
+
+    @property
+    def status(self) -> str:
+        proven = all(p.status == SolveStatus.OPTIMAL for p in self.front) and not self.sweep.timed_out
+        return SolveStatus.OPTIMAL.value if proven else SolveStatus.FEASIBLE.value
+
+    @property
+    def gap(self) -> float:
+        return max((p.gap for p in self.front), default=0.0)
+
+    def model_statistics(self) -> dict[str, dict[str, int]]:
+        model = self.sweep.first_model
+        return {} if model is None else model.model.statistics()
+
+
+def solve(resolved: ResolvedScenario, settings: SolveSettings, calibration: Calibration | None = None) -> SolveResult:
+    """The Pareto front of TTFT against tokens/s per GPU; raises InfeasibleError (naming the binding
+    resource) or NoSolutionInTimeError."""
+    start = time.perf_counter()
+    calibration = calibration or default_calibration()
+    candidates = generate(resolved, calibration)
+    options = deployment_options(resolved, candidates, calibration)
+    if not options.mixed and not options.disaggregated:
+        raise diagnose.no_candidates(resolved, candidates)
+    left = max(0.1, settings.time_limit_s - (time.perf_counter() - start))
+    result = sweep(resolved, calibration, options,
+                   SweepSettings(backend(settings.backend), left, settings.threads, settings.seed,
+                                 settings.pair_screening))
+    front = result.front
+    if not front:
+        if result.timed_out:
+            raise NoSolutionInTimeError(f"no deployment found within the time limit of {settings.time_limit_s:g} s; "
+                                        "raise --time-limit")
+        raise diagnose.no_deployment(resolved)
+    counts = {role: len(c) for role, c in candidates.by_role.items()}
+    solved = SolveResult(resolved, settings, front, result, 0.0, counts)
+    solved.experts = _expert_placements(resolved, front, settings)
+    solved.time_s = time.perf_counter() - start
+    return solved
+
+
+def _expert_placements(resolved: ResolvedScenario, front: list[SolvedPoint],
+                       settings: SolveSettings) -> dict[int, ExpertPlacement]:
+    experts = resolved.architecture.num_experts
+    if experts is None:
+        return {}
+    degrees = sorted({pool.moe_ep for p in front for pool in p.point.layout.pools if pool.moe_ep > 1})
+    workload, search = resolved.scenario.workload, resolved.scenario.search
+    return {ep: _place(experts, ep, workload.routing_skew, search.redundant_experts, settings.backend, settings.seed)
+            for ep in degrees}
+
+
+@lru_cache(maxsize=256)
+def _place(experts: int, ep: int, skew: float, redundant: int, backend_name: str, seed: int) -> ExpertPlacement:
+    return place_experts(experts, ep, skew, redundant, backend_name, EXPERT_TIME_S, seed)
+
+
+def model_stats_rows(result: SolveResult) -> list[dict[str, Any]]:
+    return [{"family": family, **counts} for family, counts in result.model_statistics().items()]

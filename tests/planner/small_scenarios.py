@@ -1,0 +1,39 @@
+"""Small scenarios with exhaustively known fronts: the catalogue every backend is tested against."""
+
+from __future__ import annotations
+
+from typing import Any
+
+BASE: dict[str, Any] = {"schema_version": 1, "precision": {"weights": "fp8", "kv_cache": "fp8"}}
+
+SMALL: dict[str, dict[str, Any]] = {
+    "qwen3-30b-4xh200": {
+        "model": "qwen3-30b", "cluster": {"system": "h200-sxm", "gpus": 4},
+        "workload": {"input_tokens": 2048, "output_tokens": 256}, "slo": {"tpot_ms": 50},
+        "search": {"pp": [1], "dp_attention": [1, 2], "max_batch": 128},
+    },
+    "gpt-oss-20b-4xb200-sglang": {
+        "model": "gpt-oss-20b", "cluster": {"system": "b200-sxm", "gpus": 4}, "engine": "sglang",
+        "workload": {"input_tokens": 4096, "output_tokens": 512}, "slo": {"ttft_ms": 3000},
+        "search": {"pp": [1], "dp_attention": [1], "max_batch": 256},
+    },
+    "llama-8b-dense-6xh100-disaggregated": {
+        "model": "llama3.1-8b", "cluster": {"system": "h100-sxm", "gpus": 6},
+        "workload": {"input_tokens": 1024, "output_tokens": 128}, "slo": {"tpot_ms": 30},
+        "search": {"serving": ["disaggregated"], "pp": [1], "dp_attention": [1], "max_batch": 128},
+    },
+    "mixtral-8x7b-8xgb200-vllm": {
+        "model": "mixtral-8x7b", "cluster": {"system": "gb200-nvl72", "gpus": 8}, "engine": "vllm",
+        "workload": {"input_tokens": 8192, "output_tokens": 256}, "slo": {"ttft_ms": 2000, "tpot_ms": 60},
+        "search": {"pp": [1, 2], "dp_attention": [1], "tp": [1, 2, 4], "max_batch": 64},
+    },
+    "qwen3-30b-16xh100-prefix-cache": {
+        "model": "qwen3-30b", "cluster": {"system": "h100-sxm", "gpus": 16},
+        "workload": {"input_tokens": 4096, "output_tokens": 256, "prefix_hit_rate": 0.5},
+        "search": {"serving": ["disaggregated"], "pp": [1], "dp_attention": [1], "tp": [1, 2, 4], "max_batch": 64},
+    },
+}
+
+
+def small_data(name: str) -> dict[str, Any]:
+    return {**BASE, "name": name, **SMALL[name]}
