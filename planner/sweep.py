@@ -9,8 +9,8 @@ point weakly dominated, and the final filter drops it (this is the lexicographic
 no extra MILP because the next step solves it). Stops when no deployment meets the cap.
 
 Gaps. If the last MILP of a step stopped on time with bound B on max osl X - q G, then no deployment
-within the cap beats q + B / G_min tokens/s per GPU (G_min: the smallest deployment's GPUs); the point's
-gap is B / (G_min q), relative.
+within the cap beats U = q + B / G_min tokens/s per GPU (G_min: the smallest deployment the model holds);
+the point's gap is (U - its tokens/s per GPU) / U.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from costmodel.resolve import ResolvedScenario
 from planner.deployment import disaggregated_point
 from planner.formulation.model import DeploymentModel, Selection, build_model
 from planner.formulation.options import DeploymentOptions
-from planner.formulation.pairs import PAIR_LIMIT, ConfigArrays, best_ratio_pair
+from planner.formulation.pairs import PAIR_LIMIT, PairTable
 from planner.formulation.screening import screen
 from planner.pareto import FrontPoint, non_dominated
 from planner.placement import domain_bins, fits
@@ -33,6 +33,7 @@ from planner.solvers import Backend, SolveOptions, SolveReport, SolveStatus
 GRID_S = 1e-6  # TTFT grid of the epsilon steps
 RATIO_TOL = 1e-7  # Dinkelbach stops when the MILP cannot beat q by more than this (relative)
 MAX_DINKELBACH = 30  # safeguard; convergence is superlinear, typically 2-4 solves
+SAMPLE_PAIRS = 4_000_000  # pairs of the small-unit table that seeds incumbents on large instances
 
 
 @dataclass(frozen=True)
@@ -73,13 +74,38 @@ class _Sweeper:
         self.deadline = time.perf_counter() + settings.time_limit_s
         self.start = time.perf_counter()
         self.result = SweepResult()
+        self.first_cap = self._first_cap()
+        self.pairs = self._pair_table() if settings.pair_screening else None
+        self.sample = self._sample_table() if settings.pair_screening and self.pairs is None else None
+
+    def _sample_table(self) -> PairTable | None:
+        """Too many pairs for the table: a table of small units (the fewest instances per pool that keep
+        it within SAMPLE_PAIRS) only to find incumbents; the MILP then proves or improves them."""
+        everything = screen(self.options, self.first_cap, 0.0, False)
+        if not everything.prefill:
+            return None
+        options_y = len({id(p) for p, _ in everything.prefill})
+        options_z = len({id(d) for d, _ in everything.decode})
+        most = max(1, math.isqrt(SAMPLE_PAIRS // (options_y * options_z)))
+        prefill = [(p, n) for p, n in everything.prefill if n <= most]
+        decode = [(d, n) for d, n in everything.decode if n <= most]
+        return PairTable(self.options, prefill, decode)
+
+    def _first_cap(self) -> float | None:
+        slo = self.resolved.scenario.slo.ttft_ms
+        return None if slo is None else slo / 1e3
+
+    def _pair_table(self) -> PairTable | None:
+        """Pairs of the configurations servable within the first (largest) TTFT cap."""
+        everything = screen(self.options, self.first_cap, 0.0, False)
+        if not everything.prefill or len(everything.prefill) * len(everything.decode) > PAIR_LIMIT:
+            return None
+        return PairTable(self.options, everything.prefill, everything.decode)
 
     def run(self) -> SweepResult:
-        slo = self.resolved.scenario.slo.ttft_ms
-        eps: float | None = None if slo is None else slo / 1e3
-        q, previous = 0.0, None
+        eps, q = self.first_cap, 0.0
         while True:
-            solved = self._best_within(eps, q, self._incumbent(eps, previous))
+            solved = self._best_within(eps, q, self._incumbent(eps))
             if solved is None:
                 return self.result
             self.result.points.append(solved)
@@ -88,26 +114,21 @@ class _Sweeper:
             if self.result.timed_out:
                 return self.result
             eps = math.ceil(solved.point.ttft_ms / 1e3 / GRID_S - 1e-6) * GRID_S - GRID_S
-            q, previous = solved.point.tokens_per_s_per_gpu, solved.selection
+            q = solved.point.tokens_per_s_per_gpu
 
-    def _incumbent(self, eps: float | None, previous: Selection | None) -> SolvedPoint | None:
+    def _incumbent(self, eps: float | None) -> SolvedPoint | None:
         """A good deployment within the cap to start Dinkelbach from (and hint): the best aggregated
-        one, and the best configuration pair by closed-form figures (all pairs when there are at most
-        PAIR_LIMIT, else those of the previous point's two candidates)."""
-        screened = screen(self.options, eps, 0.0, False, False)
+        one, and the best configuration pair by closed-form figures (when the pair table exists)."""
+        screened = screen(self.options, eps, 0.0, False)
         found = [SolvedPoint(m.point, Selection(mixed=m), SolveStatus.FEASIBLE, math.inf) for m in screened.mixed]
-        prefill, decode = screened.prefill, screened.decode
-        if len(prefill) * len(decode) > PAIR_LIMIT and previous is not None:
-            prefill = [y for y in prefill if y[0] is previous.prefill]
-            decode = [z for z in decode if z[0] is previous.decode]
-        if self.settings.pair_screening and prefill and decode and len(prefill) * len(decode) <= PAIR_LIMIT:
-            where = best_ratio_pair(self.options, ConfigArrays.of(prefill, decode), eps)
-            if where is not None:
-                (p, count_p), (d, count_d) = prefill[where[0]], decode[where[1]]
-                selection = Selection(prefill=p, prefills=count_p, decode=d, decodes=count_d)
-                point = self._point(selection, eps)
-                if point is not None:
-                    found.append(SolvedPoint(point, selection, SolveStatus.FEASIBLE, math.inf))
+        table = self.pairs or self.sample
+        where = table.best_ratio(eps) if table is not None else None
+        if table is not None and where is not None:
+            (p, count_p), (d, count_d) = table.arrays.prefill[where[0]], table.arrays.decode[where[1]]
+            selection = Selection(prefill=p, prefills=count_p, decode=d, decodes=count_d)
+            point = self._point(selection, eps)
+            if point is not None:
+                found.append(SolvedPoint(point, selection, SolveStatus.FEASIBLE, math.inf))
         return max(found, key=lambda s: s.point.tokens_per_s_per_gpu, default=None)
 
     def _best_within(self, eps: float | None, q: float, incumbent: SolvedPoint | None) -> SolvedPoint | None:
@@ -122,7 +143,7 @@ class _Sweeper:
         if incumbent is not None:
             q = incumbent.point.tokens_per_s_per_gpu
         for _ in range(MAX_DINKELBACH):
-            dm = build_model(self.options, eps, q, q_feasible, self.settings.pair_screening)
+            dm = build_model(self.options, eps, q, q_feasible, self.pairs)
             for selection in excluded:
                 dm.exclude(selection)
             if self.result.first_model is None:
@@ -140,7 +161,7 @@ class _Sweeper:
                 best = solved
             if q_feasible and (solved.point.tokens_per_s_per_gpu <= q * (1 + RATIO_TOL)
                                or report.status == SolveStatus.FEASIBLE):
-                return self._finish(best, report, q)
+                return self._finish(best, report, q, dm)
             q, q_feasible = best.point.tokens_per_s_per_gpu, True
         return best
 
@@ -152,11 +173,15 @@ class _Sweeper:
             return None if best is None else replace(best, status=SolveStatus.FEASIBLE, gap=math.inf)
         return None if best is None else replace(best, status=SolveStatus.OPTIMAL, gap=0.0)
 
-    def _finish(self, best: SolvedPoint, report: SolveReport, q: float) -> SolvedPoint:
+    def _finish(self, best: SolvedPoint, report: SolveReport, q: float, dm: DeploymentModel) -> SolvedPoint:
+        """Optimal, or (time limit) feasible with the relative gap (bound - best) / bound, where a
+        deployment x beating q has G(x) (ratio - q) <= B (the backend's bound on the objective), so no
+        ratio exceeds q + B / G_min (G_min: the smallest deployment left in the model)."""
         if report.status == SolveStatus.OPTIMAL:
             return replace(best, status=SolveStatus.OPTIMAL, gap=0.0)
         self.result.timed_out = True  # the backend stopped on its time limit: all time is spent
-        gap = max(0.0, report.bound) / (self.options.fewest_gpus() * q)
+        bound = q + max(0.0, report.bound) / dm.fewest_gpus()
+        gap = max(0.0, bound - best.point.tokens_per_s_per_gpu) / bound
         return replace(best, status=SolveStatus.FEASIBLE, gap=gap)
 
     def _solve(self, dm: DeploymentModel) -> SolveReport:

@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 
 from planner.formulation.linear import Expr, LinearModel, add_expr
 from planner.formulation.options import DecodeOption, DeploymentOptions, MixedOption, PrefillOption
+from planner.formulation.pairs import PairTable
 from planner.formulation.screening import screen
 
 RATE_STEPS = 2**20  # CP-SAT resolution of rates and utilisation: 1e-6 of their range
@@ -81,6 +82,13 @@ class DeploymentModel:
         assert isinstance(prefill.option, PrefillOption) and isinstance(decode.option, DecodeOption)
         return Selection(prefill=prefill.option, prefills=prefill.count, decode=decode.option, decodes=decode.count)
 
+    def fewest_gpus(self) -> int:
+        """GPUs of the smallest deployment the model holds."""
+        sizes = [option.point.gpus for _, option in self.mixed]
+        if self.prefill and self.decode:
+            sizes.append(min(c.gpus for c in self.prefill) + min(c.gpus for c in self.decode))
+        return max(1, min(sizes, default=1))
+
     def exclude(self, chosen: Selection) -> None:
         """No-good cut: forbid this prefill and decode configuration together."""
         pair = [c.var for c in self.prefill if c.option is chosen.prefill and c.count == chosen.prefills]
@@ -99,11 +107,11 @@ class DeploymentModel:
 
 
 def build_model(options: DeploymentOptions, eps_s: float | None, q: float, q_feasible: bool = False,
-                pair_screening: bool = True) -> DeploymentModel:
+                pairs: PairTable | None = None) -> DeploymentModel:
     """The MILP of the module docstring at TTFT cap `eps_s` (None: no cap) and ratio `q`; `q_feasible`
     says that q is the exact ratio of a deployment within the cap (it allows bound screening)."""
     dm = DeploymentModel(LinearModel())
-    screened = screen(options, eps_s, q, q_feasible, pair_screening)
+    screened = screen(options, eps_s, q, q_feasible, pairs)
     model = dm.model
     for index, option in enumerate(screened.mixed):
         var = model.binary(f"mixed{index}", "choice")

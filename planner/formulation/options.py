@@ -77,13 +77,6 @@ class DeploymentOptions:
     def disaggregated(self) -> bool:
         return bool(self.prefill and self.decode)
 
-    def fewest_gpus(self) -> int:
-        """GPUs of the smallest deployment (scales the Dinkelbach gap into a ratio gap)."""
-        sizes = [m.point.gpus for m in self.mixed]
-        if self.disaggregated:
-            sizes.append(min(p.gpus for p in self.prefill) + min(d.gpus for d in self.decode))
-        return min(sizes, default=1)
-
 
 def _domains(resolved: ResolvedScenario) -> Domains:
     bins = domain_bins(resolved)

@@ -14,7 +14,7 @@ import numpy as np
 
 from planner.formulation.options import DecodeOption, DeploymentOptions, PrefillOption
 
-PAIR_LIMIT = 4_000_000  # pairs evaluated per screening; beyond, the MILP works on the weakly screened set
+PAIR_LIMIT = 32_000_000  # pairs in the table (~400 MB); beyond, the MILP works on the weakly screened set
 CHUNK = 250_000  # pairs per numpy block (memory)
 
 
@@ -65,47 +65,58 @@ def pair_figures(cap: np.ndarray, fill: np.ndarray, transfer: np.ndarray, conc: 
     return at + transfer, conc / (at + elsewhere)
 
 
-def best_pair_values(options: DeploymentOptions, arrays: ConfigArrays, eps_s: float | None,
-                     q: float) -> tuple[np.ndarray, np.ndarray, tuple[int, int] | None]:
-    """Per y and per z the best Dinkelbach objective osl X - q G over pairs within the cap (-inf if
-    none), and the best pair overall."""
-    osl = float(options.output_tokens)
-    best_y = np.full(len(arrays.prefill), -np.inf)
-    best_z = np.full(len(arrays.decode), -np.inf)
-    best, where = -np.inf, None
-    rows = max(1, CHUNK // max(1, len(arrays.decode)))
-    for start in range(0, len(arrays.prefill), rows):
-        block = slice(start, start + rows)
-        transfer = transfer_matrix(options, arrays.size_y[block], arrays.size_z)
-        ttft, rate = pair_figures(arrays.cap[block, None], arrays.fill[block, None], transfer,
-                                  arrays.conc[None, :], arrays.away[None, :], options.cohort_fraction)
-        value = osl * rate - q * (arrays.gpus_y[block, None] + arrays.gpus_z[None, :])
-        if eps_s is not None:
-            value = np.where(ttft <= eps_s, value, -np.inf)
-        value = np.where(arrays.gpus_y[block, None] + arrays.gpus_z[None, :] <= options.domains.gpus, value, -np.inf)
-        best_y[block] = value.max(axis=1)
-        best_z = np.maximum(best_z, value.max(axis=0))
-        flat = int(np.argmax(value))
-        if value.flat[flat] > best:
-            best, where = float(value.flat[flat]), (start + flat // value.shape[1], flat % value.shape[1])
-    return best_y, best_z, where
+class PairTable:
+    """TTFT (float64) and request rate (float32) of every prefill x decode configuration pair, computed
+    once per solve; pairs over the cluster's GPU count get an infinite TTFT. About 12 bytes per pair:
+    `PAIR_LIMIT` pairs take at most about 400 MB."""
 
+    def __init__(self, options: DeploymentOptions, prefill: list[tuple[PrefillOption, int]],
+                 decode: list[tuple[DecodeOption, int]]) -> None:
+        self.options, self.arrays = options, ConfigArrays.of(prefill, decode)
+        self.index_y = {(id(p), n): i for i, (p, n) in enumerate(prefill)}
+        self.index_z = {(id(d), n): j for j, (d, n) in enumerate(decode)}
+        a = self.arrays
+        self.ttft = np.empty((len(prefill), len(decode)))
+        self.rate = np.empty((len(prefill), len(decode)), dtype=np.float32)
+        for block in self._blocks():
+            ttft, rate = pair_figures(a.cap[block, None], a.fill[block, None],
+                                      transfer_matrix(options, a.size_y[block], a.size_z),
+                                      a.conc[None, :], a.away[None, :], options.cohort_fraction)
+            self.ttft[block] = np.where(self._gpus(block) <= options.domains.gpus, ttft, np.inf)
+            self.rate[block] = rate
 
-def best_ratio_pair(options: DeploymentOptions, arrays: ConfigArrays, eps_s: float | None) -> tuple[int, int] | None:
-    """The pair with the most tokens/s per GPU within the cap and the cluster's GPU count (an incumbent:
-    the MILP still checks packing and proves it)."""
-    best, where = -np.inf, None
-    rows = max(1, CHUNK // max(1, len(arrays.decode)))
-    for start in range(0, len(arrays.prefill), rows):
-        block = slice(start, start + rows)
-        transfer = transfer_matrix(options, arrays.size_y[block], arrays.size_z)
-        ttft, rate = pair_figures(arrays.cap[block, None], arrays.fill[block, None], transfer,
-                                  arrays.conc[None, :], arrays.away[None, :], options.cohort_fraction)
-        gpus = arrays.gpus_y[block, None] + arrays.gpus_z[None, :]
-        ratio = np.where(gpus <= options.domains.gpus, rate / gpus, -np.inf)
-        if eps_s is not None:
-            ratio = np.where(ttft <= eps_s, ratio, -np.inf)
-        flat = int(np.argmax(ratio))
-        if ratio.flat[flat] > best:
-            best, where = float(ratio.flat[flat]), (start + flat // ratio.shape[1], flat % ratio.shape[1])
-    return where
+    def _blocks(self) -> list[slice]:
+        rows = max(1, CHUNK // max(1, len(self.arrays.decode)))
+        return [slice(start, start + rows) for start in range(0, len(self.arrays.prefill), rows)]
+
+    def _gpus(self, block: slice) -> np.ndarray:
+        return self.arrays.gpus_y[block, None] + self.arrays.gpus_z[None, :]
+
+    def _within(self, block: slice, eps_s: float | None, slack: float) -> np.ndarray:
+        cap = np.inf if eps_s is None else eps_s * (1 + slack)
+        return self.ttft[block] <= cap  # type: ignore[no-any-return]
+
+    def best_ratio(self, eps_s: float | None) -> tuple[int, int] | None:
+        """The pair with the most tokens/s per GPU within the cap (an incumbent: the MILP still checks
+        packing and proves it)."""
+        best, where = -np.inf, None
+        for block in self._blocks():
+            ratio = np.where(self._within(block, eps_s, 0.0), self.rate[block] / self._gpus(block), -np.inf)
+            flat = int(np.argmax(ratio))
+            if ratio.flat[flat] > best:
+                best, where = float(ratio.flat[flat]), ((block.start or 0) + flat // ratio.shape[1],
+                                                        flat % ratio.shape[1])
+        return where
+
+    def keep(self, eps_s: float | None, q: float, tol: float) -> tuple[np.ndarray, np.ndarray]:
+        """Configurations with a pair within the cap whose objective osl X - q G reaches -tol q G (the
+        slack absorbs float32 rates: keeping extra configurations is always safe)."""
+        osl = float(self.options.output_tokens)
+        keep_y = np.zeros(len(self.arrays.prefill), dtype=bool)
+        keep_z = np.zeros(len(self.arrays.decode), dtype=bool)
+        for block in self._blocks():
+            gpus = self._gpus(block)
+            ok = self._within(block, eps_s, tol) & (osl * self.rate[block] - q * gpus >= -tol * q * gpus)
+            keep_y[block] = ok.any(axis=1)
+            keep_z |= ok.any(axis=0)
+        return keep_y, keep_z
