@@ -78,7 +78,11 @@ def result_dict(result: SolveResult) -> dict[str, Any]:
         "front": [point_dict(result, p) for p in result.front],
         "solver": {"backend": result.settings.backend, "time_s": round(result.time_s, 3), "gap": _gap(result.gap),
                    "first_feasible_s": None if sweep.first_feasible_s is None else round(sweep.first_feasible_s, 3),
-                   "milp_solves": len(sweep.reports), "threads": result.settings.threads, "seed": result.settings.seed,
+                   "milp_solves": len(sweep.reports),
+                   "largest_milp": None if sweep.largest_model is None else {
+                       "variables": len(sweep.largest_model.variables),
+                       "constraints": len(sweep.largest_model.constraints)},
+                   "threads": result.settings.threads, "seed": result.settings.seed,
                    "timed_out": sweep.timed_out},
         "candidates": result.candidates,
     }
@@ -177,7 +181,7 @@ def print_table(result: SolveResult, console: Any, model_stats: bool) -> None:
 def print_model_stats(result: SolveResult, console: Any) -> None:
     from rich.table import Table
 
-    table = Table(title="MILP at the first TTFT cap (largest model of the sweep)")
+    table = Table(title="Full MILP at the first TTFT cap, before screening")
     for column in ("family", "variables", "constraints"):
         table.add_column(column, justify="left" if column == "family" else "right")
     for family, counts in result.model_statistics().items():

@@ -17,7 +17,8 @@ from costmodel.resolve import ResolvedScenario
 from planner import diagnose
 from planner.errors import NoSolutionInTimeError
 from planner.experts import ExpertPlacement, place_experts
-from planner.formulation.options import deployment_options
+from planner.formulation.model import build_model
+from planner.formulation.options import DeploymentOptions, deployment_options
 from planner.solvers import SolveStatus, backend
 from planner.sweep import SolvedPoint, SweepResult, SweepSettings, sweep
 from planner.templates import generate
@@ -43,6 +44,7 @@ class SolveResult:
     time_s: float
     candidates: dict[str, int] = field(default_factory=dict)
     experts: dict[int, ExpertPlacement] = field(default_factory=dict)  # by expert-parallel degree
+    options: DeploymentOptions | None = None
 
     @property
     def status(self) -> str:
@@ -54,8 +56,12 @@ class SolveResult:
         return max((p.gap for p in self.front), default=0.0)
 
     def model_statistics(self) -> dict[str, dict[str, int]]:
-        model = self.sweep.first_model
-        return {} if model is None else model.model.statistics()
+        """Variables and constraints per family of the full MILP at the first TTFT cap, before any
+        screening by bounds (the models solved are subsets of it)."""
+        if self.options is None:
+            return {}
+        slo = self.resolved.scenario.slo.ttft_ms
+        return build_model(self.options, None if slo is None else slo / 1e3, 0.0).model.statistics()
 
 
 def solve(resolved: ResolvedScenario, settings: SolveSettings, calibration: Calibration | None = None) -> SolveResult:
@@ -77,8 +83,8 @@ def solve(resolved: ResolvedScenario, settings: SolveSettings, calibration: Cali
             raise NoSolutionInTimeError(f"no deployment found within the time limit of {settings.time_limit_s:g} s; "
                                         "raise --time-limit")
         raise diagnose.no_deployment(resolved)
-    counts = {role: len(c) for role, c in candidates.by_role.items()}
-    solved = SolveResult(resolved, settings, front, result, 0.0, counts)
+    counts = {str(role): len(c) for role, c in candidates.by_role.items()}
+    solved = SolveResult(resolved, settings, front, result, 0.0, counts, options=options)
     solved.experts = _expert_placements(resolved, front, settings)
     solved.time_s = time.perf_counter() - start
     return solved

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field, replace
 from costmodel.calibration import Calibration
 from costmodel.resolve import ResolvedScenario
 from planner.deployment import disaggregated_point
+from planner.formulation.linear import LinearModel
 from planner.formulation.model import DeploymentModel, Selection, build_model
 from planner.formulation.options import DeploymentOptions
 from planner.formulation.pairs import PAIR_LIMIT, PairTable
@@ -48,7 +49,7 @@ class SolvedPoint:
 class SweepResult:
     points: list[SolvedPoint] = field(default_factory=list)
     reports: list[SolveReport] = field(default_factory=list)
-    first_model: DeploymentModel | None = None
+    largest_model: LinearModel | None = None
     timed_out: bool = False
     first_feasible_s: float | None = None
 
@@ -146,8 +147,8 @@ class _Sweeper:
             dm = build_model(self.options, eps, q, q_feasible, self.pairs)
             for selection in excluded:
                 dm.exclude(selection)
-            if self.result.first_model is None:
-                self.result.first_model = dm
+            if self.result.largest_model is None or len(dm.model.variables) > len(self.result.largest_model.variables):
+                self.result.largest_model = dm.model
             if best is not None:
                 dm.hint(best.selection)
             report = self._solve(dm)

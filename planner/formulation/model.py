@@ -51,6 +51,9 @@ class Selection:
     decodes: int = 0
 
 
+_Items = list[tuple[PrefillOption, int]] | list[tuple[DecodeOption, int]]
+
+
 @dataclass(frozen=True)
 class _Config:
     """One-hot choice of a candidate with a count of instances."""
@@ -121,9 +124,11 @@ def build_model(options: DeploymentOptions, eps_s: float | None, q: float, q_fea
     if screened.prefill:
         disaggregated = model.binary("disaggregated", "choice")
         one[disaggregated] = 1.0
-        for role, configs, items in (("prefill", dm.prefill, screened.prefill), ("decode", dm.decode, screened.decode)):
-            for option, count in items:
-                configs.append(_Config(model.binary(f"{role}{len(configs)}", "choice"), option, count))
+        pools: tuple[tuple[str, list[_Config], _Items], ...] = (
+            ("prefill", dm.prefill, screened.prefill), ("decode", dm.decode, screened.decode))
+        for role, configs, items in pools:
+            for item, count in items:
+                configs.append(_Config(model.binary(f"{role}{len(configs)}", "choice"), item, count))
             model.add(f"choice-{role}", "choice",
                       add_expr({c.var: 1.0 for c in configs}, {disaggregated: -1.0}), "==", 0.0)
         _define_disaggregated(dm, options, eps_s, q)

@@ -90,11 +90,13 @@ class PairTable:
         return [slice(start, start + rows) for start in range(0, len(self.arrays.prefill), rows)]
 
     def _gpus(self, block: slice) -> np.ndarray:
-        return self.arrays.gpus_y[block, None] + self.arrays.gpus_z[None, :]
+        gpus: np.ndarray = self.arrays.gpus_y[block, None] + self.arrays.gpus_z[None, :]
+        return gpus
 
     def _within(self, block: slice, eps_s: float | None, slack: float) -> np.ndarray:
         cap = np.inf if eps_s is None else eps_s * (1 + slack)
-        return self.ttft[block] <= cap  # type: ignore[no-any-return]
+        within: np.ndarray = self.ttft[block] <= cap
+        return within
 
     def best_ratio(self, eps_s: float | None) -> tuple[int, int] | None:
         """The pair with the most tokens/s per GPU within the cap (an incumbent: the MILP still checks

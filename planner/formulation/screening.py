@@ -33,7 +33,11 @@ class Screened:
     decode: list[tuple[DecodeOption, int]]
 
 
-def _configs(items: tuple[PrefillOption, ...] | tuple[DecodeOption, ...], room: int) -> list[tuple[object, int]]:
+def _prefill_configs(items: tuple[PrefillOption, ...], room: int) -> list[tuple[PrefillOption, int]]:
+    return [(item, n) for item in items for n in range(1, item.most + 1) if n * item.gpus <= room]
+
+
+def _decode_configs(items: tuple[DecodeOption, ...], room: int) -> list[tuple[DecodeOption, int]]:
     return [(item, n) for item in items for n in range(1, item.most + 1) if n * item.gpus <= room]
 
 
@@ -49,17 +53,17 @@ def screen(options: DeploymentOptions, eps_s: float | None, q: float, q_feasible
     if not fills:
         return Screened(mixed, [], [])
     room = options.domains.gpus
-    prefill = _configs(tuple(fills), room - min(d.gpus for d in options.decode))
-    decode = _configs(options.decode, room - min(p.gpus for p in fills))
+    prefill = _prefill_configs(tuple(fills), room - min(d.gpus for d in options.decode))
+    decode = _decode_configs(options.decode, room - min(p.gpus for p in fills))
     if eps_s is not None:
-        decode = _servable(options, prefill, decode, eps_s)  # type: ignore[arg-type]
+        decode = _servable(options, prefill, decode, eps_s)
     if q_feasible and prefill and decode:
-        prefill, decode = _bounded(options, prefill, decode, eps_s, q)  # type: ignore[arg-type]
+        prefill, decode = _bounded(options, prefill, decode, eps_s, q)
     if pairs is not None and q_feasible and prefill and decode:
-        prefill, decode = _pair_bounded(pairs, prefill, decode, eps_s, q)  # type: ignore[arg-type]
+        prefill, decode = _pair_bounded(pairs, prefill, decode, eps_s, q)
     if not prefill or not decode:
         return Screened(mixed, [], [])
-    return Screened(mixed, prefill, decode)  # type: ignore[arg-type]
+    return Screened(mixed, prefill, decode)
 
 
 def _servable(options: DeploymentOptions, prefill: list[tuple[PrefillOption, int]],

@@ -85,7 +85,7 @@ class CpSatBackend:
             cp.add(expr == round(rhs)).with_name(row.name)
 
     @staticmethod
-    def _report(model: LinearModel, solver: cp_model.CpSolver, code: int, ints: list[cp_model.IntVar],
+    def _report(model: LinearModel, solver: cp_model.CpSolver, code: object, ints: list[cp_model.IntVar],
                 factor: float, elapsed: float) -> SolveReport:
         if code in (cp_model.OPTIMAL, cp_model.FEASIBLE):
             values = tuple(solver.value(x) * v.resolution for x, v in zip(ints, model.variables, strict=True))

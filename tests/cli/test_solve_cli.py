@@ -1,0 +1,78 @@
+"""`plan solve`: formats, output files, exit codes; plan files read back by `plan evaluate`."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.helpers import run_cli
+from tests.planner.small_scenarios import small_data
+
+
+@pytest.fixture
+def scenario(tmp_path: Path) -> Path:
+    path = tmp_path / "small.yaml"
+    path.write_text(yaml.safe_dump(small_data("gpt-oss-20b-4xb200-sglang")), encoding="utf-8")
+    return path
+
+
+def test_json_front_and_plan_files_round_trip(scenario: Path, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    result = run_cli("solve", str(scenario), "--format", "json", "--out", str(out), "--solver", "highs",
+                     "--model-stats")
+    assert result.code == 0, result.err
+    data = json.loads(result.out)
+    assert set(data) == {"status", "scenario", "front", "solver", "candidates", "model_statistics"}
+    assert data["status"] == "optimal" and data["solver"]["backend"] == "highs" and data["solver"]["gap"] == 0
+    assert {"choice", "rate", "cohort", "ttft", "packing"} <= set(data["model_statistics"])
+    front = data["front"]
+    assert len(front) >= 5
+    keys = {"ttft_ms", "tpot_ms", "tokens_per_s_per_gpu", "tokens_per_s_per_user", "gpus", "serving", "status", "gap",
+            "layout", "placement"}
+    assert all(set(p) == keys for p in front)
+    assert [p["ttft_ms"] for p in front] == sorted(p["ttft_ms"] for p in front)
+    files = sorted(f.name for f in out.iterdir())
+    assert files == sorted(["front.json", "front.csv", "front.png"] + [f"plan-{i}.yaml" for i in range(len(front))])
+    assert json.loads((out / "front.json").read_text())["front"] == front
+    for index in (0, len(front) - 1):
+        evaluated = run_cli("evaluate", str(scenario), "--layout", str(out / f"plan-{index}.yaml"), "--format", "json")
+        assert evaluated.code == 0, evaluated.err
+        figures = json.loads(evaluated.out)
+        for key in ("ttft_ms", "tpot_ms", "tokens_per_s_per_gpu", "gpus"):
+            assert figures[key] == pytest.approx(front[index][key], rel=1e-12)
+    # the layout inside JSON is accepted as-is
+    layout_file = tmp_path / "layout.json"
+    layout_file.write_text(json.dumps(front[0]["layout"]), encoding="utf-8")
+    assert run_cli("evaluate", str(scenario), "--layout", str(layout_file)).code == 0
+
+
+def test_csv_and_table(scenario: Path) -> None:
+    result = run_cli("solve", str(scenario), "--format", "csv", "--time-limit", "30")
+    assert result.code == 0, result.err
+    rows = list(csv.DictReader(io.StringIO(result.out)))
+    assert rows and float(rows[0]["ttft_ms"]) > 0 and rows[0]["status"] == "optimal"
+    table = run_cli("solve", str(scenario), "--model-stats")
+    assert table.code == 0 and "Pareto front" in table.out and "constraints" in table.out
+
+
+def test_infeasible_exits_3_naming_the_resource(tmp_path: Path) -> None:
+    data = small_data("qwen3-30b-4xh200")
+    data.update(model="kimi-k2", cluster={"system": "h100-sxm", "gpus": 8})
+    path = tmp_path / "big.yaml"
+    path.write_text(yaml.safe_dump(data), encoding="utf-8")
+    result = run_cli("solve", str(path))
+    assert result.code == 3
+    assert result.err.startswith("error: HBM: the weights need") and "Traceback" not in result.err
+
+
+def test_bad_input_exits_2(tmp_path: Path) -> None:
+    path = tmp_path / "bad.yaml"
+    path.write_text("schema_version: 1\nname: x\nmodel: qwen3-30b\ncluster: {system: h200-sxm, gpus: 8}\n"
+                    "workload: {input_tokens: 10, output_tokens: -1}\n", encoding="utf-8")
+    result = run_cli("solve", str(path))
+    assert result.code == 2 and "bad.yaml:5" in result.err and "output_tokens" in result.err
