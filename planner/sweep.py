@@ -4,9 +4,11 @@ Step: maximise tokens/s per GPU subject to TTFT <= eps. The ratio osl X / G is m
 method: solve max osl X - q G, set q to the exact ratio of the deployment found, repeat until the MILP
 proves no deployment beats q (objective <= 0 within tolerance). The deployment is then re-evaluated
 with the exact cost model, which gives the point's figures. The next step caps TTFT one grid unit
-(1 us) below the point's TTFT; a step that finds the same throughput at a lower TTFT shows the previous
-point weakly dominated, and the final filter drops it (this is the lexicographic second solve: it costs
-no extra MILP because the next step solves it). Stops when no deployment meets the cap.
+below the point's TTFT: 1 us, or `resolution` x TTFT if coarser (then the front is a resolution-
+approximate Pareto set: a skipped point is within that relative TTFT of a kept one with at least its
+throughput). A step that finds the same throughput at a lower TTFT shows the previous point weakly
+dominated, and the final filter drops it (this is the lexicographic second solve: it costs no extra
+MILP because the next step solves it). Stops when no deployment meets the cap.
 
 Gaps. If the last MILP of a step stopped on time with bound B on max osl X - q G, then no deployment
 within the cap beats U = q + B / G_min tokens/s per GPU (G_min: the smallest deployment the model holds);
@@ -34,7 +36,7 @@ from planner.solvers import Backend, SolveOptions, SolveReport, SolveStatus
 GRID_S = 1e-6  # TTFT grid of the epsilon steps
 RATIO_TOL = 1e-7  # Dinkelbach stops when the MILP cannot beat q by more than this (relative)
 MAX_DINKELBACH = 30  # safeguard; convergence is superlinear, typically 2-4 solves
-SAMPLE_PAIRS = 4_000_000  # pairs of the small-unit table that seeds incumbents on large instances
+SAMPLE_PAIRS = 1_000_000  # pairs of the small-unit table that seeds incumbents on large instances
 
 
 @dataclass(frozen=True)
@@ -66,6 +68,7 @@ class SweepSettings:
     threads: int = 1
     seed: int = 0
     pair_screening: bool = True
+    resolution: float = 0.0  # relative TTFT step between front points; 0: every point (1 us grid)
 
 
 class _Sweeper:
@@ -105,8 +108,9 @@ class _Sweeper:
 
     def run(self) -> SweepResult:
         eps, q = self.first_cap, 0.0
+        previous: Selection | None = None
         while True:
-            solved = self._best_within(eps, q, self._incumbent(eps))
+            solved = self._best_within(eps, q, self._incumbent(eps, previous))
             if solved is None:
                 return self.result
             self.result.points.append(solved)
@@ -114,23 +118,37 @@ class _Sweeper:
                 self.result.first_feasible_s = time.perf_counter() - self.start
             if self.result.timed_out:
                 return self.result
-            eps = math.ceil(solved.point.ttft_ms / 1e3 / GRID_S - 1e-6) * GRID_S - GRID_S
-            q = solved.point.tokens_per_s_per_gpu
+            eps = self._next_cap(solved.point.ttft_ms / 1e3)
+            q, previous = solved.point.tokens_per_s_per_gpu, solved.selection
 
-    def _incumbent(self, eps: float | None) -> SolvedPoint | None:
+    def _next_cap(self, ttft_s: float) -> float:
+        """One grid step below the point's TTFT: 1 us, or the front resolution (relative) if coarser."""
+        step = max(GRID_S, ttft_s * self.settings.resolution)
+        return math.ceil(ttft_s / GRID_S - 1e-6) * GRID_S - step
+
+    def _incumbent(self, eps: float | None, previous: Selection | None) -> SolvedPoint | None:
         """A good deployment within the cap to start Dinkelbach from (and hint): the best aggregated
-        one, and the best configuration pair by closed-form figures (when the pair table exists)."""
+        one, and the best configuration pair by closed-form figures: of the pair table (or, on large
+        instances, of the small-unit table and of every count of the previous point's two candidates)."""
         screened = screen(self.options, eps, 0.0, False)
         found = [SolvedPoint(m.point, Selection(mixed=m), SolveStatus.FEASIBLE, math.inf) for m in screened.mixed]
-        table = self.pairs or self.sample
-        where = table.best_ratio(eps) if table is not None else None
-        if table is not None and where is not None:
+        tables = [self.pairs] if self.pairs is not None else [self.sample, self._neighbours(previous)]
+        for table in tables:
+            where = table.best_ratio(eps) if table is not None else None
+            if table is None or where is None:
+                continue
             (p, count_p), (d, count_d) = table.arrays.prefill[where[0]], table.arrays.decode[where[1]]
             selection = Selection(prefill=p, prefills=count_p, decode=d, decodes=count_d)
             point = self._point(selection, eps)
             if point is not None:
                 found.append(SolvedPoint(point, selection, SolveStatus.FEASIBLE, math.inf))
         return max(found, key=lambda s: s.point.tokens_per_s_per_gpu, default=None)
+
+    def _neighbours(self, previous: Selection | None) -> PairTable | None:
+        if previous is None or previous.prefill is None or previous.decode is None:
+            return None
+        p, d = previous.prefill, previous.decode
+        return PairTable(self.options, [(p, n) for n in range(1, p.most + 1)], [(d, n) for n in range(1, d.most + 1)])
 
     def _best_within(self, eps: float | None, q: float, incumbent: SolvedPoint | None) -> SolvedPoint | None:
         """The best deployment with TTFT <= eps (None when there is none or time ran out first).
@@ -144,7 +162,7 @@ class _Sweeper:
         if incumbent is not None:
             q = incumbent.point.tokens_per_s_per_gpu
         for _ in range(MAX_DINKELBACH):
-            dm = build_model(self.options, eps, q, q_feasible, self.pairs)
+            dm = build_model(self.options, eps, q, q_feasible, self.pairs, self.settings.pair_screening)
             for selection in excluded:
                 dm.exclude(selection)
             if self.result.largest_model is None or len(dm.model.variables) > len(self.result.largest_model.variables):

@@ -110,11 +110,11 @@ class DeploymentModel:
 
 
 def build_model(options: DeploymentOptions, eps_s: float | None, q: float, q_feasible: bool = False,
-                pairs: PairTable | None = None) -> DeploymentModel:
+                pairs: PairTable | None = None, pair_bound: bool = False) -> DeploymentModel:
     """The MILP of the module docstring at TTFT cap `eps_s` (None: no cap) and ratio `q`; `q_feasible`
     says that q is the exact ratio of a deployment within the cap (it allows bound screening)."""
     dm = DeploymentModel(LinearModel())
-    screened = screen(options, eps_s, q, q_feasible, pairs)
+    screened = screen(options, eps_s, q, q_feasible, pairs, pair_bound)
     model = dm.model
     for index, option in enumerate(screened.mixed):
         var = model.binary(f"mixed{index}", "choice")

@@ -62,7 +62,7 @@ class Domains:
         return self.size * self.full + self.rest
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)  # identity: screening caches per options object
 class DeploymentOptions:
     mixed: tuple[MixedOption, ...]
     prefill: tuple[PrefillOption, ...]
