@@ -139,7 +139,12 @@ class Search(StrictModel):
     solver: SolverName = Field("cpsat", description="MILP backend: cpsat (OR-Tools), highs or cbc.")
     time_limit_s: float = Field(60.0, gt=0, description="Wall-clock limit of the whole solve, s.")
     seed: int = Field(0, ge=0, description="Random seed; same scenario and seed give the same plans.")
-    threads: PositiveInt | None = Field(None, description="Solver threads; None = all cores, 1 = deterministic.")
+    threads: PositiveInt | None = Field(None, description="Solver threads; None = 1 (deterministic).")
+    front_resolution: float = Field(
+        0.0, ge=0.0, lt=0.5,
+        description="Relative TTFT step between front points: 0 finds every non-dominated point; 0.01 keeps "
+        "the front within 1% of TTFT of the exact one with fewer solves on large clusters.",
+    )
     tp: Degrees | None = Field(None, description="Allowed attention tensor-parallel degrees (None = powers of 2).")
     dp_attention: Degrees | None = Field(None, description="Allowed attention data-parallel degrees.")
     pp: Degrees | None = Field(None, description="Allowed pipeline depths.")

@@ -134,7 +134,8 @@ def solve_command(scenario: Path, fmt: str, out_dir: Path | None, solver: str | 
     resolved = load_scenario(scenario)
     search = resolved.scenario.search
     settings = SolveSettings(backend=solver or search.solver, time_limit_s=time_limit or search.time_limit_s,
-                             threads=threads or search.threads or 1, seed=search.seed if seed is None else seed)
+                             threads=threads or search.threads or 1, seed=search.seed if seed is None else seed,
+                             resolution=search.front_resolution)
     console = report.console()
     if fmt == "table" and console.is_terminal:
         with console.status(f"solving {resolved.scenario.name} with {settings.backend}..."):

@@ -33,6 +33,7 @@ class SolveSettings:
     threads: int = 1
     seed: int = 0
     pair_screening: bool = True  # off: the MILP alone chooses among all configurations (slow at scale)
+    resolution: float = 0.0  # relative TTFT step between front points (search.front_resolution)
 
 
 @dataclass
@@ -76,7 +77,7 @@ def solve(resolved: ResolvedScenario, settings: SolveSettings, calibration: Cali
     left = max(0.1, settings.time_limit_s - (time.perf_counter() - start))
     result = sweep(resolved, calibration, options,
                    SweepSettings(backend(settings.backend), left, settings.threads, settings.seed,
-                                 settings.pair_screening))
+                                 settings.pair_screening, settings.resolution))
     front = result.front
     if not front:
         if result.timed_out:
