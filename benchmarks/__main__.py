@@ -1,4 +1,5 @@
-"""`python -m benchmarks <command>`: fit (calibration), accuracy (held-out cost-model error), speed."""
+"""`python -m benchmarks <command>`: fit (calibration), accuracy (held-out cost-model error), speed,
+solver (front quality and time against a baseline), scaling (time and memory against size)."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from benchmarks import accuracy, fit, speed
+from benchmarks import accuracy, fit, scaling, solver, speed
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -19,7 +20,24 @@ def main(argv: list[str] | None = None) -> int:
     accuracy_parser.add_argument("--markdown", action="store_true", help="also print markdown tables")
     speed_parser = commands.add_parser("speed", help="cost-model evaluations per second")
     speed_parser.add_argument("--count", type=int, default=10_000)
+    solver_parser = commands.add_parser("solver", help="front quality and solve time against the baseline")
+    solver_parser.add_argument("--suite", choices=["quick", "full"], default="quick")
+    solver_parser.add_argument("--json", type=Path, help="also write the figures as JSON here")
+    solver_parser.add_argument("--write-baseline", action="store_true", help="record this run as the baseline")
+    solver_parser.add_argument("--backends", nargs="+", choices=solver.BACKENDS, default=list(solver.BACKENDS))
+    solver_parser.add_argument("--seeds", type=int, default=3)
+    solver_parser.add_argument("--time-limit", type=float, default=120.0, help="per solve, s")
+    solver_parser.add_argument("--jobs", type=int, default=1, help="cases run in parallel (timing noise if > 1)")
+    solver_parser.add_argument("--markdown", action="store_true", help="also print a markdown table")
+    scaling_parser = commands.add_parser("scaling", help="solve time and memory against GPUs and experts")
+    scaling_parser.add_argument("--time-limit", type=float, default=300.0)
+    scaling_parser.add_argument("--jobs", type=int, default=1)
     args = parser.parse_args(argv)
+    if args.command == "solver":
+        return solver.main(args.suite, args.json, args.write_baseline, tuple(args.backends), args.seeds,
+                           args.time_limit, args.jobs, args.markdown)
+    if args.command == "scaling":
+        return scaling.main(args.time_limit, args.jobs)
     if args.command == "speed":
         return speed.main(args.count)
     if args.command == "fit":

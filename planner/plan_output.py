@@ -77,7 +77,7 @@ def result_dict(result: SolveResult) -> dict[str, Any]:
         "scenario": result.resolved.scenario.name,
         "front": [point_dict(result, p) for p in result.front],
         "solver": {"backend": result.settings.backend, "time_s": round(result.time_s, 3), "gap": _gap(result.gap),
-                   "first_feasible_s": None if sweep.first_feasible_s is None else round(sweep.first_feasible_s, 3),
+                   "first_feasible_s": None if result.first_feasible_s is None else round(result.first_feasible_s, 3),
                    "milp_solves": len(sweep.reports),
                    "largest_milp": None if sweep.largest_model is None else {
                        "variables": len(sweep.largest_model.variables),

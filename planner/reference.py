@@ -26,12 +26,12 @@ def aggregated_points(resolved: ResolvedScenario, candidates: list[Candidate]) -
     return [p for p in (aggregated_point(resolved, c) for c in candidates) if p is not None]
 
 
-def disaggregated_points(resolved: ResolvedScenario, calibration: Calibration,
-                         prefills: list[Candidate], decodes: list[Candidate]) -> list[FrontPoint]:
+def disaggregated_points(resolved: ResolvedScenario, calibration: Calibration, prefills: list[Candidate],
+                         decodes: list[Candidate], limit: int = MAX_DEPLOYMENTS) -> list[FrontPoint]:
     bins = domain_bins(resolved)
     budget = sum(bins)
     estimate = sum((budget // p.gpus) * (budget // d.gpus) for p in prefills for d in decodes)
-    if estimate > MAX_DEPLOYMENTS:
+    if estimate > limit:
         raise TooLargeForReference(f"about {estimate:,} disaggregated deployments: too many to enumerate")
     points = []
     for prefill in prefills:
@@ -43,11 +43,12 @@ def disaggregated_points(resolved: ResolvedScenario, calibration: Calibration,
     return points
 
 
-def exhaustive_front(resolved: ResolvedScenario, candidates: CandidateSet,
-                     calibration: Calibration) -> list[FrontPoint]:
-    """The exact Pareto front of the decision space (see module docstring)."""
+def exhaustive_front(resolved: ResolvedScenario, candidates: CandidateSet, calibration: Calibration,
+                     limit: int = MAX_DEPLOYMENTS) -> list[FrontPoint]:
+    """The exact Pareto front of the decision space (see module docstring); raises TooLargeForReference
+    beyond `limit` disaggregated deployments."""
     points = aggregated_points(resolved, candidates.by_role.get("mixed", []))
     if "prefill" in candidates.by_role:
         points += disaggregated_points(resolved, calibration, candidates.by_role["prefill"],
-                                       candidates.by_role["decode"])
+                                       candidates.by_role["decode"], limit)
     return non_dominated([p for p in points if meets_slo(resolved, p)])

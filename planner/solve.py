@@ -46,6 +46,13 @@ class SolveResult:
     candidates: dict[str, int] = field(default_factory=dict)
     experts: dict[int, ExpertPlacement] = field(default_factory=dict)  # by expert-parallel degree
     options: DeploymentOptions | None = None
+    prepare_s: float = 0.0  # candidates and options, before the first MILP
+
+    @property
+    def first_feasible_s(self) -> float | None:
+        """Seconds from the start to the first front point."""
+        first = self.sweep.first_feasible_s
+        return None if first is None else self.prepare_s + first
 
     @property
     def status(self) -> str:
@@ -74,7 +81,8 @@ def solve(resolved: ResolvedScenario, settings: SolveSettings, calibration: Cali
     options = deployment_options(resolved, candidates, calibration)
     if not options.mixed and not options.disaggregated:
         raise diagnose.no_candidates(resolved, candidates)
-    left = max(0.1, settings.time_limit_s - (time.perf_counter() - start))
+    prepare_s = time.perf_counter() - start
+    left = max(0.1, settings.time_limit_s - prepare_s)
     result = sweep(resolved, calibration, options,
                    SweepSettings(backend(settings.backend), left, settings.threads, settings.seed,
                                  settings.pair_screening, settings.resolution))
@@ -85,7 +93,7 @@ def solve(resolved: ResolvedScenario, settings: SolveSettings, calibration: Cali
                                         "raise --time-limit")
         raise diagnose.no_deployment(resolved)
     counts = {str(role): len(c) for role, c in candidates.by_role.items()}
-    solved = SolveResult(resolved, settings, front, result, 0.0, counts, options=options)
+    solved = SolveResult(resolved, settings, front, result, 0.0, counts, options=options, prepare_s=prepare_s)
     solved.experts = _expert_placements(resolved, front, settings)
     solved.time_s = time.perf_counter() - start
     return solved

@@ -1,0 +1,266 @@
+"""`python -m benchmarks solver`: front quality and solve time per scenario, backend and seed.
+
+Each case runs in a fresh process (its peak resident memory is the process's). Per scenario and backend,
+over the seeds: front points; hypervolume against a fixed reference point (the TTFT SLO, else 1.1 x the
+reference front's largest TTFT; throughput 0) as a ratio to the reference front's; additive epsilon
+against the reference front; the largest gap; time to the first front point and to the final front; peak
+memory. The reference front is the exhaustive enumerator's where it finishes (`planner.reference`),
+otherwise the best front ever found, committed in `benchmarks/reference_fronts/`. Shifted geometric
+means (time shift 1 s) summarise each backend.
+
+A committed baseline (`benchmarks/baseline.json`) makes this a regression check: the command exits 1 when
+a scenario's hypervolume ratio falls below 0.99 of the baseline's or its time passes 2x the baseline's
+(times under 1 s count as 1 s: noise), and prints which.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import resource
+import statistics
+import sys
+import time
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+from multiprocessing import get_context
+from pathlib import Path
+from typing import Any
+
+from benchmarks.suite import SCENARIOS, SUITES, scenario_data
+
+HERE = Path(__file__).resolve().parent
+BASELINE = HERE / "baseline.json"
+REFERENCES = HERE / "reference_fronts"
+BACKENDS = ("cpsat", "highs", "cbc")
+EXHAUSTIVE_LIMIT = 300_000  # deployments the reference enumerates before giving up for a committed front
+HV_TOLERANCE = 0.99
+TIME_FACTOR = 2.0
+TIME_FLOOR_S = 1.0
+TIME_SHIFT_S = 1.0
+
+Front = list[tuple[float, float]]  # (TTFT ms, tokens/s per GPU), TTFT ascending
+
+
+@dataclass
+class Case:
+    scenario: str
+    backend: str
+    seed: int
+    time_limit_s: float
+    status: str = ""
+    points: int = 0
+    front: Front | None = None
+    gap: float | None = None
+    first_s: float | None = None
+    time_s: float = 0.0
+    peak_mb: float = 0.0
+    error: str = ""
+
+
+def run_case(case: Case) -> Case:
+    """In a fresh process: solve and measure."""
+    from planner.errors import PlannerError
+    from planner.scenario import scenario_from_data
+    from planner.solve import SolveSettings, solve
+
+    start = time.perf_counter()
+    resolution = SCENARIOS[case.scenario].get("search", {}).get("front_resolution", 0.0)
+    try:
+        result = solve(scenario_from_data(scenario_data(case.scenario)),
+                       SolveSettings(case.backend, case.time_limit_s, threads=1, seed=case.seed,
+                                     resolution=resolution))
+        case.front = [(s.point.ttft_ms, s.point.tokens_per_s_per_gpu) for s in result.front]
+        case.status, case.points = result.status, len(result.front)
+        case.gap = None if math.isinf(result.gap) else result.gap
+        case.first_s = result.first_feasible_s
+    except PlannerError as exc:
+        case.status, case.error = "error", str(exc)
+    case.time_s = time.perf_counter() - start
+    case.peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+    return case
+
+
+def hypervolume(front: Front, ttft_ref: float) -> float:
+    """Area dominated by the front up to TTFT `ttft_ref` and throughput 0 (a staircase)."""
+    area, best = 0.0, 0.0
+    points = sorted(p for p in front if p[0] < ttft_ref)
+    for index, (ttft, throughput) in enumerate(points):
+        best = max(best, throughput)
+        following = points[index + 1][0] if index + 1 < len(points) else ttft_ref
+        area += (following - ttft) * best
+    return area
+
+
+def additive_epsilon(front: Front, reference: Front) -> float:
+    """Smallest shift (in units of the reference's largest TTFT and throughput) after which every
+    reference point is weakly dominated by a front point."""
+    if not reference:
+        return 0.0
+    if not front:
+        return math.inf
+    ttft_scale = max(r[0] for r in reference)
+    thr_scale = max(r[1] for r in reference)
+    return max(0.0, max(min(max((f[0] - r[0]) / ttft_scale, (r[1] - f[1]) / thr_scale) for f in front)
+                        for r in reference))
+
+
+def reference_front(name: str) -> tuple[Front, str]:
+    """The exhaustive front where it is small enough, else the committed best-known front (or none)."""
+    from costmodel.calibration import default_calibration
+    from planner.reference import TooLargeForReference, exhaustive_front
+    from planner.scenario import scenario_from_data
+    from planner.templates import generate
+
+    resolved = scenario_from_data(scenario_data(name))
+    calibration = default_calibration()
+    try:
+        front = exhaustive_front(resolved, generate(resolved, calibration), calibration, EXHAUSTIVE_LIMIT)
+        return [(p.ttft_ms, p.tokens_per_s_per_gpu) for p in front], "exhaustive"
+    except TooLargeForReference:
+        path = REFERENCES / f"{name}.json"
+        if path.exists():
+            return [(float(p[0]), float(p[1])) for p in json.loads(path.read_text())["front"]], "best found"
+        return [], "none"
+
+
+def ttft_reference(name: str, reference: Front, cases: list[Case]) -> float:
+    slo = SCENARIOS[name].get("slo", {}).get("ttft_ms")
+    if slo is not None:
+        return float(slo)
+    largest = max([p[0] for p in reference] + [p[0] for c in cases for p in c.front or []], default=1.0)
+    return 1.1 * largest
+
+
+def summarise(name: str, backend: str, cases: list[Case], reference: Front, ttft_ref: float) -> dict[str, Any]:
+    reference_hv = hypervolume(reference, ttft_ref)
+    ratios = [hypervolume(c.front or [], ttft_ref) / reference_hv if reference_hv else math.nan for c in cases]
+    gaps = [c.gap for c in cases if c.gap is not None]
+    firsts = [c.first_s for c in cases if c.first_s is not None]
+    return {
+        "scenario": name, "backend": backend, "seeds": len(cases),
+        "status": sorted({c.status for c in cases}), "points": statistics.mean(c.points for c in cases),
+        "hv_ratio": statistics.mean(ratios), "epsilon": max(additive_epsilon(c.front or [], reference) for c in cases),
+        "gap": max(gaps) if len(gaps) == len(cases) else None,
+        "first_s": statistics.mean(firsts) if firsts else None, "time_s": statistics.mean(c.time_s for c in cases),
+        "peak_mb": max(c.peak_mb for c in cases), "errors": [c.error for c in cases if c.error],
+    }
+
+
+def shifted_geomean(values: list[float], shift: float) -> float:
+    return math.exp(statistics.mean(math.log(v + shift) for v in values)) - shift
+
+
+def suite_means(rows: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
+    means = {}
+    for backend in sorted({r["backend"] for r in rows}):
+        mine = [r for r in rows if r["backend"] == backend]
+        ratios = [r["hv_ratio"] for r in mine if r["hv_ratio"] > 0 and not math.isnan(r["hv_ratio"])]
+        means[backend] = {"time_s": shifted_geomean([r["time_s"] for r in mine], TIME_SHIFT_S),
+                          "hv_ratio": math.exp(statistics.mean(math.log(v) for v in ratios)) if ratios else math.nan}
+    return means
+
+
+def regressions(rows: list[dict[str, Any]], baseline: dict[str, Any]) -> list[str]:
+    found = []
+    for row in rows:
+        base = baseline.get("results", {}).get(f"{row['scenario']}/{row['backend']}")
+        if base is None:
+            continue
+        if row["hv_ratio"] < HV_TOLERANCE * base["hv_ratio"]:
+            found.append(f"{row['scenario']} on {row['backend']}: hypervolume ratio {row['hv_ratio']:.4f} "
+                         f"below {HV_TOLERANCE} x baseline {base['hv_ratio']:.4f}")
+        if row["time_s"] > TIME_FACTOR * max(base["time_s"], TIME_FLOOR_S):
+            found.append(f"{row['scenario']} on {row['backend']}: {row['time_s']:.1f} s, over {TIME_FACTOR} x "
+                         f"baseline {base['time_s']:.1f} s")
+    return found
+
+
+def update_references(name: str, cases: list[Case], reference: Front, kind: str, ttft_ref: float) -> None:
+    """Commit a better front for scenarios without an exhaustive one."""
+    if kind == "exhaustive":
+        return
+    best = max(cases, key=lambda c: hypervolume(c.front or [], ttft_ref))
+    if best.front and hypervolume(best.front, ttft_ref) > hypervolume(reference, ttft_ref) * (1 + 1e-12):
+        REFERENCES.mkdir(exist_ok=True)
+        record = {"scenario": name, "source": f"{best.backend}, seed {best.seed}", "front": best.front}
+        (REFERENCES / f"{name}.json").write_text(json.dumps(record, indent=1) + "\n")
+
+
+def run(suite: str, backends: tuple[str, ...], seeds: int, time_limit_s: float, jobs: int) -> list[dict[str, Any]]:
+    names = SUITES[suite]
+    cases = [Case(n, b, s, time_limit_s) for n in names for b in backends for s in range(seeds)]
+    with ProcessPoolExecutor(max_workers=jobs, mp_context=get_context("spawn"), max_tasks_per_child=1) as pool:
+        done = list(pool.map(run_case, cases))
+    rows = []
+    for name in names:
+        reference, kind = reference_front(name)
+        mine = [c for c in done if c.scenario == name]
+        ttft_ref = ttft_reference(name, reference, mine)
+        if kind != "exhaustive":
+            update_references(name, mine, reference, kind, ttft_ref)
+            reference, kind = reference_front(name)
+        for backend in backends:
+            row = summarise(name, backend, [c for c in mine if c.backend == backend], reference, ttft_ref)
+            rows.append({**row, "reference": kind})
+            print(_line(row, kind), flush=True)
+    return rows
+
+
+def _line(row: dict[str, Any], kind: str) -> str:
+    gap = "-" if row["gap"] is None else f"{row['gap']:.2%}"
+    first = "-" if row["first_s"] is None else f"{row['first_s']:.1f}"
+    return (f"{row['scenario']:<38} {row['backend']:<6} pts {row['points']:>7.1f}  HV {row['hv_ratio']:.4f} "
+            f"eps {row['epsilon']:.2e}  gap {gap:>6}  first {first:>5} s  final {row['time_s']:>6.1f} s  "
+            f"{row['peak_mb']:>6.0f} MB  ref {kind}" + (f"  errors: {row['errors'][0][:80]}" if row["errors"] else ""))
+
+
+def markdown(rows: list[dict[str, Any]], means: dict[str, dict[str, float]]) -> str:
+    lines = ["| scenario | backend | points | HV ratio | epsilon | largest gap | first (s) | final (s) | peak MB | "
+             "reference |", "|---|---|---:|---:|---:|---:|---:|---:|---:|---|"]
+    for r in rows:
+        gap = "-" if r["gap"] is None else f"{r['gap']:.2%}"
+        first = "-" if r["first_s"] is None else f"{r['first_s']:.1f}"
+        lines.append(f"| {r['scenario']} | {r['backend']} | {r['points']:.0f} | {r['hv_ratio']:.4f} | "
+                     f"{r['epsilon']:.1e} | {gap} | {first} | {r['time_s']:.1f} | {r['peak_mb']:.0f} | "
+                     f"{r['reference']} |")
+    lines += ["", "| backend | shifted geometric mean time (s) | geometric mean HV ratio |", "|---|---:|---:|"]
+    lines += [f"| {b} | {m['time_s']:.2f} | {m['hv_ratio']:.4f} |" for b, m in means.items()]
+    return "\n".join(lines)
+
+
+def main(suite: str, json_out: Path | None, write_baseline: bool, backends: tuple[str, ...], seeds: int,
+         time_limit_s: float, jobs: int, show_markdown: bool) -> int:
+    print(f"solver benchmark, suite {suite}: {', '.join(backends)}, {seeds} seed(s), {time_limit_s:g} s limit",
+          flush=True)
+    rows = run(suite, backends, seeds, time_limit_s, jobs)
+    means = suite_means(rows)
+    for backend, m in means.items():
+        print(f"{backend}: shifted geometric mean time {m['time_s']:.2f} s, "
+              f"geometric mean HV ratio {m['hv_ratio']:.4f}")
+    record = {"suite": suite, "seeds": seeds, "time_limit_s": time_limit_s, "machine": _machine(), "results": {
+        f"{r['scenario']}/{r['backend']}": r for r in rows}, "means": means}
+    if json_out is not None:
+        json_out.write_text(json.dumps(record, indent=1) + "\n")
+    if show_markdown:
+        print(markdown(rows, means))
+    if write_baseline:
+        merged = json.loads(BASELINE.read_text()) if BASELINE.exists() else {"results": {}}
+        merged["results"].update(record["results"])
+        merged["machine"], merged[f"means_{suite}"] = record["machine"], means
+        BASELINE.write_text(json.dumps(merged, indent=1) + "\n")
+        return 0
+    if not BASELINE.exists():
+        return 0
+    found = regressions(rows, json.loads(BASELINE.read_text()))
+    for line in found:
+        print(f"REGRESSION: {line}")
+    return 1 if found else 0
+
+
+def _machine() -> str:
+    import os
+    import platform
+
+    return f"{platform.machine()}, {os.cpu_count()} cores, Python {sys.version.split()[0]}"
+

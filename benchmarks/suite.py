@@ -1,0 +1,79 @@
+"""Scenarios of the solver benchmarks: from a few GPUs to 64 GB200 NVL72 racks (4,608 GPUs), models with
+8 to 896 experts, dense and hybrid attention, aggregated and disaggregated, short and long contexts.
+
+`quick` runs in CI (every backend, 3 seeds, about a minute); `full` adds the large ones.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+COMMON: dict[str, Any] = {"schema_version": 1}
+SHORT = {"input_tokens": 2048, "output_tokens": 256}
+CHAT = {"input_tokens": 4096, "output_tokens": 1024, "routing_skew": 0.6}
+LONG = {"input_tokens": 65536, "output_tokens": 1024, "routing_skew": 0.6}
+SMALL_SEARCH = {"pp": [1], "dp_attention": [1, 2], "max_batch": 128}
+
+SCENARIOS: dict[str, dict[str, Any]] = {
+    # quick: small enough for the exhaustive reference
+    "mixtral-8x7b-8xh100": {  # 8 experts
+        "model": "mixtral-8x7b", "precision": {"weights": "fp8", "kv_cache": "fp8"},
+        "cluster": {"system": "h100-sxm", "gpus": 8}, "workload": SHORT, "slo": {"tpot_ms": 60},
+        "search": {**SMALL_SEARCH, "tp": [1, 2, 4]}, "engine": "vllm"},
+    "qwen3-30b-8xh200": {  # 128 experts
+        "model": "qwen3-30b", "precision": {"weights": "fp8", "kv_cache": "fp8"},
+        "cluster": {"system": "h200-sxm", "gpus": 8}, "workload": SHORT, "slo": {"tpot_ms": 50},
+        "search": SMALL_SEARCH},
+    "llama-70b-dense-8xh200-disaggregated": {  # dense
+        "model": "llama3.1-70b", "precision": {"weights": "fp8", "kv_cache": "fp8"},
+        "cluster": {"system": "h200-sxm", "gpus": 8}, "workload": SHORT, "slo": {"tpot_ms": 60},
+        "search": {"serving": ["disaggregated"], "pp": [1], "dp_attention": [1], "max_batch": 256}},
+    "gpt-oss-20b-8xb200-sglang": {  # 32 experts, sliding-window hybrid attention
+        "model": "gpt-oss-20b", "cluster": {"system": "b200-sxm", "gpus": 8}, "engine": "sglang",
+        "workload": {"input_tokens": 8192, "output_tokens": 512}, "slo": {"ttft_ms": 3000},
+        "search": SMALL_SEARCH},
+    # full
+    "qwen3-next-80b-8xb200": {  # 512 experts, Gated DeltaNet linear-attention hybrid
+        "model": "qwen3-next", "precision": {"weights": "fp8", "kv_cache": "fp8"},
+        "cluster": {"system": "b200-sxm", "gpus": 8}, "workload": CHAT, "slo": {"tpot_ms": 40}},
+    "kimi-linear-48b-16xh200-long": {  # 256 experts, KDA hybrid, long context
+        "model": "kimi-linear", "precision": {"weights": "fp8", "kv_cache": "fp8"},
+        "cluster": {"system": "h200-sxm", "gpus": 16}, "workload": LONG, "slo": {"tpot_ms": 60}},
+    "llama-70b-dense-16xh100": {  # dense, both modes
+        "model": "llama3.1-70b", "precision": {"weights": "fp8", "kv_cache": "fp8"},
+        "cluster": {"system": "h100-sxm", "gpus": 16}, "workload": CHAT, "slo": {"tpot_ms": 50}},
+    "deepseek-v3-72xgb200": {  # 256 experts, one rack
+        "model": "deepseek-v3", "precision": {"weights": "fp8", "experts": "fp4", "kv_cache": "fp8"},
+        "cluster": {"system": "gb200-nvl72", "racks": 1}, "workload": CHAT,
+        "slo": {"ttft_ms": 2000, "tpot_ms": 50}, "engine": "trtllm"},
+    "kimi-k2-72xgb200": {  # 384 experts, one rack
+        "model": "kimi-k2", "precision": {"weights": "fp8", "experts": "fp4", "kv_cache": "fp8"},
+        "cluster": {"system": "gb200-nvl72", "racks": 1}, "workload": CHAT,
+        "slo": {"ttft_ms": 2000, "tpot_ms": 50}, "engine": "trtllm"},
+    "kimi-k3-64xgb200": {  # 896 experts
+        "model": "kimi-k3", "precision": {"weights": "fp8", "experts": "fp4", "kv_cache": "fp8"},
+        "cluster": {"system": "gb200-nvl72", "gpus": 64}, "workload": CHAT, "slo": {"tpot_ms": 60}},
+    "deepseek-v32-72xgb200-long": {  # sparse-attention indexer, 64K-token prompts
+        "model": "deepseek-v3.2", "precision": {"weights": "fp8", "experts": "fp4", "kv_cache": "fp8"},
+        "cluster": {"system": "gb200-nvl72", "racks": 1}, "workload": LONG, "slo": {"tpot_ms": 60}},
+    "deepseek-v3-288xgb200": {  # 4 racks
+        "model": "deepseek-v3", "precision": {"weights": "fp8", "experts": "fp4", "kv_cache": "fp8"},
+        "cluster": {"system": "gb200-nvl72", "racks": 4}, "workload": CHAT,
+        "slo": {"ttft_ms": 2000, "tpot_ms": 50}, "engine": "trtllm"},
+    "deepseek-v3-1152xgb200": {  # 16 racks
+        "model": "deepseek-v3", "precision": {"weights": "fp8", "experts": "fp4", "kv_cache": "fp8"},
+        "cluster": {"system": "gb200-nvl72", "racks": 16}, "workload": CHAT,
+        "slo": {"ttft_ms": 2000, "tpot_ms": 50}, "engine": "trtllm"},
+    "kimi-k2-4608xgb200": {  # 64 racks, front at 1% TTFT resolution
+        "model": "kimi-k2", "precision": {"weights": "fp8", "experts": "fp4", "kv_cache": "fp8"},
+        "cluster": {"system": "gb200-nvl72", "racks": 64}, "workload": CHAT,
+        "slo": {"ttft_ms": 2000, "tpot_ms": 50}, "engine": "trtllm", "search": {"front_resolution": 0.01}},
+}
+
+QUICK = ("mixtral-8x7b-8xh100", "qwen3-30b-8xh200", "llama-70b-dense-8xh200-disaggregated",
+         "gpt-oss-20b-8xb200-sglang")
+SUITES = {"quick": QUICK, "full": tuple(SCENARIOS)}
+
+
+def scenario_data(name: str) -> dict[str, Any]:
+    return {**COMMON, "name": name, **SCENARIOS[name]}
