@@ -76,6 +76,8 @@ def run_case(case: Case) -> Case:
         case.first_s = result.first_feasible_s
     except PlannerError as exc:
         case.status, case.error = "error", str(exc)
+    except Exception as exc:  # a benchmark reports a crash as a result, and goes on
+        case.status, case.error = "crash", f"{type(exc).__name__}: {exc}"
     case.time_s = time.perf_counter() - start
     case.peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
     return case

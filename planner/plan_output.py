@@ -35,29 +35,40 @@ def layout_dict(layout: Layout) -> dict[str, Any]:
 
 
 def placement(result: SolveResult, point: SolvedPoint) -> dict[str, Any]:
-    """Which GPUs of which scale-up domain each instance holds, its pipeline stages' layers, and the
-    expert banks of each expert-parallel degree used."""
+    """Per pool: where each instance sits ([scale-up domain, first GPU in it]), each pipeline stage's layer
+    range and GPU offsets within an instance, and the expert banks' balance (the banks themselves, per
+    expert-parallel degree, are in the plan files and under `expert_banks` of the JSON)."""
     bins, layout = domain_bins(result.resolved), point.point.layout
-    ids, sizes = [], []
-    for index, pool in enumerate(layout.pools):
-        for replica in range(pool.replicas):
-            ids.append((index, pool, f"{pool.role}-{replica}"))
-            sizes.append(pool.gpus_per_instance)
-    slots = assign(sizes, bins)
-    instances = []
-    for (index, pool, name), slot in zip(ids, slots, strict=True):
-        ctx = pool_context(result.resolved, pool)
+    sizes = [pool.gpus_per_instance for pool in layout.pools for _ in range(pool.replicas)]
+    slots = iter(assign(sizes, bins))
+    pools, domains = [], set()
+    for pool in layout.pools:
+        instances = []
+        for _ in range(pool.replicas):
+            slot = next(slots)
+            instances.append([slot.domain, slot.first_gpu])
+            domains.add(slot.domain)
         per_stage, first_layer, stages = pool.tp * pool.dp_attention, 0, []
-        for stage, layers in enumerate(ctx.stages):
-            first_gpu = slot.first_gpu + stage * per_stage
+        for stage, layers in enumerate(pool_context(result.resolved, pool).stages):
             stages.append({"stage": stage, "layers": [first_layer, first_layer + len(layers) - 1],
-                           "gpus": [first_gpu, first_gpu + per_stage - 1]})
+                           "gpu_offset": [stage * per_stage, (stage + 1) * per_stage - 1]})
             first_layer += len(layers)
-        instances.append({"id": name, "pool": index, "domain": slot.domain, "stages": stages})
-    experts = {str(pool.moe_ep): result.experts[pool.moe_ep].to_dict()
-               for pool in layout.pools if pool.moe_ep in result.experts}
-    return {"domain_gpus": bins[0], "domains_used": len({s.domain for s in slots}), "instances": instances,
-            "experts": experts}
+        entry: dict[str, Any] = {"role": pool.role, "gpus_per_instance": pool.gpus_per_instance,
+                                 "instances": instances, "stages": stages}
+        if pool.moe_ep in result.experts:
+            banks = result.experts[pool.moe_ep]
+            entry["experts"] = {"moe_ep": pool.moe_ep, "imbalance": banks.imbalance,
+                                "greedy_imbalance": banks.greedy_imbalance,
+                                "lower_bound_imbalance": banks.lower_bound_imbalance, "status": banks.status,
+                                "gap": banks.gap}
+        pools.append(entry)
+    return {"domain_gpus": bins[0], "domains_used": len(domains), "pools": pools}
+
+
+def expert_banks(result: SolveResult, degrees: set[int] | None = None) -> dict[str, Any]:
+    """Experts per GPU (busiest first) and hot-expert replicas, per expert-parallel degree."""
+    return {str(ep): banks.to_dict() for ep, banks in sorted(result.experts.items())
+            if degrees is None or ep in degrees}
 
 
 def point_dict(result: SolveResult, point: SolvedPoint) -> dict[str, Any]:
@@ -76,6 +87,7 @@ def result_dict(result: SolveResult) -> dict[str, Any]:
         "status": result.status,
         "scenario": result.resolved.scenario.name,
         "front": [point_dict(result, p) for p in result.front],
+        "expert_banks": expert_banks(result),
         "solver": {"backend": result.settings.backend, "time_s": round(result.time_s, 3), "gap": _gap(result.gap),
                    "first_feasible_s": None if result.first_feasible_s is None else round(result.first_feasible_s, 3),
                    "milp_solves": len(sweep.reports),
@@ -111,7 +123,9 @@ def plan_yaml(result: SolveResult, index: int, point: SolvedPoint) -> str:
             f"# `plan evaluate SCENARIO --layout` reads this file (the layout below).\n")
     figures = {k: data[k] for k in ("ttft_ms", "tpot_ms", "tokens_per_s_per_gpu", "tokens_per_s_per_user", "gpus",
                                     "status", "gap")}
-    body = {"figures": figures, "layout": data["layout"], "placement": data["placement"]}
+    degrees = {pool.moe_ep for pool in point.point.layout.pools}
+    body = {"figures": figures, "layout": data["layout"], "placement": data["placement"],
+            "expert_banks": expert_banks(result, degrees)}
     return head + yaml.safe_dump(body, sort_keys=False, default_flow_style=None, width=120)
 
 

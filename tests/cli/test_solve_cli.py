@@ -27,7 +27,7 @@ def test_json_front_and_plan_files_round_trip(scenario: Path, tmp_path: Path) ->
                      "--model-stats")
     assert result.code == 0, result.err
     data = json.loads(result.out)
-    assert set(data) == {"status", "scenario", "front", "solver", "candidates", "model_statistics"}
+    assert set(data) == {"status", "scenario", "front", "expert_banks", "solver", "candidates", "model_statistics"}
     assert data["status"] == "optimal" and data["solver"]["backend"] == "highs" and data["solver"]["gap"] == 0
     assert {"choice", "rate", "cohort", "ttft", "packing"} <= set(data["model_statistics"])
     front = data["front"]

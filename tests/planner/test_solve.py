@@ -96,9 +96,10 @@ def test_placement_accounts_for_every_gpu() -> None:
     for solved in result.front:
         placement = plan_output.placement(result, solved)
         used: set[tuple[int, int]] = set()
-        for instance in placement["instances"]:
-            for stage in instance["stages"]:
-                gpus = {(instance["domain"], g) for g in range(stage["gpus"][0], stage["gpus"][1] + 1)}
+        for pool in placement["pools"]:
+            assert pool["stages"][-1]["gpu_offset"][1] == pool["gpus_per_instance"] - 1
+            for domain, first in pool["instances"]:
+                gpus = {(domain, first + g) for g in range(pool["gpus_per_instance"])}
                 assert not gpus & used and all(0 <= g < placement["domain_gpus"] for _, g in gpus)
                 used |= gpus
         assert len(used) == solved.point.gpus
