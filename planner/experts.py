@@ -77,8 +77,8 @@ def place_experts(experts: int, ep: int, skew: float, redundant: int, backend_na
     best_max, _ = _max_and_mean(best, shares, ep)
     status = SolveStatus.FEASIBLE
     if best_max / mean > bound * (1.0 + OPTIMAL_GAP) and experts * ep < MAX_VARIABLES:
-        model_packing, model_bound, status = _solve(weights, replicas, slots, floor, best, solver,
-                                                    SolveOptions(time_limit_s, threads=1, seed=seed))
+        limits = SolveOptions(time_limit_s, threads=1, seed=seed, deterministic=True)  # reproducible banks
+        model_packing, model_bound, status = _solve(weights, replicas, slots, floor, best, solver, limits)
         bound = max(bound, model_bound)
         if model_packing is not None and _max_and_mean(model_packing, shares, ep)[0] < best_max:
             best = model_packing

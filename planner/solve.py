@@ -23,7 +23,7 @@ from planner.solvers import SolveStatus, backend
 from planner.sweep import SolvedPoint, SweepResult, SweepSettings, sweep
 from planner.templates import generate
 
-EXPERT_TIME_S = 0.5  # per distinct expert-parallel degree: the swap search does most of the work
+EXPERT_TIME_S = 0.5  # CP-SAT deterministic time per expert-parallel degree: the swap search does most of the work
 
 
 @dataclass(frozen=True)
@@ -106,7 +106,9 @@ def _expert_placements(resolved: ResolvedScenario, front: list[SolvedPoint],
         return {}
     degrees = sorted({pool.moe_ep for p in front for pool in p.point.layout.pools if pool.moe_ep > 1})
     workload, search = resolved.scenario.workload, resolved.scenario.search
-    return {ep: _place(experts, ep, workload.routing_skew, search.redundant_experts, settings.backend, settings.seed)
+    # CP-SAT with a deterministic time limit: the same banks on every run (the other backends have no
+    # deterministic limit)
+    return {ep: _place(experts, ep, workload.routing_skew, search.redundant_experts, "cpsat", settings.seed)
             for ep in degrees}
 
 

@@ -32,6 +32,7 @@ class SolveOptions:
     threads: int = 1  # 1 = deterministic
     seed: int = 0
     relative_gap: float = 1e-6  # stop when proven this close to optimal
+    deterministic: bool = False  # CP-SAT: the limit is in deterministic time units (reproducible), not seconds
 
 
 @dataclass(frozen=True)

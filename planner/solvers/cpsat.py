@@ -57,7 +57,10 @@ class CpSatBackend:
             cp.add_hint(ints[index], min(max(round(value / var.resolution), math.ceil(var.lb / var.resolution)),
                                          math.floor(var.ub / var.resolution)))
         solver = cp_model.CpSolver()
-        solver.parameters.max_time_in_seconds = max(options.time_limit_s, 0.01)
+        if options.deterministic:  # reproducible: the same work whatever the machine's load
+            solver.parameters.max_deterministic_time = max(options.time_limit_s, 0.01)
+        else:
+            solver.parameters.max_time_in_seconds = max(options.time_limit_s, 0.01)
         solver.parameters.num_workers = options.threads
         solver.parameters.interleave_search = options.threads > 1  # deterministic with several workers
         solver.parameters.random_seed = options.seed
