@@ -1,0 +1,48 @@
+"""The backends behind one interface: the same answers and one status vocabulary."""
+
+from __future__ import annotations
+
+import pytest
+
+from planner.formulation.linear import LinearModel
+from planner.solvers import BACKENDS, SolveOptions, SolveStatus, backend
+
+
+def knapsack() -> LinearModel:
+    """max 5x + 4y + 0.37z, 6x + 4y <= 24, x + 2y <= 6, z + 0.1x <= 2.7 (z continuous): x=4, y=0, z=2.3."""
+    model = LinearModel()
+    x = model.add_var("x", "items", 0, 10, True)
+    y = model.add_var("y", "items", 0, 10, True)
+    z = model.add_var("z", "rest", 0, 2.5, False, resolution=1e-6)
+    model.add("weight", "items", {x: 6, y: 4}, "<=", 24)
+    model.add("volume", "items", {x: 1, y: 2}, "<=", 6)
+    model.add("rest", "rest", {z: 1, x: 0.1}, "<=", 2.7)
+    model.objective = {x: 5, y: 4, z: 0.37}
+    model.hint = {x: 3.0, y: 1.0}
+    return model
+
+
+@pytest.mark.parametrize("name", BACKENDS)
+def test_same_optimum_on_every_backend(name: str) -> None:
+    report = backend(name).solve(knapsack(), SolveOptions(10.0))
+    assert report.status == SolveStatus.OPTIMAL and report.gap == 0.0
+    assert report.objective == pytest.approx(20 + 0.37 * 2.3, abs=1e-5)
+    assert report.values[:2] == pytest.approx((4.0, 0.0))
+
+
+@pytest.mark.parametrize("name", BACKENDS)
+def test_infeasible_is_reported_as_such(name: str) -> None:
+    model = knapsack()
+    model.add("impossible", "items", {0: 1}, ">=", 11)
+    report = backend(name).solve(model, SolveOptions(10.0))
+    assert report.status == SolveStatus.INFEASIBLE and not report.status.has_solution
+
+
+def test_statistics_count_each_family() -> None:
+    assert knapsack().statistics() == {"items": {"variables": 2, "constraints": 2},
+                                       "rest": {"variables": 1, "constraints": 1}}
+
+
+def test_unknown_backend_is_refused() -> None:
+    with pytest.raises(ValueError, match="unknown solver 'gurobi'"):
+        backend("gurobi")
