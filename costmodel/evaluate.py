@@ -7,6 +7,7 @@ from typing import Any
 
 from costmodel.calibration import Calibration, default_calibration
 from costmodel.hardware import SystemSpec
+from costmodel.kv_report import kv_tier_report
 from costmodel.layout import Layout, Pool
 from costmodel.modes import PoolContext, split_stages
 from costmodel.operators import Formats, Parallel
@@ -42,8 +43,10 @@ class Prediction:
     ttft_breakdown_ms: dict[str, float]
     utilisation: dict[str, float] = field(default_factory=dict)
     pools: tuple[dict[str, Any], ...] = field(default_factory=tuple)
+    kv_tiers: dict[str, Any] | None = None  # multi-turn sessions: see costmodel.kv_report
 
     def to_dict(self) -> dict[str, Any]:
+        extra = {} if self.kv_tiers is None else {"kv_tiers": self.kv_tiers}
         return {
             "ttft_ms": self.ttft_ms,
             "tpot_ms": self.tpot_ms,
@@ -57,6 +60,7 @@ class Prediction:
             "ttft_breakdown_ms": self.ttft_breakdown_ms,
             "utilisation": self.utilisation,
             "pools": list(self.pools),
+            **extra,
         }
 
 
@@ -76,7 +80,7 @@ def pool_context(resolved: ResolvedScenario, pool: Pool) -> PoolContext:
     return PoolContext(
         arch=resolved.architecture, system=system, par=par, fmt=fmt,
         skew=scenario.workload.routing_skew, redundant_experts=scenario.search.redundant_experts,
-        stages=split_stages(resolved.architecture.layers, pool.pp),
+        stages=split_stages(resolved.architecture.layers, pool.pp), cluster_gpus=resolved.gpus,
     )
 
 
@@ -134,6 +138,8 @@ def predict(plan: LayoutPlan, pricer: Pricer) -> Prediction:
         ttft_breakdown_ms={k: v * 1e3 for k, v in ttft_parts.items()},
         utilisation=_utilisation(timings),
         pools=tuple(_pool_report(timing) for timing in timings),
+        kv_tiers=kv_tier_report(next(t for t in timings if t.plan.pool.role != "decode"), plan.resolved.gpus, ttft,
+                                ttft_parts.get("kv_transfer", 0.0)),
     )
 
 

@@ -46,6 +46,7 @@ class PoolContext:
     skew: float
     redundant_experts: int
     stages: tuple[tuple[Layer, ...], ...]
+    cluster_gpus: int = 1  # the whole cluster's GPUs (idle multi-turn sessions spread over them)
 
     @functools.cached_property
     def stage_counts(self) -> tuple[tuple[tuple[Layer, int], ...], ...]:
@@ -131,10 +132,12 @@ def prefill_work(ctx: PoolContext, stage: int, seqs: float, new_tokens: float) -
 
 
 def midfill_work(ctx: PoolContext, stage: int, seqs: float, new_tokens: float, cached: float,
-                 tier: CacheTier) -> StepWork:
-    """Midfill: new tokens appended to `cached` tokens of context, fetched first from `tier`."""
+                 fetch: tuple[tuple[CacheTier, float], ...] = ()) -> StepWork:
+    """Midfill: new tokens appended to `cached` tokens of context, of which `fetch` gives the tokens per
+    sequence fetched first from each slower tier (the rest is in HBM)."""
     work = stage_work(ctx, stage, StepShape("fill", seqs, new_tokens, cached))
-    work.transfers += cache_fetch(ctx, stage, seqs * cached, tier)
+    for tier, tokens in fetch:
+        work.transfers += cache_fetch(ctx, stage, seqs * tokens, tier)
     return work
 
 

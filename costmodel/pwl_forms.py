@@ -59,9 +59,10 @@ def _only(work: StepWork, names: frozenset[str]) -> StepWork:
 def _builder(ctx: PoolContext, mode: Mode, request: RequestShape,
              tier: Literal["hbm", "host_dram", "ssd"]) -> Callable[[int, float], StepWork]:
     if mode == "prefill":
-        return lambda stage, x: midfill_work(ctx, stage, x / request.new, request.new, 0.0, "hbm")
+        return lambda stage, x: midfill_work(ctx, stage, x / request.new, request.new, 0.0)
     if mode == "midfill":
-        return lambda stage, x: midfill_work(ctx, stage, x / request.new, request.new, request.cached, tier)
+        fetch = ((tier, request.cached),) if tier != "hbm" else ()
+        return lambda stage, x: midfill_work(ctx, stage, x / request.new, request.new, request.cached, fetch)
     names = DECODE_ATTENTION_OPS if mode == "decode_attention" else DECODE_EXPERT_OPS
     return lambda stage, x: _only(decode_work(ctx, stage, x, request.mid_context, 1.0 + request.draft), names)
 

@@ -85,6 +85,24 @@ class Speculative(StrictModel):
     )
 
 
+class Sessions(StrictModel):
+    """Multi-turn sessions (agents, long chats): each turn appends new input to the session's context,
+    which waits between turns in some KV tier (HBM, host DRAM, SSD) or is recomputed."""
+
+    arrival_rate_per_s: float = Field(gt=0, description="New sessions per second across the cluster.")
+    turns: PositiveInt = Field(description="Turns per session.")
+    system_prompt_tokens: int = Field(
+        0, ge=0, description="Context before the first turn (system prompt, repository map), tokens."
+    )
+    think_time_s: float = Field(
+        5.0, ge=0.0, description="Mean gap between a turn's answer and the next turn (tool calls, reading), s."
+    )
+    pause_probability: float = Field(
+        0.0, ge=0.0, le=1.0, description="Chance that the gap after a turn is a pause instead of a think."
+    )
+    pause_s: float = Field(3600.0, gt=0, description="Mean pause duration, s.")
+
+
 class Workload(StrictModel):
     """What each request looks like and how many are in flight."""
 
@@ -114,11 +132,18 @@ class Workload(StrictModel):
         "real traffic without EPLB).",
     )
     speculative: Speculative = Field(default_factory=Speculative, description="Speculative decoding.")
+    sessions: Sessions | None = Field(
+        None,
+        description="Multi-turn sessions: input_tokens and output_tokens are then per turn, the cached context "
+        "and its KV tiers follow from the sessions (leave cached_tokens at 0).",
+    )
 
     @model_validator(mode="after")
     def _one_load_driver(self) -> Workload:
         if self.concurrency is not None and self.arrival_rate_per_s is not None:
             raise ValueError("give at most one of concurrency (closed loop) or arrival_rate_per_s (open loop)")
+        if self.sessions is not None and self.cached_tokens:
+            raise ValueError("with sessions the cached context follows from the turns: set cached_tokens to 0")
         return self
 
 

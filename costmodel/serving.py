@@ -33,9 +33,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from costmodel.calibration import Calibration
+from costmodel.kv_tiers import TierPlan, plan_tiers, turn_shape
 from costmodel.layout import Pool
 from costmodel.memory import MemoryUse, max_batch, memory_use
-from costmodel.modes import PoolContext, decode_work, layer_work, merged_work, midfill_work
+from costmodel.modes import CacheTier, PoolContext, decode_work, layer_work, merged_work, midfill_work
 from costmodel.operators import StepShape
 from costmodel.pricing import Pricer
 from costmodel.scenario import Workload
@@ -56,22 +57,49 @@ class RequestShape:
     draft: int  # speculative tokens verified per decode step
     accepted: float  # tokens accepted per decode step
 
+    fetch: tuple[tuple[CacheTier, float], ...] = ()  # cached tokens fetched from slower tiers, per tier
+    tiers: TierPlan | None = None  # multi-turn sessions: where contexts wait between turns
+
     @staticmethod
-    def of(workload: Workload) -> RequestShape:
+    def of(workload: Workload, tiers: TierPlan | None = None) -> RequestShape:
+        """Per request (per turn, with sessions). Sessions without `tiers`: the whole context, as if in HBM
+        (what memory sizing needs); with `tiers`: recomputed contexts become new tokens, fetched ones are
+        fetched from their tier."""
         spec = workload.speculative
         draft = spec.draft_tokens if spec.method != "none" else 0
+        accepted = sum(spec.acceptance_rate**i for i in range(draft + 1))
+        if workload.sessions is not None:
+            return _session_turn(workload, tiers, draft, accepted)
+        cached = workload.cached_tokens + workload.input_tokens * workload.prefix_hit_rate
+        tier = workload.cached_tier
         return RequestShape(
             new=workload.input_tokens * (1.0 - workload.prefix_hit_rate),
-            cached=workload.cached_tokens + workload.input_tokens * workload.prefix_hit_rate,
+            cached=cached,
             output=workload.output_tokens,
             draft=draft,
-            accepted=sum(spec.acceptance_rate**i for i in range(draft + 1)),
+            accepted=accepted,
+            fetch=((tier, cached),) if tier != "hbm" and cached > 0 else (),
         )
 
     @property
     def mid_context(self) -> float:
         """Context at mid-generation, where a decode step's KV read is its average."""
         return self.cached + self.new + self.output / 2.0
+
+
+def _session_turn(workload: Workload, tiers: TierPlan | None, draft: int, accepted: float) -> RequestShape:
+    sessions = workload.sessions
+    assert sessions is not None
+    context, new = turn_shape(sessions, workload.input_tokens, workload.output_tokens)
+    first = 1.0 / sessions.turns  # a first turn holds only the system prompt (a shared prefix, in HBM)
+    recompute = tiers.turn_shares["recompute"] if tiers else 0.0
+    fetch: tuple[tuple[CacheTier, float], ...] = ()
+    if tiers is not None:
+        fetch = tuple((tier, tiers.turn_shares[tier] * context) for tier in ("host_dram", "ssd")
+                      if tiers.turn_shares[tier] > 0)
+    return RequestShape(new=new + recompute * context,
+                        cached=first * sessions.system_prompt_tokens + (1.0 - first - recompute) * context,
+                        output=workload.output_tokens, draft=draft, accepted=accepted, fetch=fetch, tiers=tiers)
 
 
 @dataclass(frozen=True)
@@ -94,6 +122,11 @@ class PoolPlan:
 def plan_pool(ctx: PoolContext, pool: Pool, workload: Workload) -> PoolPlan:
     request = RequestShape.of(workload)
     memory, largest = pool_memory(ctx, pool, workload)
+    if workload.sessions is not None:  # idle contexts use what this layout leaves free in HBM
+        tiers = plan_tiers(workload.sessions, workload.input_tokens, workload.output_tokens,
+                           ctx.arch.kv_bytes_per_token(ctx.fmt.kv_dtype), ctx.system, ctx.cluster_gpus,
+                           memory.capacity - memory.total)
+        request = RequestShape.of(workload, tiers)
     seqs = pool.batch / ctx.par.dp
     fill = decode = mixed = None
     fill_chunks = mixed_steps = own_steps = 0.0
@@ -101,7 +134,7 @@ def plan_pool(ctx: PoolContext, pool: Pool, workload: Workload) -> PoolPlan:
         total = max(seqs * request.new, 1.0)
         chunk = min(float(ENGINE_STEP_TOKENS), total)
         fill = _stages(ctx, lambda s: midfill_work(ctx, s, chunk / request.new, request.new, request.cached,
-                                                   workload.cached_tier))
+                                                   request.fetch))
         fill_chunks = total / chunk
     if pool.role != "prefill":
         decode = _stages(ctx, lambda s: _decode_stage(ctx, s, seqs / ctx.par.pp, request))
@@ -111,7 +144,7 @@ def plan_pool(ctx: PoolContext, pool: Pool, workload: Workload) -> PoolPlan:
         mixed = _stages(ctx, lambda s: merged_work(
             _decode_stage(ctx, s, seqs / ctx.par.pp, request),
             midfill_work(ctx, s, chunk / request.new / ctx.par.pp, request.new, request.cached,
-                         workload.cached_tier)))
+                         request.fetch)))
         mixed_steps = seqs * request.new / chunk
         own_steps = max(1.0, request.new / chunk)
     return PoolPlan(ctx, pool, request, memory, largest, fill, decode, mixed, fill_chunks, mixed_steps, own_steps)
@@ -190,7 +223,8 @@ def time_pool(plan: PoolPlan, pricer: Pricer) -> PoolTiming:
 
 def pool_memory(ctx: PoolContext, pool: Pool, workload: Workload) -> tuple[MemoryUse, int]:
     """Memory per GPU at the pool's batch, and the largest batch that would fit."""
-    context = workload.cached_tokens + workload.input_tokens
+    request = RequestShape.of(workload)
+    context = request.cached + request.new
     if pool.role != "prefill":
         context += workload.output_tokens
     with_mtp = workload.speculative.method == "mtp"

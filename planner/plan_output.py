@@ -15,7 +15,7 @@ from typing import Any
 
 import yaml
 
-from costmodel.evaluate import pool_context
+from costmodel.evaluate import evaluate, pool_context
 from costmodel.layout import Layout
 from planner.placement import assign, domain_bins
 from planner.solve import SolveResult
@@ -71,13 +71,22 @@ def expert_banks(result: SolveResult, degrees: set[int] | None = None) -> dict[s
             if degrees is None or ep in degrees}
 
 
+def kv_tiers(result: SolveResult, point: SolvedPoint) -> dict[str, Any] | None:
+    """Multi-turn scenarios: the KV tiers of this point's deployment (`costmodel.kv_report`)."""
+    if result.resolved.scenario.workload.sessions is None:
+        return None
+    return evaluate(result.resolved, point.point.layout).kv_tiers
+
+
 def point_dict(result: SolveResult, point: SolvedPoint) -> dict[str, Any]:
     p = point.point
+    tiers = kv_tiers(result, point)
+    extra = {} if tiers is None else {"kv_tiers": tiers}
     return {
         "ttft_ms": p.ttft_ms, "tpot_ms": p.tpot_ms, "tokens_per_s_per_gpu": p.tokens_per_s_per_gpu,
         "tokens_per_s_per_user": p.tokens_per_s_per_user, "gpus": p.gpus, "serving": p.layout.serving,
         "status": point.status.value, "gap": _gap(point.gap), "layout": layout_dict(p.layout),
-        "placement": placement(result, point),
+        "placement": placement(result, point), **extra,
     }
 
 
@@ -188,8 +197,26 @@ def print_table(result: SolveResult, console: Any, model_stats: bool) -> None:
     console.print(f"status {result.status}; largest gap {result.gap:.2%}; {result.settings.backend}, "
                   f"{len(sweep.reports)} MILP solves in {result.time_s:.1f} s"
                   + ("; stopped at the time limit" if sweep.timed_out else ""))
+    if result.resolved.scenario.workload.sessions is not None:
+        print_kv_tiers(result, console)
     if model_stats:
         print_model_stats(result, console)
+
+
+def print_kv_tiers(result: SolveResult, console: Any) -> None:
+    from rich.table import Table
+
+    table = Table(title="KV tiers of each point: share of turns served from each tier, fetch rate (cluster)")
+    for column in ("#", "HBM", "host DRAM", "SSD", "recomputed", "DRAM GB/s", "SSD GB/s", "TTFT fetching"):
+        table.add_column(column, justify="right")
+    for index, solved in enumerate(result.front):
+        tiers = kv_tiers(result, solved)
+        if tiers is None:
+            continue
+        shares, fetch = tiers["turn_shares"], tiers["fetch_gb_per_s"]
+        table.add_row(str(index), *(f"{shares[t]:.0%}" for t in ("hbm", "host_dram", "ssd", "recompute")),
+                      f"{fetch['host_dram']:.1f}", f"{fetch['ssd']:.1f}", f"{tiers['fetch_share_of_ttft']:.0%}")
+    console.print(table)
 
 
 def print_model_stats(result: SolveResult, console: Any) -> None:

@@ -1,0 +1,90 @@
+"""Multi-turn sessions: tier sizing by hand, fetch time in TTFT, pauses pushing contexts down a tier."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from costmodel.evaluate import evaluate
+from costmodel.hardware import load_system
+from costmodel.kv_tiers import DRAM_USABLE, plan_tiers, turn_shape
+from costmodel.layout import Layout
+from costmodel.scenario import Sessions
+from planner.scenario import scenario_from_data
+
+GB = 1e9
+KV_PER_TOKEN = 70e3  # bytes: about a 61-layer MLA model at bf16
+
+
+def sessions(**changes: Any) -> Sessions:
+    base = {"arrival_rate_per_s": 1.0, "turns": 11, "system_prompt_tokens": 10_000, "think_time_s": 10.0,
+            "pause_probability": 0.0, "pause_s": 600.0}
+    return Sessions.model_validate({**base, **changes})
+
+
+def test_turn_shape_and_populations_by_hand() -> None:
+    context, new = turn_shape(sessions(), 1000, 200)
+    assert (context, new) == (10_000 + 11 * 1200 / 2, 1000)  # S + T (i + o) / 2
+    system = load_system("h200-sxm")
+    # 1 session/s x 10 gaps x 10 s thinking = 100 idle sessions over 8 GPUs, 16,600 tokens each
+    plan = plan_tiers(sessions(), 1000, 200, KV_PER_TOKEN, system, gpus=8, hbm_free_bytes=1e15)
+    per_gpu = 100 / 8 * 16_600 * KV_PER_TOKEN
+    assert plan.stored_bytes["hbm"] == pytest.approx(per_gpu)
+    assert plan.turn_shares == pytest.approx({"hbm": 1.0, "host_dram": 0.0, "ssd": 0.0, "recompute": 0.0})
+    assert plan.turns_per_s_per_gpu == pytest.approx(11 / 8)
+
+
+def test_a_context_that_fits_only_in_dram_is_fetched_from_dram() -> None:
+    system = load_system("h200-sxm")
+    plan = plan_tiers(sessions(), 1000, 200, KV_PER_TOKEN, system, gpus=8, hbm_free_bytes=0.0)
+    assert plan.turn_shares["host_dram"] == pytest.approx(10 / 11)  # every turn after the first
+    assert plan.turn_shares["hbm"] == pytest.approx(1 / 11)  # first turns: the system prompt prefix
+    assert plan.capacity_bytes["host_dram"] == pytest.approx(DRAM_USABLE * system.host_dram_bytes_per_node / 8)
+    fetch = plan.fetch_bytes_per_s(KV_PER_TOKEN)
+    assert fetch["host_dram"] == pytest.approx(10 / 11 * 16_600 * KV_PER_TOKEN * 11 / 8)
+
+
+def test_doubling_the_pause_moves_sessions_to_a_lower_tier() -> None:
+    system = load_system("h200-sxm")
+    dram = DRAM_USABLE * system.host_dram_bytes_per_node / system.gpus_per_node
+    # paused sessions sized to fill about 80% of DRAM per GPU at the shorter pause
+    each = 16_600 * KV_PER_TOKEN
+    pause = 0.8 * dram * 8 / (10 * 0.5 * each)
+    short = plan_tiers(sessions(pause_probability=0.5, pause_s=pause, think_time_s=0.0), 1000, 200, KV_PER_TOKEN,
+                       system, gpus=8, hbm_free_bytes=0.0)
+    long = plan_tiers(sessions(pause_probability=0.5, pause_s=2 * pause, think_time_s=0.0), 1000, 200,
+                      KV_PER_TOKEN, system, gpus=8, hbm_free_bytes=0.0)
+    assert short.turn_shares["ssd"] == 0.0 and long.turn_shares["ssd"] > 0.0
+    assert long.turn_shares["host_dram"] < short.turn_shares["host_dram"]
+
+
+def agent(**session_changes: Any) -> dict[str, Any]:
+    return {"schema_version": 1, "name": "agent", "model": "deepseek-v3",
+            "precision": {"weights": "fp8", "experts": "fp4", "kv_cache": "fp8"},
+            "cluster": {"system": "gb200-nvl72", "racks": 1},
+            "workload": {"input_tokens": 2000, "output_tokens": 500,
+                         "sessions": {"arrival_rate_per_s": 0.2, "turns": 40, "system_prompt_tokens": 50_000,
+                                      "think_time_s": 20.0, **session_changes}}}
+
+
+LAYOUT = Layout.model_validate({"serving": "aggregated", "pools": [
+    {"role": "mixed", "replicas": 9, "tp": 1, "dp_attention": 8, "pp": 1, "moe_tp": 1, "moe_ep": 8, "batch": 64}]})
+
+
+def test_dram_fetch_time_enters_ttft() -> None:
+    hot = evaluate(scenario_from_data(agent()), LAYOUT)
+    # 25 times longer thinking: 25 x 548 GB of idle contexts, 5.7 TB of HBM left free: most wait in DRAM
+    cold = evaluate(scenario_from_data(agent(think_time_s=500.0)), LAYOUT)
+    assert hot.kv_tiers is not None and cold.kv_tiers is not None
+    assert hot.kv_tiers["turn_shares"]["hbm"] == pytest.approx(1.0)
+    assert cold.kv_tiers["turn_shares"]["host_dram"] > 0.5
+    assert hot.kv_tiers["fetch_share_of_ttft"] == 0.0 < cold.kv_tiers["fetch_share_of_ttft"]
+    assert cold.ttft_ms > hot.ttft_ms
+    assert cold.kv_tiers["fetch_gb_per_s"]["host_dram"] > 0
+
+
+def test_single_turn_workloads_have_no_tier_report() -> None:
+    data = agent()
+    data["workload"] = {"input_tokens": 2000, "output_tokens": 500}
+    assert evaluate(scenario_from_data(data), LAYOUT).kv_tiers is None
