@@ -15,7 +15,10 @@ fills the cluster, as the planner's do). Usable fractions of DRAM and SSD are as
 
 A turn after a think finds its context where thinking sessions sit, after a pause where paused ones do;
 the first turn of a session finds only the system prompt (a shared prefix, in HBM). The fill then fetches
-the context from its tier over the GPU-host link or the storage path (`costmodel.modes.cache_fetch`).
+the context from its tier over the GPU-host link or the storage path (`costmodel.modes.cache_fetch`),
+unless recomputing it is faster: per token, fetching costs KV bytes / the tier's bandwidth per GPU and
+recomputing 2 x active parameters / peak FLOP/s (both spread over the same GPUs; the roofline is the
+cheapest recompute can be, so the rule errs towards fetching only when fetching is clearly faster).
 """
 
 from __future__ import annotations
@@ -52,6 +55,7 @@ class TierPlan:
     context_tokens: float  # mean context before a turn (after its first)
     new_tokens: float  # mean new tokens per turn (the system prompt counts on first turns)
     turns_per_s_per_gpu: float
+    recomputed_tiers: tuple[str, ...] = ()  # tiers whose contexts are cheaper to recompute than to fetch
 
     def fetch_bytes_per_s(self, kv_bytes_per_token: float) -> dict[str, float]:
         """Per GPU, what each tier must deliver to serve its turns."""
@@ -84,9 +88,18 @@ def tier_capacity(system: SystemSpec, hbm_free_bytes: float) -> dict[str, float]
             "ssd": SSD_USABLE * system.ssd_capacity_bytes_per_node / system.gpus_per_node}
 
 
+def fetch_s_per_token(system: SystemSpec, kv_bytes_per_token: float) -> dict[str, float]:
+    """Seconds per context token to fetch from each slower tier, per GPU (SSDs shared by a node's GPUs)."""
+    ssd = min(system.ssd_bandwidth_bytes_per_s_per_node / system.gpus_per_node, system.host_link_bandwidth_bytes_per_s)
+    return {"host_dram": kv_bytes_per_token / system.host_link_bandwidth_bytes_per_s,
+            "ssd": kv_bytes_per_token / ssd}
+
+
 def plan_tiers(sessions: Sessions, input_tokens: int, output_tokens: int, kv_bytes_per_token: float,
-               system: SystemSpec, gpus: int, hbm_free_bytes: float) -> TierPlan:
-    """Fill the tiers shortest-idle first and derive where each turn finds its context."""
+               system: SystemSpec, gpus: int, hbm_free_bytes: float,
+               recompute_s_per_token: float = float("inf")) -> TierPlan:
+    """Fill the tiers shortest-idle first and derive where each turn finds its context; a tier slower to
+    fetch from than `recompute_s_per_token` hands its turns to recomputation."""
     context, new = turn_shape(sessions, input_tokens, output_tokens)
     thinking, paused = populations(sessions, context, kv_bytes_per_token, gpus)
     capacity = tier_capacity(system, hbm_free_bytes)
@@ -107,5 +120,10 @@ def plan_tiers(sessions: Sessions, input_tokens: int, output_tokens: int, kv_byt
     pause = sessions.pause_probability
     shares = {tier: later * ((1 - pause) * placed[0][tier] + pause * placed[1][tier]) for tier in TIERS}
     shares["hbm"] += 1.0 / sessions.turns  # first turns: only the system prompt, a shared prefix
+    slow = tuple(t for t, cost in fetch_s_per_token(system, kv_bytes_per_token).items()
+                 if cost > recompute_s_per_token)
+    for tier in slow:
+        shares["recompute"] += shares[tier]
+        shares[tier] = 0.0
     turns_per_s = sessions.arrival_rate_per_s * sessions.turns / gpus
-    return TierPlan(capacity, stored, shares, context, new, turns_per_s)
+    return TierPlan(capacity, stored, shares, context, new, turns_per_s, slow)

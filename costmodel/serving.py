@@ -123,9 +123,10 @@ def plan_pool(ctx: PoolContext, pool: Pool, workload: Workload) -> PoolPlan:
     request = RequestShape.of(workload)
     memory, largest = pool_memory(ctx, pool, workload)
     if workload.sessions is not None:  # idle contexts use what this layout leaves free in HBM
+        recompute = 2.0 * ctx.arch.active_params() / ctx.fmt.peak(ctx.fmt.expert_compute)  # roofline, per token
         tiers = plan_tiers(workload.sessions, workload.input_tokens, workload.output_tokens,
                            ctx.arch.kv_bytes_per_token(ctx.fmt.kv_dtype), ctx.system, ctx.cluster_gpus,
-                           memory.capacity - memory.total)
+                           memory.capacity - memory.total, recompute)
         request = RequestShape.of(workload, tiers)
     seqs = pool.batch / ctx.par.dp
     fill = decode = mixed = None

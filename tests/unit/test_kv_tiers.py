@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from costmodel.evaluate import evaluate
-from costmodel.hardware import load_system
+from costmodel.hardware import load_system, with_overrides
 from costmodel.kv_tiers import DRAM_USABLE, plan_tiers, turn_shape
 from costmodel.layout import Layout
 from costmodel.scenario import Sessions
@@ -88,3 +88,11 @@ def test_single_turn_workloads_have_no_tier_report() -> None:
     data = agent()
     data["workload"] = {"input_tokens": 2000, "output_tokens": 500}
     assert evaluate(scenario_from_data(data), LAYOUT).kv_tiers is None
+
+
+def test_a_tier_slower_than_recomputing_is_recomputed() -> None:
+    system = with_overrides(load_system("h200-sxm"), {"ssd_bandwidth_bytes_per_s_per_node": 1e6})  # 1 MB/s
+    plan = plan_tiers(sessions(pause_probability=1.0, think_time_s=0.0, pause_s=1e6), 1000, 200, KV_PER_TOKEN,
+                      system, gpus=8, hbm_free_bytes=0.0, recompute_s_per_token=1e-5)
+    assert plan.recomputed_tiers == ("ssd",) and plan.turn_shares["ssd"] == 0.0
+    assert plan.turn_shares["recompute"] > 0.0
