@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import sys
 import traceback
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +25,7 @@ from planner.schemas import json_schema
 from planner.solve import SolveSettings, solve
 from planner.solvers import BACKENDS
 from planner.sourcefile import read_document
+from planner.sweep import SolvedPoint
 
 FORMAT = click.option(
     "--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True,
@@ -138,8 +140,12 @@ def solve_command(scenario: Path, fmt: str, out_dir: Path | None, solver: str | 
                              resolution=search.front_resolution)
     console = report.console()
     if fmt == "table" and console.is_terminal:
-        with console.status(f"solving {resolved.scenario.name} with {settings.backend}..."):
-            result = solve(resolved, settings)
+        with console.status(f"solving {resolved.scenario.name} with {settings.backend}...") as status:
+            def progress(point: SolvedPoint, count: int) -> None:
+                status.update(f"solving {resolved.scenario.name} with {settings.backend}: {count} front points, "
+                              f"down to TTFT {point.point.ttft_ms:.1f} ms")
+
+            result = solve(resolved, replace(settings, on_point=progress))
     else:
         result = solve(resolved, settings)
     if out_dir is not None:

@@ -8,6 +8,7 @@ same figures.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
@@ -34,6 +35,7 @@ class SolveSettings:
     seed: int = 0
     pair_screening: bool = True  # off: the MILP alone chooses among all configurations (slow at scale)
     resolution: float = 0.0  # relative TTFT step between front points (search.front_resolution)
+    on_point: Callable[[SolvedPoint, int], None] | None = None  # progress callback
 
 
 @dataclass
@@ -85,7 +87,7 @@ def solve(resolved: ResolvedScenario, settings: SolveSettings, calibration: Cali
     left = max(0.1, settings.time_limit_s - prepare_s)
     result = sweep(resolved, calibration, options,
                    SweepSettings(backend(settings.backend), left, settings.threads, settings.seed,
-                                 settings.pair_screening, settings.resolution))
+                                 settings.pair_screening, settings.resolution, settings.on_point))
     front = result.front
     if not front:
         if result.timed_out:

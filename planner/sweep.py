@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 from costmodel.calibration import Calibration
@@ -69,6 +70,7 @@ class SweepSettings:
     seed: int = 0
     pair_screening: bool = True
     resolution: float = 0.0  # relative TTFT step between front points; 0: every point (1 us grid)
+    on_point: Callable[[SolvedPoint, int], None] | None = None  # progress: each point found, and the count
 
 
 class _Sweeper:
@@ -114,6 +116,8 @@ class _Sweeper:
             if solved is None:
                 return self.result
             self.result.points.append(solved)
+            if self.settings.on_point is not None:
+                self.settings.on_point(solved, len(self.result.points))
             if self.result.first_feasible_s is None:
                 self.result.first_feasible_s = time.perf_counter() - self.start
             if self.result.timed_out:
