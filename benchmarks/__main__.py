@@ -29,13 +29,14 @@ def main(argv: list[str] | None = None) -> int:
     solver_parser.add_argument("--time-limit", type=float, default=120.0, help="per solve, s")
     solver_parser.add_argument("--jobs", type=int, default=1, help="cases run in parallel (timing noise if > 1)")
     solver_parser.add_argument("--markdown", action="store_true", help="also print a markdown table")
+    solver_parser.add_argument("--log", type=Path, help="append each case here as it ends; resume from it")
     scaling_parser = commands.add_parser("scaling", help="solve time and memory against GPUs and experts")
     scaling_parser.add_argument("--time-limit", type=float, default=300.0)
     scaling_parser.add_argument("--jobs", type=int, default=1)
     args = parser.parse_args(argv)
     if args.command == "solver":
         return solver.main(args.suite, args.json, args.write_baseline, tuple(args.backends), args.seeds,
-                           args.time_limit, args.jobs, args.markdown)
+                           args.time_limit, args.jobs, args.markdown, args.log)
     if args.command == "scaling":
         return scaling.main(args.time_limit, args.jobs)
     if args.command == "speed":

@@ -10,37 +10,14 @@ GPUs (log-log).
 from __future__ import annotations
 
 import math
-from concurrent.futures import ProcessPoolExecutor
-from multiprocessing import get_context
 from typing import Any
 
 import numpy as np
 
 from benchmarks import suite
-from benchmarks.solver import Case, run_case
+from benchmarks.solver import Case, run_cases
 
-CLUSTER = {"deepseek-v3-8xgb200": 8, "deepseek-v3-72xgb200": 72, "deepseek-v3-288xgb200": 288,
-           "deepseek-v3-1152xgb200": 1152, "deepseek-v3-4608xgb200": 4608}
-EXPERTS = {"mixtral-8x22b": 8, "gpt-oss-20b": 32, "qwen3-235b": 128, "deepseek-v3": 256, "kimi-k2": 384,
-           "qwen3.5-397b": 512, "kimi-k3": 896}
-
-
-def _register() -> list[tuple[str, str, int]]:
-    """Adds the scaling scenarios to the suite's table (child processes re-register on import)."""
-    base = suite.SCENARIOS["deepseek-v3-72xgb200"]
-    rows: list[tuple[str, str, int]] = []
-    for name, gpus in CLUSTER.items():
-        search = {"front_resolution": 0.01} if gpus >= 1152 else {}
-        suite.SCENARIOS.setdefault(name, {**base, "cluster": {"system": "gb200-nvl72", "gpus": gpus}, "search": search})
-        rows.append(("gpus", name, gpus))
-    for model, experts in EXPERTS.items():
-        name = f"{model}-72xgb200-experts"
-        suite.SCENARIOS.setdefault(name, {**base, "model": model})
-        rows.append(("experts", name, experts))
-    return rows
-
-
-ROWS = _register()
+ROWS = suite.SCALING
 
 
 def growth_exponent(points: list[tuple[int, float]]) -> float:
@@ -50,9 +27,7 @@ def growth_exponent(points: list[tuple[int, float]]) -> float:
 
 
 def main(time_limit_s: float = 300.0, jobs: int = 1) -> int:
-    cases = [Case(name, "cpsat", 0, time_limit_s) for _, name, _ in ROWS]
-    with ProcessPoolExecutor(max_workers=jobs, mp_context=get_context("spawn"), max_tasks_per_child=1) as pool:
-        done = {c.scenario: c for c in pool.map(run_case, cases)}
+    done = {c.scenario: c for c in run_cases([Case(name, "cpsat", 0, time_limit_s) for _, name, _ in ROWS], jobs, None)}
     results: list[dict[str, Any]] = []
     print(f"{'axis':<8} {'scenario':<34} {'size':>6} {'points':>7} {'status':>9} {'time s':>8} {'peak MB':>8}")
     for axis, name, size in ROWS:

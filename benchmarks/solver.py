@@ -18,11 +18,12 @@ from __future__ import annotations
 import json
 import math
 import resource
+import signal
 import statistics
 import sys
 import time
-from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass
+from concurrent.futures import ProcessPoolExecutor, as_completed
+from dataclasses import asdict, dataclass
 from multiprocessing import get_context
 from pathlib import Path
 from typing import Any
@@ -38,6 +39,7 @@ HV_TOLERANCE = 0.99
 TIME_FACTOR = 2.0
 TIME_FLOOR_S = 1.0
 TIME_SHIFT_S = 1.0
+WATCHDOG_FACTOR, WATCHDOG_SLACK_S = 2.0, 120.0
 
 Front = list[tuple[float, float]]  # (TTFT ms, tokens/s per GPU), TTFT ascending
 
@@ -58,12 +60,18 @@ class Case:
     error: str = ""
 
 
+def _watchdog(signum: int, frame: object) -> None:
+    raise TimeoutError("the case overran its time limit by far (watchdog)")
+
+
 def run_case(case: Case) -> Case:
-    """In a fresh process: solve and measure."""
+    """In a fresh process: solve and measure; a watchdog ends a case that ignores its time limit."""
     from planner.errors import PlannerError
     from planner.scenario import scenario_from_data
     from planner.solve import SolveSettings, solve
 
+    signal.signal(signal.SIGALRM, _watchdog)
+    signal.alarm(int(WATCHDOG_FACTOR * case.time_limit_s + WATCHDOG_SLACK_S))
     start = time.perf_counter()
     resolution = SCENARIOS[case.scenario].get("search", {}).get("front_resolution", 0.0)
     try:
@@ -78,6 +86,7 @@ def run_case(case: Case) -> Case:
         case.status, case.error = "error", str(exc)
     except Exception as exc:  # a benchmark reports a crash as a result, and goes on
         case.status, case.error = "crash", f"{type(exc).__name__}: {exc}"
+    signal.alarm(0)
     case.time_s = time.perf_counter() - start
     case.peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
     return case
@@ -189,11 +198,34 @@ def update_references(name: str, cases: list[Case], reference: Front, kind: str,
         (REFERENCES / f"{name}.json").write_text(json.dumps(record, indent=1) + "\n")
 
 
-def run(suite: str, backends: tuple[str, ...], seeds: int, time_limit_s: float, jobs: int) -> list[dict[str, Any]]:
-    names = SUITES[suite]
-    cases = [Case(n, b, s, time_limit_s) for n in names for b in backends for s in range(seeds)]
+def _load_log(log: Path | None) -> dict[tuple[str, str, int], Case]:
+    if log is None or not log.exists():
+        return {}
+    cases = [Case(**json.loads(line)) for line in log.read_text().splitlines() if line.strip()]
+    for case in cases:
+        case.front = [(float(a), float(b)) for a, b in case.front or []]
+    return {(c.scenario, c.backend, c.seed): c for c in cases}
+
+
+def run_cases(cases: list[Case], jobs: int, log: Path | None) -> list[Case]:
+    """Each case in a fresh process; with `log`, results are appended as they come and cases already in
+    the log are not run again (a long run can resume)."""
+    known = _load_log(log)
+    todo = [c for c in cases if (c.scenario, c.backend, c.seed) not in known]
     with ProcessPoolExecutor(max_workers=jobs, mp_context=get_context("spawn"), max_tasks_per_child=1) as pool:
-        done = list(pool.map(run_case, cases))
+        for future in as_completed([pool.submit(run_case, c) for c in todo]):
+            case = future.result()
+            known[(case.scenario, case.backend, case.seed)] = case
+            if log is not None:
+                with log.open("a") as out:
+                    out.write(json.dumps(asdict(case)) + "\n")
+    return [known[(c.scenario, c.backend, c.seed)] for c in cases]
+
+
+def run(suite: str, backends: tuple[str, ...], seeds: int, time_limit_s: float, jobs: int,
+        log: Path | None = None) -> list[dict[str, Any]]:
+    names = SUITES[suite]
+    done = run_cases([Case(n, b, s, time_limit_s) for n in names for b in backends for s in range(seeds)], jobs, log)
     rows = []
     for name in names:
         reference, kind = reference_front(name)
@@ -232,10 +264,10 @@ def markdown(rows: list[dict[str, Any]], means: dict[str, dict[str, float]]) -> 
 
 
 def main(suite: str, json_out: Path | None, write_baseline: bool, backends: tuple[str, ...], seeds: int,
-         time_limit_s: float, jobs: int, show_markdown: bool) -> int:
+         time_limit_s: float, jobs: int, show_markdown: bool, log: Path | None = None) -> int:
     print(f"solver benchmark, suite {suite}: {', '.join(backends)}, {seeds} seed(s), {time_limit_s:g} s limit",
           flush=True)
-    rows = run(suite, backends, seeds, time_limit_s, jobs)
+    rows = run(suite, backends, seeds, time_limit_s, jobs, log)
     means = suite_means(rows)
     for backend, m in means.items():
         print(f"{backend}: shifted geometric mean time {m['time_s']:.2f} s, "

@@ -77,3 +77,25 @@ SUITES = {"quick": QUICK, "full": tuple(SCENARIOS)}
 
 def scenario_data(name: str) -> dict[str, Any]:
     return {**COMMON, "name": name, **SCENARIOS[name]}
+
+
+def _scaling() -> list[tuple[str, str, int]]:
+    """Scenarios of `python -m benchmarks scaling` (registered here so that worker processes know them):
+    DeepSeek-V3 on 8 to 4,608 GB200 GPUs, and models of 8 to 896 experts on one rack."""
+    base = SCENARIOS["deepseek-v3-72xgb200"]
+    rows: list[tuple[str, str, int]] = []
+    for gpus in (8, 72, 288, 1152, 4608):
+        name = f"scaling-deepseek-v3-{gpus}xgb200"
+        search = {"front_resolution": 0.01} if gpus >= 1152 else {}
+        SCENARIOS[name] = {**base, "cluster": {"system": "gb200-nvl72", "gpus": gpus}, "search": search}
+        rows.append(("gpus", name, gpus))
+    experts = {"mixtral-8x22b": 8, "gpt-oss-20b": 32, "qwen3-235b": 128, "deepseek-v3": 256, "kimi-k2": 384,
+               "qwen3.5-397b": 512, "kimi-k3": 896}
+    for model, count in experts.items():
+        name = f"scaling-{model}-72xgb200"
+        SCENARIOS[name] = {**base, "model": model}
+        rows.append(("experts", name, count))
+    return rows
+
+
+SCALING = _scaling()

@@ -38,10 +38,17 @@ def _pack(items: tuple[tuple[int, int], ...], bins: tuple[int, ...]) -> bool:
     if sum(size * count for size, count in items) > sum(bins):
         return False
     sizes = [size for size, _ in items]
-    divisible = all(big % small == 0 for big in sizes for small in sizes if small <= big)
-    if divisible and all(b % max(sizes, default=1) == 0 for b in bins):
-        return True  # sizes dividing each other and every bin: first-fit decreasing packs perfectly
+    if all(big % small == 0 for big in sizes for small in sizes if small <= big):
+        return _divisible_fit(items, bins)
     return _pack_exact(items, bins)
+
+
+def _divisible_fit(items: tuple[tuple[int, int], ...], bins: tuple[int, ...]) -> bool:
+    """Sizes that divide each other fit iff, for every size s, the items of size >= s fit in the bins'
+    multiples of s: placing the largest first leaves each bin's room for size s reduced by exactly the
+    s-units it used, whichever bins they went to (the same rows the MILP uses)."""
+    return all(sum(size * count for size, count in items if size >= s) <= sum(s * (b // s) for b in bins)
+               for s, _ in items)
 
 
 @functools.lru_cache(maxsize=65536)

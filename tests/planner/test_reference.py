@@ -96,3 +96,15 @@ def test_example_scenarios_have_feasible_candidates(name: str) -> None:
             assert candidate.gpus <= resolved.gpus
             if role != "prefill" and resolved.scenario.slo.tpot_ms is not None:
                 assert candidate.timing.tpot_s * 1e3 <= resolved.scenario.slo.tpot_ms
+
+
+def test_divisible_packing_is_exact_against_the_search() -> None:
+    from itertools import product
+
+    from planner.placement import _divisible_fit, _pack_exact
+
+    for bins in ((72, 72), (72, 8), (40, 24, 24)):
+        for counts in product(range(4), repeat=3):
+            items = tuple((size, count) for size, count in zip((32, 16, 8), counts, strict=True) if count)
+            assert _divisible_fit(items, bins) == _pack_exact(items, bins), (bins, items)
+    assert fits([(16, 4), (32, 64)], (72,) * 64)  # many domains: no exhaustive search
