@@ -104,7 +104,7 @@ def result_dict(result: SolveResult) -> dict[str, Any]:
                        "variables": len(sweep.largest_model.variables),
                        "constraints": len(sweep.largest_model.constraints)},
                    "threads": result.settings.threads, "seed": result.settings.seed,
-                   "timed_out": sweep.timed_out},
+                   "timed_out": sweep.timed_out, "errors": sweep.errors},
         "candidates": result.candidates,
     }
 
@@ -196,7 +196,9 @@ def print_table(result: SolveResult, console: Any, model_stats: bool) -> None:
     sweep = result.sweep
     console.print(f"status {result.status}; largest gap {result.gap:.2%}; {result.settings.backend}, "
                   f"{len(sweep.reports)} MILP solves in {result.time_s:.1f} s"
-                  + ("; stopped at the time limit" if sweep.timed_out else ""))
+                  + ("; stopped early (time limit or backend error)" if sweep.timed_out else ""))
+    for error in sweep.errors:
+        console.print(f"[yellow]backend error, front cut short: {error}[/yellow]")
     if result.resolved.scenario.workload.sessions is not None:
         print_kv_tiers(result, console)
     if model_stats:

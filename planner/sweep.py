@@ -26,7 +26,7 @@ from costmodel.calibration import Calibration
 from costmodel.resolve import ResolvedScenario
 from planner.deployment import disaggregated_point
 from planner.formulation.linear import LinearModel
-from planner.formulation.model import DeploymentModel, Selection, build_model
+from planner.formulation.model import DeploymentModel, InvalidSolution, Selection, build_model
 from planner.formulation.options import DeploymentOptions
 from planner.formulation.pairs import PAIR_LIMIT, PairTable
 from planner.formulation.screening import screen
@@ -53,7 +53,8 @@ class SweepResult:
     points: list[SolvedPoint] = field(default_factory=list)
     reports: list[SolveReport] = field(default_factory=list)
     largest_model: LinearModel | None = None
-    timed_out: bool = False
+    timed_out: bool = False  # stopped early: time limit (or a backend error, listed in `errors`)
+    errors: list[str] = field(default_factory=list)
     first_feasible_s: float | None = None
 
     @property
@@ -176,7 +177,12 @@ class _Sweeper:
             report = self._solve(dm)
             if not report.status.has_solution:
                 return self._no_better(best, report)
-            solved = self._exact(dm, report, eps)
+            try:
+                solved = self._exact(dm, report, eps)
+            except InvalidSolution as exc:  # stop here with what is proven so far; say so
+                self.result.errors.append(f"{self.settings.backend.name}: {exc}")
+                self.result.timed_out = True
+                return None if best is None else replace(best, status=SolveStatus.FEASIBLE, gap=math.inf)
             if solved is None:
                 excluded.append(dm.selection(report.values))
                 continue
@@ -190,7 +196,9 @@ class _Sweeper:
 
     def _no_better(self, best: SolvedPoint | None, report: SolveReport) -> SolvedPoint | None:
         """The MILP found nothing: within the cap no deployment (or none beating the incumbent, whose
-        configurations the screening keeps) exists, or time ran out."""
+        configurations the screening keeps) exists, or time ran out, or the backend failed."""
+        if report.status == SolveStatus.ERROR:
+            self.result.errors.append(f"{self.settings.backend.name}: {report.message}")
         if report.status != SolveStatus.INFEASIBLE:
             self.result.timed_out = True
             return None if best is None else replace(best, status=SolveStatus.FEASIBLE, gap=math.inf)

@@ -65,6 +65,18 @@ class LinearModel:
         families = list(dict.fromkeys([v.family for v in self.variables] + [c.family for c in self.constraints]))
         return {f: {"variables": variables[f], "constraints": constraints[f]} for f in families}
 
+    def violation(self, values: tuple[float, ...] | list[float]) -> float:
+        """Largest violation of a row or a bound by `values` (relative to the row's scale)."""
+        worst = 0.0
+        for row in self.constraints:
+            lhs = sum(c * values[i] for i, c in row.expr.items())
+            scale = max(1.0, abs(row.rhs), *(abs(c * values[i]) for i, c in row.expr.items()))
+            gap = {"<=": lhs - row.rhs, ">=": row.rhs - lhs, "==": abs(lhs - row.rhs)}[row.sense]
+            worst = max(worst, gap / scale)
+        for var, value in zip(self.variables, values, strict=True):
+            worst = max(worst, var.lb - value, value - var.ub)
+        return worst
+
     def value_of(self, expr: Expr, values: list[float]) -> float:
         return sum(coeff * values[index] for index, coeff in expr.items())
 

@@ -40,6 +40,10 @@ from planner.formulation.screening import screen
 RATE_STEPS = 2**20  # CP-SAT resolution of rates and utilisation: 1e-6 of their range
 
 
+class InvalidSolution(Exception):
+    """A backend returned values that break the model's rows (reported as a backend error)."""
+
+
 @dataclass(frozen=True)
 class Selection:
     """A decoded solution: an aggregated choice, or a prefill/decode pair with instance counts."""
@@ -80,8 +84,8 @@ class DeploymentModel:
                 return Selection(mixed=option)
         prefill = next((c for c in self.prefill if values[c.var] > 0.5), None)
         decode = next((c for c in self.decode if values[c.var] > 0.5), None)
-        if prefill is None or decode is None:
-            raise RuntimeError("solution selects no deployment")  # the choice rows forbid it
+        if prefill is None or decode is None:  # the choice rows forbid it: a backend's numerical failure
+            raise InvalidSolution("the solution selects no deployment")
         assert isinstance(prefill.option, PrefillOption) and isinstance(decode.option, DecodeOption)
         return Selection(prefill=prefill.option, prefills=prefill.count, decode=decode.option, decodes=decode.count)
 

@@ -24,7 +24,7 @@ from planner.formulation.options import DecodeOption, DeploymentOptions, MixedOp
 from planner.formulation.pairs import ConfigArrays, PairTable, pair_figures, transfer_matrix
 
 BOUND_TOL = 1e-9  # relative: keep configurations that tie with the incumbent
-DYNAMIC_PAIRS = 4_000_000  # pairs of bound-screened configurations worth a table of their own
+DYNAMIC_PAIRS = 16_000_000  # pairs of bound-screened configurations worth a table of their own
 PAIR_TOL = 1e-6  # relative, for the pair table's float32 rates
 
 

@@ -24,6 +24,7 @@ import pulp
 from planner.formulation.linear import LinearModel
 from planner.solvers.base import SolveOptions, SolveReport, SolveStatus
 
+VIOLATION_TOL = 1e-5  # relative: a returned solution breaking a row by more is an error, not a plan
 _SENSES = {"<=": pulp.LpConstraintLE, ">=": pulp.LpConstraintGE, "==": pulp.LpConstraintEQ}
 
 
@@ -96,6 +97,9 @@ class _PulpBackend:
             if not status.has_solution:
                 return SolveReport(status, math.nan, math.nan, time.perf_counter() - start)
             values = tuple(float(v.varValue or 0.0) for v in variables)
+            if model.violation(values) > VIOLATION_TOL:  # seen once with CBC: "optimal" all-zero values
+                return SolveReport(SolveStatus.ERROR, math.nan, math.nan, time.perf_counter() - start,
+                                   message=f"{self.name} returned a solution that breaks the model's rows")
             objective = model.value_of(model.objective, list(values)) + model.objective_constant
             bound = objective if status == SolveStatus.OPTIMAL else self._bound(problem, log)
         return SolveReport(status, objective, bound, time.perf_counter() - start, values)
