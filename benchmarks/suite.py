@@ -90,7 +90,7 @@ def _scaling() -> list[tuple[str, str, int]]:
         SCENARIOS[name] = {**base, "cluster": {"system": "gb200-nvl72", "gpus": gpus}, "search": search}
         rows.append(("gpus", name, gpus))
     experts = {"mixtral-8x22b": 8, "gpt-oss-20b": 32, "qwen3-235b": 128, "deepseek-v3": 256, "kimi-k2": 384,
-               "qwen3.5-397b": 512, "kimi-k3": 896}
+               "qwen3.5": 512, "kimi-k3": 896}
     for model, count in experts.items():
         name = f"scaling-{model}-72xgb200"
         SCENARIOS[name] = {**base, "model": model}

@@ -125,7 +125,10 @@ class CbcBackend(_PulpBackend):
     def _solver(self, options: SolveOptions, log: Path | None) -> Any:
         with warnings.catch_warnings():  # PuLP 3.x warns that 4.x drops the bundled CBC: we pin 3.x for it
             warnings.simplefilter("ignore", DeprecationWarning)
-            return pulp.PULP_CBC_CMD(msg=False, timeLimit=options.time_limit_s, threads=options.threads,
+            # `-threads 1` makes CBC 2.10 start a worker thread that can sit idle for 10 s before the search
+            # ends (its log: "Thread 0 used 0 times, waiting to start 10.0"): one thread is CBC's default.
+            threads = options.threads if options.threads > 1 else None
+            return pulp.PULP_CBC_CMD(msg=False, timeLimit=options.time_limit_s, threads=threads,
                                      gapRel=options.relative_gap, logPath=str(log) if log else None,
                                      options=[f"randomCbcSeed {options.seed + 1}"])
 
