@@ -125,6 +125,11 @@ class SystemSpec(BaseModel):
         return self.gpus_per_rack // self.gpus_per_node
 
     @property
+    def ssd_bandwidth_bytes_per_s_per_gpu(self) -> float:
+        """A GPU's share of its node's local SSDs, read through its host link."""
+        return min(self.ssd_bandwidth_bytes_per_s_per_node / self.gpus_per_node, self.host_link_bandwidth_bytes_per_s)
+
+    @property
     def compute_dtypes(self) -> tuple[Dtype, ...]:
         """Formats the tensor cores run natively, in `Dtype` order."""
         return tuple(d for d in Dtype if d in self.peak_flops_per_s)

@@ -6,9 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from costmodel.hardware import GB
 from costmodel.serving import PoolTiming
-
-GB = 1e9
 
 
 def kv_tier_report(fill_pool: PoolTiming, cluster_gpus: int, ttft_s: float,

@@ -53,7 +53,6 @@ class TierPlan:
     stored_bytes: dict[str, float]  # per GPU, per tier
     turn_shares: dict[str, float]  # fraction of turns whose context comes from each tier (and "recompute")
     context_tokens: float  # mean context before a turn (after its first)
-    new_tokens: float  # mean new tokens per turn (the system prompt counts on first turns)
     turns_per_s_per_gpu: float
     recomputed_tiers: tuple[str, ...] = ()  # tiers whose contexts are cheaper to recompute than to fetch
 
@@ -63,12 +62,9 @@ class TierPlan:
         return {tier: share * per_turn for tier, share in self.turn_shares.items() if tier not in ("hbm", "recompute")}
 
 
-def turn_shape(sessions: Sessions, input_tokens: int, output_tokens: int) -> tuple[float, float]:
-    """(mean context before a non-first turn, mean new tokens per turn): first turns compute the system
-    prompt unless a prefix cache holds it; later turns append their input to the context."""
-    turns = sessions.turns
-    context = sessions.system_prompt_tokens + turns * (input_tokens + output_tokens) / 2.0
-    return context, float(input_tokens)
+def turn_context(sessions: Sessions, input_tokens: int, output_tokens: int) -> float:
+    """Mean context before a turn that follows a gap: each turn appends its input and output."""
+    return sessions.system_prompt_tokens + sessions.turns * (input_tokens + output_tokens) / 2.0
 
 
 def populations(sessions: Sessions, context_tokens: float, kv_bytes_per_token: float,
@@ -90,9 +86,8 @@ def tier_capacity(system: SystemSpec, hbm_free_bytes: float) -> dict[str, float]
 
 def fetch_s_per_token(system: SystemSpec, kv_bytes_per_token: float) -> dict[str, float]:
     """Seconds per context token to fetch from each slower tier, per GPU (SSDs shared by a node's GPUs)."""
-    ssd = min(system.ssd_bandwidth_bytes_per_s_per_node / system.gpus_per_node, system.host_link_bandwidth_bytes_per_s)
     return {"host_dram": kv_bytes_per_token / system.host_link_bandwidth_bytes_per_s,
-            "ssd": kv_bytes_per_token / ssd}
+            "ssd": kv_bytes_per_token / system.ssd_bandwidth_bytes_per_s_per_gpu}
 
 
 def plan_tiers(sessions: Sessions, input_tokens: int, output_tokens: int, kv_bytes_per_token: float,
@@ -100,7 +95,7 @@ def plan_tiers(sessions: Sessions, input_tokens: int, output_tokens: int, kv_byt
                recompute_s_per_token: float = float("inf")) -> TierPlan:
     """Fill the tiers shortest-idle first and derive where each turn finds its context; a tier slower to
     fetch from than `recompute_s_per_token` hands its turns to recomputation."""
-    context, new = turn_shape(sessions, input_tokens, output_tokens)
+    context = turn_context(sessions, input_tokens, output_tokens)
     thinking, paused = populations(sessions, context, kv_bytes_per_token, gpus)
     capacity = tier_capacity(system, hbm_free_bytes)
     left = dict(capacity)
@@ -113,7 +108,7 @@ def plan_tiers(sessions: Sessions, input_tokens: int, output_tokens: int, kv_byt
             left[tier] -= take
             stored[tier] += take
             need -= take
-            where[tier] = take / population.bytes_per_gpu if population.bytes_per_gpu else (tier == "hbm")
+            where[tier] = take / population.bytes_per_gpu if population.bytes_per_gpu else float(tier == "hbm")
         where["recompute"] = need / population.bytes_per_gpu if population.bytes_per_gpu else 0.0
         placed.append(where)
     later = (sessions.turns - 1) / sessions.turns  # turns that follow a gap
@@ -126,4 +121,4 @@ def plan_tiers(sessions: Sessions, input_tokens: int, output_tokens: int, kv_byt
         shares["recompute"] += shares[tier]
         shares[tier] = 0.0
     turns_per_s = sessions.arrival_rate_per_s * sessions.turns / gpus
-    return TierPlan(capacity, stored, shares, context, new, turns_per_s, slow)
+    return TierPlan(capacity, stored, shares, context, turns_per_s, slow)

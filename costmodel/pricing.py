@@ -117,9 +117,8 @@ class WorkTable:
 
 def _tier_bandwidths(system: SystemSpec) -> tuple[float, float, float, float]:
     """Raw bytes/s per GPU of each tier; local SSDs are shared by the GPUs of a node."""
-    ssd = system.ssd_bandwidth_bytes_per_s_per_node / system.gpus_per_node
     return (system.scaleup_bandwidth_bytes_per_s, system.nic_bandwidth_bytes_per_s,
-            system.host_link_bandwidth_bytes_per_s, min(ssd, system.host_link_bandwidth_bytes_per_s))
+            system.host_link_bandwidth_bytes_per_s, system.ssd_bandwidth_bytes_per_s_per_gpu)
 
 
 def price(work: StepWork, system: SystemSpec, calibration: Calibration, engine: str) -> StepTime:

@@ -33,7 +33,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from costmodel.calibration import Calibration
-from costmodel.kv_tiers import TierPlan, plan_tiers, turn_shape
+from costmodel.kv_tiers import TierPlan, plan_tiers, turn_context
 from costmodel.layout import Pool
 from costmodel.memory import MemoryUse, max_batch, memory_use
 from costmodel.modes import CacheTier, PoolContext, decode_work, layer_work, merged_work, midfill_work
@@ -90,14 +90,14 @@ class RequestShape:
 def _session_turn(workload: Workload, tiers: TierPlan | None, draft: int, accepted: float) -> RequestShape:
     sessions = workload.sessions
     assert sessions is not None
-    context, new = turn_shape(sessions, workload.input_tokens, workload.output_tokens)
+    context = turn_context(sessions, workload.input_tokens, workload.output_tokens)
     first = 1.0 / sessions.turns  # a first turn holds only the system prompt (a shared prefix, in HBM)
     recompute = tiers.turn_shares["recompute"] if tiers else 0.0
     fetch: tuple[tuple[CacheTier, float], ...] = ()
     if tiers is not None:
         fetch = tuple((tier, tiers.turn_shares[tier] * context) for tier in ("host_dram", "ssd")
                       if tiers.turn_shares[tier] > 0)
-    return RequestShape(new=new + recompute * context,
+    return RequestShape(new=workload.input_tokens + recompute * context,
                         cached=first * sessions.system_prompt_tokens + (1.0 - first - recompute) * context,
                         output=workload.output_tokens, draft=draft, accepted=accepted, fetch=fetch, tiers=tiers)
 
@@ -121,7 +121,7 @@ class PoolPlan:
 
 def plan_pool(ctx: PoolContext, pool: Pool, workload: Workload) -> PoolPlan:
     request = RequestShape.of(workload)
-    memory, largest = pool_memory(ctx, pool, workload)
+    memory, largest = pool_memory(ctx, pool, workload, request)
     if workload.sessions is not None:  # idle contexts use what this layout leaves free in HBM
         recompute = 2.0 * ctx.arch.active_params() / ctx.fmt.peak(ctx.fmt.expert_compute)  # roofline, per token
         tiers = plan_tiers(workload.sessions, workload.input_tokens, workload.output_tokens,
@@ -222,15 +222,15 @@ def time_pool(plan: PoolPlan, pricer: Pricer) -> PoolTiming:
     return PoolTiming(plan, None, decode, mixed, ttft, tpot, cycle)
 
 
-def pool_memory(ctx: PoolContext, pool: Pool, workload: Workload) -> tuple[MemoryUse, int]:
-    """Memory per GPU at the pool's batch, and the largest batch that would fit."""
-    request = RequestShape.of(workload)
+def pool_memory(ctx: PoolContext, pool: Pool, workload: Workload, request: RequestShape) -> tuple[MemoryUse, int]:
+    """Memory per GPU at the pool's batch (the whole context of `request` held as KV), and the largest
+    batch that would fit."""
     context = request.cached + request.new
     if pool.role != "prefill":
         context += workload.output_tokens
     with_mtp = workload.speculative.method == "mtp"
     # Activations in flight per step: a full chunk where prefills run, else one decode step's tokens.
-    decode_tokens = pool.batch / ctx.par.dp * (1 + RequestShape.of(workload).draft)
+    decode_tokens = pool.batch / ctx.par.dp * (1 + request.draft)
     step_tokens = float(ENGINE_STEP_TOKENS) if pool.role != "decode" else decode_tokens
     return (memory_use(ctx, pool.batch, context, step_tokens, with_mtp),
             max_batch(ctx, context, step_tokens, with_mtp))

@@ -11,7 +11,6 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Any
 
 from costmodel.calibration import Calibration, default_calibration
 from costmodel.resolve import ResolvedScenario
@@ -118,6 +117,3 @@ def _expert_placements(resolved: ResolvedScenario, front: list[SolvedPoint],
 def _place(experts: int, ep: int, skew: float, redundant: int, backend_name: str, seed: int) -> ExpertPlacement:
     return place_experts(experts, ep, skew, redundant, backend_name, EXPERT_TIME_S, seed)
 
-
-def model_stats_rows(result: SolveResult) -> list[dict[str, Any]]:
-    return [{"family": family, **counts} for family, counts in result.model_statistics().items()]

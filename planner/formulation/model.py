@@ -30,7 +30,9 @@ Other sizes are checked exactly after the solve (`planner.placement.fits`), with
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Generic, TypeVar
 
 from planner.formulation.linear import Expr, LinearModel, add_expr
 from planner.formulation.options import DecodeOption, DeploymentOptions, MixedOption, PrefillOption
@@ -55,15 +57,15 @@ class Selection:
     decodes: int = 0
 
 
-_Items = list[tuple[PrefillOption, int]] | list[tuple[DecodeOption, int]]
+OptionT = TypeVar("OptionT", PrefillOption, DecodeOption)
 
 
 @dataclass(frozen=True)
-class _Config:
+class _Config(Generic[OptionT]):
     """One-hot choice of a candidate with a count of instances."""
 
     var: int
-    option: PrefillOption | DecodeOption
+    option: OptionT
     count: int
 
     @property
@@ -71,12 +73,15 @@ class _Config:
         return self.option.gpus * self.count
 
 
+AnyConfig = _Config[PrefillOption] | _Config[DecodeOption]
+
+
 @dataclass
 class DeploymentModel:
     model: LinearModel
     mixed: list[tuple[int, MixedOption]] = field(default_factory=list)
-    prefill: list[_Config] = field(default_factory=list)
-    decode: list[_Config] = field(default_factory=list)
+    prefill: list[_Config[PrefillOption]] = field(default_factory=list)
+    decode: list[_Config[DecodeOption]] = field(default_factory=list)
 
     def selection(self, values: tuple[float, ...]) -> Selection:
         for var, option in self.mixed:
@@ -86,7 +91,6 @@ class DeploymentModel:
         decode = next((c for c in self.decode if values[c.var] > 0.5), None)
         if prefill is None or decode is None:  # the choice rows forbid it: a backend's numerical failure
             raise InvalidSolution("the solution selects no deployment")
-        assert isinstance(prefill.option, PrefillOption) and isinstance(decode.option, DecodeOption)
         return Selection(prefill=prefill.option, prefills=prefill.count, decode=decode.option, decodes=decode.count)
 
     def fewest_gpus(self) -> int:
@@ -107,10 +111,14 @@ class DeploymentModel:
         """Start from `chosen` where it is still in the model (the solver repairs the rest)."""
         for var, option in self.mixed:
             self.model.hint[var] = float(option is chosen.mixed)
-        for config in self.prefill:
-            self.model.hint[config.var] = float(config.option is chosen.prefill and config.count == chosen.prefills)
-        for config in self.decode:
-            self.model.hint[config.var] = float(config.option is chosen.decode and config.count == chosen.decodes)
+        for p in self.prefill:
+            self.model.hint[p.var] = float(p.option is chosen.prefill and p.count == chosen.prefills)
+        for d in self.decode:
+            self.model.hint[d.var] = float(d.option is chosen.decode and d.count == chosen.decodes)
+
+    def configs(self) -> list[AnyConfig]:
+        """Prefill and decode configurations together (for rows that treat them alike)."""
+        return [*self.prefill, *self.decode]
 
 
 def build_model(options: DeploymentOptions, eps_s: float | None, q: float, q_feasible: bool = False,
@@ -128,21 +136,24 @@ def build_model(options: DeploymentOptions, eps_s: float | None, q: float, q_fea
     if screened.prefill:
         disaggregated = model.binary("disaggregated", "choice")
         one[disaggregated] = 1.0
-        pools: tuple[tuple[str, list[_Config], _Items], ...] = (
-            ("prefill", dm.prefill, screened.prefill), ("decode", dm.decode, screened.decode))
-        for role, configs, items in pools:
-            for item, count in items:
-                configs.append(_Config(model.binary(f"{role}{len(configs)}", "choice"), item, count))
-            model.add(f"choice-{role}", "choice",
-                      add_expr({c.var: 1.0 for c in configs}, {disaggregated: -1.0}), "==", 0.0)
+        dm.prefill = _one_hot(model, "prefill", screened.prefill, disaggregated)
+        dm.decode = _one_hot(model, "decode", screened.decode, disaggregated)
         _define_disaggregated(dm, options, eps_s, q)
     model.add("choice-one-deployment", "choice", one, "==", 1.0)
     return dm
 
 
+def _one_hot(model: LinearModel, role: str, items: list[tuple[OptionT, int]],
+             disaggregated: int) -> list[_Config[OptionT]]:
+    """One binary per configuration of a pool; exactly one when the deployment is disaggregated."""
+    configs = [_Config(model.binary(f"{role}{i}", "choice"), item, count) for i, (item, count) in enumerate(items)]
+    model.add(f"choice-{role}", "choice", add_expr({c.var: 1.0 for c in configs}, {disaggregated: -1.0}), "==", 0.0)
+    return configs
+
+
 def _define_disaggregated(dm: DeploymentModel, options: DeploymentOptions, eps_s: float | None, q: float) -> None:
     model = dm.model
-    rate_max = max(c.option.capacity * c.count for c in dm.prefill)  # type: ignore[union-attr]
+    rate_max = max(c.option.capacity * c.count for c in dm.prefill)
     # Rate copies: per prefill configuration through rho^y (X = cap_y rho^y), per decode configuration
     # and per size pair as X copies; utilisation copies per decode configuration for the cohort term.
     rho_prefill = _copies(model, dm.prefill, 1.0, "rho-prefill")
@@ -153,33 +164,32 @@ def _define_disaggregated(dm: DeploymentModel, options: DeploymentOptions, eps_s
     # rounded coefficients from making the row infeasible (equalities join same-resolution copies only).
     rate_var = model.add_var("rate", "rate", 0.0, rate_max, False, rate_max / RATE_STEPS)
     rate: Expr = {rate_var: 1.0}
-    capacity = {v: c.option.capacity * c.count for v, c in zip(rho_prefill, dm.prefill, strict=True)}  # type: ignore[union-attr]
+    capacity = {v: c.option.capacity * c.count for v, c in zip(rho_prefill, dm.prefill, strict=True)}
     model.add("rate-capacity", "rate", add_expr(rate, _scaled(capacity, -1.0)), "<=", 0.0)
     x_decode = _copies(model, dm.decode, rate_max, "rate-decode", [_decode_rate_bound(options, c) for c in dm.decode])
     model.add("rate-decode-sum", "rate", add_expr(dict.fromkeys(x_decode, 1.0), _scaled(rate, -1.0)), "==", 0.0)
     pairs, x_pair = _define_transfer_pairs(dm, rate, rate_max)
-    concurrency: Expr = {c.var: float(c.option.slots * c.count) for c in dm.decode}  # type: ignore[union-attr]
-    decoding = {v: c.option.decoding_s for v, c in zip(x_decode, dm.decode, strict=True)}  # type: ignore[union-attr]
-    elsewhere = add_expr({v: c.option.fill_s * capacity[v]  # type: ignore[union-attr]
+    concurrency: Expr = {c.var: float(c.option.slots * c.count) for c in dm.decode}
+    decoding = {v: c.option.decoding_s for v, c in zip(x_decode, dm.decode, strict=True)}
+    elsewhere = add_expr({v: c.option.fill_s * capacity[v]
                           for v, c in zip(rho_prefill, dm.prefill, strict=True)},
                          {v: options.kv_transfer_s[k] for k, v in x_pair.items()}, decoding)
-    cohort = {v: options.cohort_fraction / 2.0 * (c.option.slots * c.count - 1)  # type: ignore[union-attr]
+    cohort = {v: options.cohort_fraction / 2.0 * (c.option.slots * c.count - 1)
               for v, c in zip(rho_decode, dm.decode, strict=True)}
     model.add("cohort-rate", "cohort", add_expr(elsewhere, cohort, _scaled(concurrency, -1.0)), "<=", 0.0)
     if eps_s is not None:
         model.add("ttft-cap", "ttft", add_expr(_scaled(rate, eps_s), decoding, _scaled(concurrency, -1.0)), ">=", 0.0)
-        fill = add_expr({c.var: c.option.fill_s for c in dm.prefill},  # type: ignore[union-attr]
+        fill = add_expr({c.var: c.option.fill_s for c in dm.prefill},
                         {v: options.kv_transfer_s[k] for k, v in pairs.items()})
         model.add("ttft-fill", "ttft", fill, "<=", eps_s)
     _define_packing(dm, options)
     model.objective.update(_scaled(rate, float(options.output_tokens)))
-    for config in [*dm.prefill, *dm.decode]:
+    for config in dm.configs():
         model.objective[config.var] = -q * config.gpus
 
 
-def _decode_rate_bound(options: DeploymentOptions, config: _Config) -> float:
+def _decode_rate_bound(options: DeploymentOptions, config: _Config[DecodeOption]) -> float:
     """X <= C / (fill + transfer + Z): the shortest possible cycle bounds the rate (tightens the LP)."""
-    assert isinstance(config.option, DecodeOption)
     shortest = min(p.fill_s for p in options.prefill) + min(options.kv_transfer_s.values())
     return config.option.slots * config.count / (shortest + config.option.decoding_s)
 
@@ -188,7 +198,7 @@ def _scaled(expr: Expr, factor: float) -> Expr:
     return {var: coeff * factor for var, coeff in expr.items()}
 
 
-def _copies(model: LinearModel, configs: list[_Config], upper: float, name: str,
+def _copies(model: LinearModel, configs: Sequence[AnyConfig], upper: float, name: str,
             bounds: list[float] | None = None) -> list[int]:
     """One continuous copy per configuration, in [0, bound], zero unless the configuration is chosen."""
     copies = []
@@ -224,7 +234,7 @@ def _define_transfer_pairs(dm: DeploymentModel, rate: Expr,
 
 def _define_packing(dm: DeploymentModel, options: DeploymentOptions) -> None:
     """`packing`: instances in scale-up domains (module docstring)."""
-    domains, configs = options.domains, [*dm.prefill, *dm.decode]
+    domains, configs = options.domains, dm.configs()
     wide = {c.var: float(c.count * math.ceil(c.option.gpus / domains.size))
             for c in configs if c.option.gpus > domains.size}
     if wide:

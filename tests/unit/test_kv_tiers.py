@@ -8,9 +8,10 @@ import pytest
 
 from costmodel.evaluate import evaluate
 from costmodel.hardware import load_system, with_overrides
-from costmodel.kv_tiers import DRAM_USABLE, plan_tiers, turn_shape
+from costmodel.kv_tiers import DRAM_USABLE, plan_tiers, turn_context
 from costmodel.layout import Layout
-from costmodel.scenario import Sessions
+from costmodel.scenario import Sessions, Workload
+from costmodel.serving import RequestShape
 from planner.scenario import scenario_from_data
 
 GB = 1e9
@@ -24,8 +25,10 @@ def sessions(**changes: Any) -> Sessions:
 
 
 def test_turn_shape_and_populations_by_hand() -> None:
-    context, new = turn_shape(sessions(), 1000, 200)
-    assert (context, new) == (10_000 + 11 * 1200 / 2, 1000)  # S + T (i + o) / 2
+    assert turn_context(sessions(), 1000, 200) == 10_000 + 11 * 1200 / 2  # S + T (i + o) / 2
+    turn = RequestShape.of(Workload.model_validate({"input_tokens": 1000, "output_tokens": 200,
+                                                     "sessions": sessions().model_dump()}))
+    assert turn.new == 1000 and turn.fetch == ()  # new tokens per turn; no tiers yet: all in HBM
     system = load_system("h200-sxm")
     # 1 session/s x 10 gaps x 10 s thinking = 100 idle sessions over 8 GPUs, 16,600 tokens each
     plan = plan_tiers(sessions(), 1000, 200, KV_PER_TOKEN, system, gpus=8, hbm_free_bytes=1e15)
