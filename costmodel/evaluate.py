@@ -8,6 +8,7 @@ from typing import Any
 from costmodel.calibration import Calibration, default_calibration
 from costmodel.hardware import SystemSpec
 from costmodel.kv_report import kv_tier_report
+from costmodel.kv_tiers import store_use
 from costmodel.layout import Layout, Pool
 from costmodel.modes import PoolContext, split_stages
 from costmodel.operators import Formats, Parallel
@@ -21,6 +22,7 @@ from costmodel.serving import (
     disaggregated_serving,
     plan_pool,
     time_pool,
+    with_session_tiers,
 )
 from costmodel.work import roofline_floor_s
 
@@ -80,7 +82,7 @@ def pool_context(resolved: ResolvedScenario, pool: Pool) -> PoolContext:
     return PoolContext(
         arch=resolved.architecture, system=system, par=par, fmt=fmt,
         skew=scenario.workload.routing_skew, redundant_experts=scenario.search.redundant_experts,
-        stages=split_stages(resolved.architecture.layers, pool.pp), cluster_gpus=resolved.gpus,
+        stages=split_stages(resolved.architecture.layers, pool.pp),
     )
 
 
@@ -93,17 +95,21 @@ class LayoutPlan:
     pools: tuple[PoolPlan, ...]
 
 
-def plan_layout(resolved: ResolvedScenario, layout: Layout) -> LayoutPlan:
+def plan_layout(resolved: ResolvedScenario, layout: Layout, pricer: Pricer | None = None) -> LayoutPlan:
+    """Every pool's work; with sessions and a `pricer`, the fill pool's contexts placed in KV tiers sized
+    for its rate (`costmodel.serving.with_session_tiers`), else all in HBM."""
     workload = resolved.scenario.workload
-    return LayoutPlan(resolved, layout, tuple(plan_pool(pool_context(resolved, pool), pool, workload)
-                                              for pool in layout.pools))
+    plans = [plan_pool(pool_context(resolved, pool), pool, workload) for pool in layout.pools]
+    if workload.sessions is not None and pricer is not None:
+        plans = [with_session_tiers(plan, time_pool(plan, pricer), workload) for plan in plans]
+    return LayoutPlan(resolved, layout, tuple(plans))
 
 
 def evaluate(resolved: ResolvedScenario, layout: Layout, calibration: Calibration | None = None) -> Prediction:
     """Predict TTFT, TPOT, throughput per GPU and memory of `layout` serving `resolved`."""
     calibration = calibration or default_calibration()
     pricer = DirectPricer(resolved.system, calibration, resolved.scenario.engine)
-    return predict(plan_layout(resolved, layout), pricer)
+    return predict(plan_layout(resolved, layout, pricer), pricer)
 
 
 def _serving(plan: LayoutPlan, timings: list[PoolTiming],
@@ -124,6 +130,9 @@ def predict(plan: LayoutPlan, pricer: Pricer) -> Prediction:
     timings = [time_pool(pool, pricer) for pool in plan.pools]
     ttft, tpot, rate, ttft_parts = _serving(plan, timings, pricer.calibration)
     reasons = tuple(reason for timing in timings for reason in _memory_reasons(timing.plan))
+    fill = next(t for t in timings if t.plan.pool.role != "decode")
+    store = store_breach(plan.resolved, fill.plan, rate)
+    reasons += (store,) if store else ()
     worst = max(plan.pools, key=lambda p: p.memory.utilisation)
     return Prediction(
         ttft_ms=ttft * 1e3,
@@ -138,9 +147,15 @@ def predict(plan: LayoutPlan, pricer: Pricer) -> Prediction:
         ttft_breakdown_ms={k: v * 1e3 for k, v in ttft_parts.items()},
         utilisation=_utilisation(timings),
         pools=tuple(_pool_report(timing) for timing in timings),
-        kv_tiers=kv_tier_report(next(t for t in timings if t.plan.pool.role != "decode"), plan.resolved.gpus, ttft,
-                                ttft_parts.get("kv_transfer", 0.0)),
+        kv_tiers=kv_tier_report(fill, ttft, ttft_parts.get("kv_transfer", 0.0), rate, plan.resolved.scenario),
     )
+
+
+def store_breach(resolved: ResolvedScenario, fill: PoolPlan, turns_per_s: float) -> str | None:
+    """Why the cluster's shared KV store cannot hold or serve what the fill pool, serving `turns_per_s`,
+    parks in it (None if it can)."""
+    kv_bytes = fill.ctx.arch.kv_bytes_per_token(fill.ctx.fmt.kv_dtype)
+    return store_use(fill.request.tiers, kv_bytes, turns_per_s).breach(resolved.scenario.cluster.kv_store)
 
 
 def _aggregated(timing: PoolTiming) -> tuple[float, float, float, dict[str, float]]:

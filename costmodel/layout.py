@@ -29,6 +29,10 @@ class Pool(StrictModel):
     moe_tp: PositiveInt = Field(1, description="Expert tensor parallelism.")
     moe_ep: PositiveInt = Field(1, description="Expert parallelism.")
     batch: PositiveInt = Field(description="Concurrent sequences per instance (all its attention-DP ranks together).")
+    kv_store: bool = Field(
+        False, description="Multi-turn sessions, fill pools (mixed or prefill): idle contexts that the pool's HBM, "
+        "host DRAM and local SSD cannot hold wait in the cluster's shared KV store (true) or are recomputed (false)."
+    )
 
     @model_validator(mode="after")
     def _gpus_add_up(self) -> Pool:
@@ -39,6 +43,8 @@ class Pool(StrictModel):
                 f"{attention} but moe_tp x moe_ep = {self.moe_tp} x {self.moe_ep} = {experts}; "
                 "make the two products equal"
             )
+        if self.kv_store and self.role == "decode":
+            raise ValueError("kv_store applies to the pools that run fills (mixed or prefill), not to decode")
         if self.batch < self.dp_attention:
             raise ValueError(
                 f"batch {self.batch} leaves some of the {self.dp_attention} attention-DP ranks idle; "

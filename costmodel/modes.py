@@ -28,11 +28,12 @@ from costmodel.operators import (
 )
 from costmodel.precision import Dtype, bytes_per_element
 from costmodel.routing import load_imbalance
-from costmodel.work import Op, StepWork, Transfer
+from costmodel.work import Op, StepWork, Tier, Transfer
 
 # Embedding and LM head stay in bf16 in the published FP8/FP4 checkpoints (DeepSeek, Kimi, gpt-oss).
 HEAD_BYTES = bytes_per_element(Dtype.BF16)
-CacheTier = Literal["hbm", "host_dram", "ssd"]
+CacheTier = Literal["hbm", "host_dram", "ssd", "store"]  # "store": the shared KV store, over the NIC
+_FETCH_PATH: dict[str, Tier] = {"host_dram": "host", "ssd": "storage", "store": "nic"}
 
 
 @dataclass(frozen=True)
@@ -46,7 +47,6 @@ class PoolContext:
     skew: float
     redundant_experts: int
     stages: tuple[tuple[Layer, ...], ...]
-    cluster_gpus: int = 1  # the whole cluster's GPUs (idle multi-turn sessions spread over them)
 
     @functools.cached_property
     def stage_counts(self) -> tuple[tuple[tuple[Layer, int], ...], ...]:
@@ -147,7 +147,8 @@ def cache_fetch(ctx: PoolContext, stage: int, tokens: float, tier: CacheTier) ->
         return []
     per_token = sum(count * layer.attention.kv_bytes_per_token(ctx.fmt.kv_dtype) * kv_share(layer.attention, ctx.par.tp)
                     for layer, count in ctx.stage_counts[stage])
-    return [Transfer("kv_fetch_" + tier, "host" if tier == "host_dram" else "storage", tokens * per_token, 1.0, "p2p")]
+    path = _FETCH_PATH[tier]
+    return [Transfer("kv_fetch_" + tier, path, tokens * per_token, 1.0, "p2p")]
 
 
 def decode_work(ctx: PoolContext, stage: int, seqs: float, context: float, tokens_per_seq: float = 1.0) -> StepWork:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 DtypeName = Literal["bf16", "fp8", "fp4", "int4"]
 KvDtypeName = Literal["bf16", "fp8"]
@@ -50,6 +50,18 @@ class Precision(StrictModel):
     )
 
 
+class KvStore(StrictModel):
+    """A shared KV store (a disaggregated memory pool or a storage cluster reached over the NICs) that
+    holds the idle contexts of multi-turn sessions which the fill pool's own HBM, host DRAM and local SSD
+    cannot. No system in the catalog comes with one, so it has no default: give it to plan with one."""
+
+    capacity_bytes: float = Field(gt=0, description="Bytes the store can hold for KV, all of it usable.")
+    bandwidth_bytes_per_s: float = Field(
+        gt=0, description="Read bandwidth the store sustains to the whole cluster, bytes/s (its aggregate limit; "
+        "each GPU reads it through its own NIC)."
+    )
+
+
 class Cluster(StrictModel):
     """One GPU system type and how many of it. Give exactly one of `gpus`, `nodes` or `racks`."""
 
@@ -60,8 +72,11 @@ class Cluster(StrictModel):
     overrides: dict[str, float | int | str] = Field(
         default_factory=dict,
         description="Replace any system field by name, in SI units "
-        "(e.g. {hbm_capacity_bytes: 1.2e11, nic_bandwidth_bytes_per_s: 1.0e11}).",
+        "(e.g. {hbm_capacity_bytes: 1.2e11, nic_bandwidth_bytes_per_s: 1.0e11}); host DRAM and local SSD, the "
+        "KV tiers of multi-turn sessions, are host_dram_bytes_per_node, ssd_capacity_bytes_per_node and "
+        "ssd_bandwidth_bytes_per_s_per_node.",
     )
+    kv_store: KvStore | None = Field(None, description="Optional shared KV store (multi-turn sessions).")
 
     @model_validator(mode="after")
     def _one_count(self) -> Cluster:
@@ -85,6 +100,14 @@ class Speculative(StrictModel):
     )
 
 
+class TurnLength(StrictModel):
+    """One kind of turn of a session and how often it occurs."""
+
+    share: float = Field(gt=0, le=1, description="Fraction of turns of this kind (the shares add up to 1).")
+    input_tokens: PositiveInt = Field(description="New input tokens of such a turn.")
+    output_tokens: PositiveInt = Field(description="Generated tokens of such a turn.")
+
+
 class Sessions(StrictModel):
     """Multi-turn sessions (agents, long chats): each turn appends new input to the session's context,
     which waits between turns in some KV tier (HBM, host DRAM, SSD) or is recomputed."""
@@ -101,6 +124,27 @@ class Sessions(StrictModel):
         0.0, ge=0.0, le=1.0, description="Chance that the gap after a turn is a pause instead of a think."
     )
     pause_s: float = Field(3600.0, gt=0, description="Mean pause duration, s.")
+    turn_lengths: Annotated[list[TurnLength], Field(min_length=1, max_length=16)] | None = Field(
+        None,
+        description="A small distribution of turn lengths (input and output tokens with their shares); the "
+        "workload's input_tokens and output_tokens are then its means, rounded (omit them or give those).",
+    )
+
+    @model_validator(mode="after")
+    def _shares_add_up(self) -> Sessions:
+        if self.turn_lengths is not None:
+            total = sum(kind.share for kind in self.turn_lengths)
+            if abs(total - 1.0) > 1e-6:
+                raise ValueError(f"turn_lengths shares add up to {total:g}; make them add up to 1")
+        return self
+
+    def mean_lengths(self) -> tuple[int, int] | None:
+        """(input, output) tokens per turn of `turn_lengths`, rounded to whole tokens (None without it)."""
+        if self.turn_lengths is None:
+            return None
+        mean_in = sum(k.share * k.input_tokens for k in self.turn_lengths)
+        mean_out = sum(k.share * k.output_tokens for k in self.turn_lengths)
+        return max(1, round(mean_in)), max(1, round(mean_out))
 
 
 class Workload(StrictModel):
@@ -137,6 +181,28 @@ class Workload(StrictModel):
         description="Multi-turn sessions: input_tokens and output_tokens are then per turn, the cached context "
         "and its KV tiers follow from the sessions (leave cached_tokens at 0).",
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _lengths_from_turns(cls, data: object) -> object:
+        """With `sessions.turn_lengths`, input_tokens and output_tokens default to its means (and must
+        equal them when given), so everything downstream sees one mean turn."""
+        if not isinstance(data, dict) or data.get("sessions") is None:
+            return data
+        try:
+            sessions = Sessions.model_validate(data["sessions"])
+        except ValidationError:
+            return data  # reported where it belongs, by the field's own validation
+        means = sessions.mean_lengths()
+        if means is None:
+            return data
+        data = dict(data)
+        for key, mean in zip(("input_tokens", "output_tokens"), means, strict=True):
+            given = data.setdefault(key, mean)
+            if given != mean:
+                raise ValueError(f"{key} is {given} but the mean of sessions.turn_lengths is {mean}: "
+                                 f"omit {key} or make it {mean}")
+        return data
 
     @model_validator(mode="after")
     def _one_load_driver(self) -> Workload:

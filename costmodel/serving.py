@@ -119,14 +119,12 @@ class PoolPlan:
     own_steps: float  # mixed steps one request's own prefill needs
 
 
-def plan_pool(ctx: PoolContext, pool: Pool, workload: Workload) -> PoolPlan:
+def plan_pool(ctx: PoolContext, pool: Pool, workload: Workload, tiers: TierPlan | None = None) -> PoolPlan:
+    """A pool's work per stage; with sessions, `tiers` says where the fills find their contexts (None:
+    all in HBM, the shape `with_session_tiers` sizes the tiers from)."""
     request = RequestShape.of(workload)
     memory, largest = pool_memory(ctx, pool, workload, request)
-    if workload.sessions is not None:  # idle contexts use what this layout leaves free in HBM
-        recompute = 2.0 * ctx.arch.active_params() / ctx.fmt.peak(ctx.fmt.expert_compute)  # roofline, per token
-        tiers = plan_tiers(workload.sessions, workload.input_tokens, workload.output_tokens,
-                           ctx.arch.kv_bytes_per_token(ctx.fmt.kv_dtype), ctx.system, ctx.cluster_gpus,
-                           memory.capacity - memory.total, recompute)
+    if tiers is not None:
         request = RequestShape.of(workload, tiers)
     seqs = pool.batch / ctx.par.dp
     fill = decode = mixed = None
@@ -149,6 +147,24 @@ def plan_pool(ctx: PoolContext, pool: Pool, workload: Workload) -> PoolPlan:
         mixed_steps = seqs * request.new / chunk
         own_steps = max(1.0, request.new / chunk)
     return PoolPlan(ctx, pool, request, memory, largest, fill, decode, mixed, fill_chunks, mixed_steps, own_steps)
+
+
+def with_session_tiers(plan: PoolPlan, timing: PoolTiming, workload: Workload) -> PoolPlan:
+    """Re-plan a fill pool (mixed or prefill) of a sessions workload with its idle contexts in tiers
+    sized for `timing`'s turn rate, the pool's rate with every context in HBM (`costmodel.kv_tiers`)."""
+    ctx, pool, sessions = plan.ctx, plan.pool, workload.sessions
+    if sessions is None or pool.role == "decode":
+        return plan
+    recompute = 2.0 * ctx.arch.active_params() / ctx.fmt.peak(ctx.fmt.expert_compute)  # roofline, per token
+    tiers = plan_tiers(sessions, workload.input_tokens, workload.output_tokens,
+                       ctx.arch.kv_bytes_per_token(ctx.fmt.kv_dtype), ctx.system, turns_per_s_per_gpu(timing),
+                       plan.memory.capacity - plan.memory.total, recompute, pool.kv_store)
+    return plan_pool(ctx, pool, workload, tiers)
+
+
+def turns_per_s_per_gpu(timing: PoolTiming) -> float:
+    """Requests (turns) per second per GPU a fill pool (mixed or prefill) serves at its batch."""
+    return timing.plan.pool.batch / timing.cycle_s / timing.plan.pool.gpus_per_instance
 
 
 def _stages(ctx: PoolContext, build: Callable[[int], StepWork]) -> list[StepWork]:

@@ -1,15 +1,22 @@
 """Deployments of the planner's decision space and their exact figures.
 
 - aggregated: one mixed candidate, as many instances as the scale-up domains hold (its per-GPU figures
-  do not depend on the count, so filling the cluster costs nothing per GPU and serves the most users);
+  do not depend on the count, so filling the cluster costs nothing per GPU and serves the most users),
+  or as the shared KV store can serve when its fill pools park contexts there;
 - disaggregated: one prefill and one decode candidate with P and D instances, P, D >= 1, fitting the
   domains together; figures from `costmodel.serving.disaggregated_serving`.
+With multi-turn sessions and a shared KV store, a disaggregated deployment whose prefill pool parks more
+idle contexts in the store than it holds, or fetches them faster than it serves, is not in the space.
 Both the MILP and the exhaustive reference build their front points here, so they cannot disagree.
 """
 
 from __future__ import annotations
 
+import math
+
 from costmodel.calibration import Calibration
+from costmodel.evaluate import store_breach
+from costmodel.kv_tiers import store_use
 from costmodel.layout import Layout
 from costmodel.resolve import ResolvedScenario
 from costmodel.serving import disaggregated_serving
@@ -18,9 +25,23 @@ from planner.placement import domain_bins, max_replicas
 from planner.templates import Candidate, with_replicas
 
 
+def _store_replicas(resolved: ResolvedScenario, candidate: Candidate) -> int:
+    """Most instances of a mixed candidate the shared KV store can serve (unbounded without a store)."""
+    plan = candidate.timing.plan
+    use = store_use(plan.request.tiers, plan.ctx.arch.kv_bytes_per_token(plan.ctx.fmt.kv_dtype),
+                    candidate.requests_per_s)
+    store = resolved.scenario.cluster.kv_store
+    if store is None or (use.bytes <= 0 and use.bytes_per_s <= 0):
+        return resolved.gpus
+    limits = [store.capacity_bytes / use.bytes if use.bytes > 0 else math.inf,
+              store.bandwidth_bytes_per_s / use.bytes_per_s if use.bytes_per_s > 0 else math.inf]
+    return int(min(limits) * (1 + 1e-12))
+
+
 def aggregated_point(resolved: ResolvedScenario, candidate: Candidate) -> FrontPoint | None:
-    """The aggregated deployment of `candidate` filling the cluster (None if not one instance fits)."""
-    count = max_replicas(candidate.gpus, domain_bins(resolved))
+    """The aggregated deployment of `candidate` filling the cluster, or as much of it as the shared KV
+    store serves (None if not one instance fits)."""
+    count = min(max_replicas(candidate.gpus, domain_bins(resolved)), _store_replicas(resolved, candidate))
     if count < 1:
         return None
     layout = Layout(serving="aggregated", pools=[with_replicas(candidate, count)])
@@ -30,9 +51,12 @@ def aggregated_point(resolved: ResolvedScenario, candidate: Candidate) -> FrontP
 
 
 def disaggregated_point(resolved: ResolvedScenario, calibration: Calibration, prefill: Candidate,
-                        decode: Candidate, prefills: int, decodes: int) -> FrontPoint:
+                        decode: Candidate, prefills: int, decodes: int) -> FrontPoint | None:
+    """The disaggregated deployment (None if the shared KV store cannot serve its prefill pool)."""
     ttft, tpot, rate, _ = disaggregated_serving(prefill.timing, decode.timing, prefills, decodes, calibration,
                                                 resolved.scenario.engine)
+    if store_breach(resolved, prefill.timing.plan, rate):
+        return None
     gpus = prefills * prefill.gpus + decodes * decode.gpus
     layout = Layout(serving="disaggregated",
                     pools=[with_replicas(prefill, prefills), with_replicas(decode, decodes)])

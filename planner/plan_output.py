@@ -16,6 +16,7 @@ from typing import Any
 import yaml
 
 from costmodel.evaluate import evaluate, pool_context
+from costmodel.kv_tiers import FETCHED_TIERS, TIERS
 from costmodel.layout import Layout
 from planner.placement import assign, domain_bins
 from planner.solve import SolveResult
@@ -30,8 +31,12 @@ def _gap(value: float) -> float | None:
 
 
 def layout_dict(layout: Layout) -> dict[str, Any]:
-    """The layout as `plan evaluate --layout` reads it."""
-    return layout.model_dump(mode="json")
+    """The layout as `plan evaluate --layout` reads it (`kv_store` only where a pool uses the store)."""
+    data = layout.model_dump(mode="json")
+    for pool in data["pools"]:
+        if not pool["kv_store"]:
+            del pool["kv_store"]
+    return data
 
 
 def placement(result: SolveResult, point: SolvedPoint) -> dict[str, Any]:
@@ -208,16 +213,19 @@ def print_table(result: SolveResult, console: Any, model_stats: bool) -> None:
 def print_kv_tiers(result: SolveResult, console: Any) -> None:
     from rich.table import Table
 
-    table = Table(title="KV tiers of each point: share of turns served from each tier, fetch rate (cluster)")
-    for column in ("#", "HBM", "host DRAM", "SSD", "recomputed", "DRAM GB/s", "SSD GB/s", "TTFT fetching"):
+    table = Table(title="KV tiers of each point (fill pool totals, sized for its full rate)")
+    for column in ("#", "hit % HBM/DRAM/SSD/store/recompute", "held TB HBM/DRAM/SSD/store",
+                   "fetch GB/s DRAM/SSD/store", "TTFT fetching", "copies for arrival rate"):
         table.add_column(column, justify="right")
     for index, solved in enumerate(result.front):
         tiers = kv_tiers(result, solved)
         if tiers is None:
             continue
-        shares, fetch = tiers["turn_shares"], tiers["fetch_gb_per_s"]
-        table.add_row(str(index), *(f"{shares[t]:.0%}" for t in ("hbm", "host_dram", "ssd", "recompute")),
-                      f"{fetch['host_dram']:.1f}", f"{fetch['ssd']:.1f}", f"{tiers['fetch_share_of_ttft']:.0%}")
+        hits, held, fetch = tiers["hit_rates"], tiers["stored_gb"], tiers["fetch_gb_per_s"]
+        table.add_row(str(index), "/".join(f"{100 * hits[t]:.0f}" for t in TIERS),
+                      "/".join(f"{held[t] / 1e3:.1f}" for t in TIERS[:-1]),
+                      "/".join(f"{fetch[t]:.1f}" for t in FETCHED_TIERS),
+                      f"{tiers['fetch_share_of_ttft']:.0%}", f"{tiers['deployments_for_arrival_rate']:.2f}")
     console.print(table)
 
 

@@ -39,7 +39,8 @@ def disaggregated_points(resolved: ResolvedScenario, calibration: Calibration, p
             for count_p in range(1, budget // prefill.gpus + 1):
                 for count_d in range(1, (budget - count_p * prefill.gpus) // decode.gpus + 1):
                     if fits([(prefill.gpus, count_p), (decode.gpus, count_d)], bins):
-                        points.append(disaggregated_point(resolved, calibration, prefill, decode, count_p, count_d))
+                        point = disaggregated_point(resolved, calibration, prefill, decode, count_p, count_d)
+                        points += [point] if point is not None else []
     return points
 
 

@@ -241,7 +241,7 @@ class _Sweeper:
             return None
         point = disaggregated_point(self.resolved, self.calibration, selection.prefill.candidate,
                                     selection.decode.candidate, selection.prefills, selection.decodes)
-        return None if eps is not None and point.ttft_ms / 1e3 > eps else point
+        return None if point is None or (eps is not None and point.ttft_ms / 1e3 > eps) else point
 
 
 def sweep(resolved: ResolvedScenario, calibration: Calibration, options: DeploymentOptions,

@@ -13,14 +13,14 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from costmodel.calibration import Calibration
 from costmodel.evaluate import pool_context
 from costmodel.layout import Pool, PoolRole
 from costmodel.pricing import TablePricer, WorkTable
 from costmodel.resolve import ResolvedScenario
-from costmodel.serving import PoolTiming, plan_pool, time_pool
+from costmodel.serving import PoolPlan, PoolTiming, plan_pool, time_pool, with_session_tiers
 
 POWERS_OF_TWO = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
 BATCH_PER_RANK = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
@@ -118,22 +118,22 @@ def candidate_pools(resolved: ResolvedScenario, role: PoolRole) -> list[Pool]:
 def generate(resolved: ResolvedScenario, calibration: Calibration) -> CandidateSet:
     """Every candidate of every role the scenario allows, timed, with infeasible ones pruned."""
     result = CandidateSet()
-    engine = resolved.scenario.engine
+    workload = resolved.scenario.workload
     for role in roles_for(resolved):
         plans = []
         for pool in candidate_pools(resolved, role):
             result.instance_gpus = max(result.instance_gpus, pool.gpus_per_instance)
-            plan = plan_pool(pool_context(resolved, pool), pool, resolved.scenario.workload)
+            plan = plan_pool(pool_context(resolved, pool), pool, workload)
             if plan.memory.fits:
                 plans.append(plan)
             else:
                 result.count("over HBM")
-        works = [w for plan in plans for phase in (plan.fill, plan.decode, plan.mixed) for w in phase or []]
-        table = WorkTable(works, [resolved.system] * len(works), [engine] * len(works))
-        pricer = TablePricer(table, table.price(calibration), calibration, engine)
+        timings = _timed(plans, resolved, calibration)
+        if workload.sessions is not None and role != "decode":
+            timings = _timed(_session_variants(resolved, timings), resolved, calibration)
         kept = []
-        for plan in plans:
-            candidate = Candidate(plan.pool, time_pool(plan, pricer))
+        for timing in timings:
+            candidate = Candidate(timing.plan.pool, timing)
             result.note_speed(candidate)
             reason = _slo_breach(resolved, candidate)
             if reason:
@@ -142,6 +142,30 @@ def generate(resolved: ResolvedScenario, calibration: Calibration) -> CandidateS
                 kept.append(candidate)
         result.by_role[role] = kept
     return result
+
+
+def _timed(plans: list[PoolPlan], resolved: ResolvedScenario, calibration: Calibration) -> list[PoolTiming]:
+    """Time planned pools, priced in bulk."""
+    engine = resolved.scenario.engine
+    works = [w for plan in plans for phase in (plan.fill, plan.decode, plan.mixed) for w in phase or []]
+    table = WorkTable(works, [resolved.system] * len(works), [engine] * len(works))
+    pricer = TablePricer(table, table.price(calibration), calibration, engine)
+    return [time_pool(plan, pricer) for plan in plans]
+
+
+def _session_variants(resolved: ResolvedScenario, timings: list[PoolTiming]) -> list[PoolPlan]:
+    """Fill pools of a sessions workload re-planned with their KV tiers (sized from their all-HBM timing),
+    each also with the shared store when the cluster has one and the pool would park contexts there."""
+    workload, store = resolved.scenario.workload, resolved.scenario.cluster.kv_store
+    plans = []
+    for timing in timings:
+        plans.append(with_session_tiers(timing.plan, timing, workload))
+        if store is not None:
+            parked = replace(timing.plan, pool=timing.plan.pool.model_copy(update={"kv_store": True}))
+            variant = with_session_tiers(parked, timing, workload)
+            if variant.request.tiers is not None and variant.request.tiers.stored_bytes["store"] > 0:
+                plans.append(variant)
+    return plans
 
 
 def _slo_breach(resolved: ResolvedScenario, candidate: Candidate) -> str | None:

@@ -6,10 +6,14 @@ time a request spends decoding after its first token Z_d = (osl - 1) TPOT_d, mos
 instance sizes: the KV transfer time t_kv (it depends only on the two sizes: see
 `costmodel.serving.kv_transfer_s`). Per mixed candidate: its aggregated deployment's exact figures.
 
+Multi-turn sessions with a shared KV store: per prefill candidate, the bytes it parks in the store and the
+bytes/s it fetches from it, per request/s it serves.
+
 Prefill candidates are pruned by a dominance that is safe for every figure of the front: same GPUs, no
-longer fill latency and no less capacity (any deployment with the dominated one does at least as well
-with the dominating one at the same counts). Decode candidates are not pruned: a lower TPOT shortens
-the time requests spend away from the prefill pool and so raises its queueing (a TTFT trade-off).
+longer fill latency, no less capacity and no more use of the shared KV store per request (any deployment
+with the dominated one does at least as well with the dominating one at the same counts). Decode
+candidates are not pruned: a lower TPOT shortens the time requests spend away from the prefill pool and so
+raises its queueing (a TTFT trade-off).
 """
 
 from __future__ import annotations
@@ -17,7 +21,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from costmodel.calibration import Calibration
+from costmodel.kv_tiers import NO_STORE_USE, StoreUse, store_use
 from costmodel.resolve import ResolvedScenario
+from costmodel.scenario import KvStore
 from costmodel.serving import kv_transfer_s
 from planner.deployment import aggregated_point
 from planner.pareto import FrontPoint
@@ -38,6 +44,7 @@ class PrefillOption:
     fill_s: float
     capacity: float  # requests per second per instance
     most: int
+    store: StoreUse = NO_STORE_USE  # multi-turn sessions: shared-store bytes and bytes/s per request/s
 
 
 @dataclass(frozen=True)
@@ -72,6 +79,7 @@ class DeploymentOptions:
     output_tokens: int
     cohort_fraction: float
     pruned_prefill: int
+    store: KvStore | None = None  # the cluster's shared KV store (multi-turn sessions)
 
     @property
     def disaggregated(self) -> bool:
@@ -86,10 +94,11 @@ def _domains(resolved: ResolvedScenario) -> Domains:
 
 def _prune_prefill(options: list[PrefillOption]) -> list[PrefillOption]:
     kept: list[PrefillOption] = []
-    ordered = sorted(options, key=lambda o: (o.gpus, o.fill_s, -o.capacity))
+    ordered = sorted(options, key=lambda o: (o.gpus, o.fill_s, -o.capacity, o.store.bytes, o.store.bytes_per_s))
     for option in ordered:  # within one size, keep the capacity staircase along fill latency
         same = [k for k in kept if k.gpus == option.gpus]
-        if not any(k.fill_s <= option.fill_s and k.capacity >= option.capacity for k in same):
+        if not any(k.fill_s <= option.fill_s and k.capacity >= option.capacity and k.store.bytes <= option.store.bytes
+                   and k.store.bytes_per_s <= option.store.bytes_per_s for k in same):
             kept.append(option)
     return kept
 
@@ -102,8 +111,8 @@ def deployment_options(resolved: ResolvedScenario, candidates: CandidateSet,
         point = aggregated_point(resolved, candidate)
         if point is not None:
             mixed.append(MixedOption(candidate, point))
-    prefill_all = [PrefillOption(c, c.gpus, c.timing.ttft_s, c.requests_per_s, max_replicas(c.gpus, bins))
-                   for c in candidates.by_role.get("prefill", [])]
+    prefill_all = [PrefillOption(c, c.gpus, c.timing.ttft_s, c.requests_per_s, max_replicas(c.gpus, bins),
+                                 _store_per_rate(c)) for c in candidates.by_role.get("prefill", [])]
     prefill_all = [p for p in prefill_all if p.most >= 1]
     prefill = _prune_prefill(prefill_all)
     decode = [DecodeOption(c, c.gpus, c.pool.batch, (workload.output_tokens - 1) * c.timing.tpot_s,
@@ -120,5 +129,10 @@ def deployment_options(resolved: ResolvedScenario, candidates: CandidateSet,
         mixed=tuple(mixed), prefill=tuple(prefill), decode=tuple(decode), kv_transfer_s=transfer,
         domains=_domains(resolved), output_tokens=workload.output_tokens,
         cohort_fraction=calibration.engine(resolved.scenario.engine).cohort_fraction,
-        pruned_prefill=len(prefill_all) - len(prefill),
+        pruned_prefill=len(prefill_all) - len(prefill), store=resolved.scenario.cluster.kv_store,
     )
+
+
+def _store_per_rate(candidate: Candidate) -> StoreUse:
+    plan = candidate.timing.plan
+    return store_use(plan.request.tiers, plan.ctx.arch.kv_bytes_per_token(plan.ctx.fmt.kv_dtype), 1.0)
