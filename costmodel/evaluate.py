@@ -131,7 +131,7 @@ def predict(plan: LayoutPlan, pricer: Pricer) -> Prediction:
     ttft, tpot, rate, ttft_parts = _serving(plan, timings, pricer.calibration)
     reasons = tuple(reason for timing in timings for reason in _memory_reasons(timing.plan))
     fill = next(t for t in timings if t.plan.pool.role != "decode")
-    store = store_breach(plan.resolved, fill.plan, rate)
+    store = store_breach(plan.resolved, fill.plan)
     reasons += (store,) if store else ()
     worst = max(plan.pools, key=lambda p: p.memory.utilisation)
     return Prediction(
@@ -151,11 +151,10 @@ def predict(plan: LayoutPlan, pricer: Pricer) -> Prediction:
     )
 
 
-def store_breach(resolved: ResolvedScenario, fill: PoolPlan, turns_per_s: float) -> str | None:
-    """Why the cluster's shared KV store cannot hold or serve what the fill pool, serving `turns_per_s`,
-    parks in it (None if it can)."""
+def store_breach(resolved: ResolvedScenario, fill: PoolPlan) -> str | None:
+    """Why the cluster's shared KV store cannot hold or serve what the fill pool parks in it (None if it can)."""
     kv_bytes = fill.ctx.arch.kv_bytes_per_token(fill.ctx.fmt.kv_dtype)
-    return store_use(fill.request.tiers, kv_bytes, turns_per_s).breach(resolved.scenario.cluster.kv_store)
+    return store_use(fill.request.tiers, kv_bytes, fill.pool.gpus).breach(resolved.scenario.cluster.kv_store)
 
 
 def _aggregated(timing: PoolTiming) -> tuple[float, float, float, dict[str, float]]:

@@ -20,9 +20,9 @@ free, then its nodes' host DRAM, then their local SSD, then (for a pool with `kv
 shared store; what fits nowhere is recomputed (its context becomes new tokens of the turn). The host
 DRAM and SSD of the decode pool's nodes are not used: a fill would reach them over the NICs, which is
 what the shared store models. Usable fractions of DRAM and SSD are assumptions, stated below. The store
-has no per-GPU limit; its capacity and bandwidth are the cluster's and bind the whole deployment at the
-rate it actually serves (`store_use`: the split fixed by the sizing, scaled to that rate; checked by
-`plan evaluate` and written as rows of the planner's MILP over the deployment's rate).
+has no per-GPU limit; its capacity and bandwidth are the cluster's and bind the whole deployment, sized
+like the other tiers for the fill pool's full rate (`store_use`; checked by `plan evaluate`, a row of the
+planner's MILP).
 
 A turn after a think finds its context where thinking sessions sit, after a pause where paused ones do;
 the first turn of a session finds only the system prompt (a shared prefix, in HBM). The fill then fetches
@@ -34,6 +34,7 @@ cheapest recompute can be, so the rule errs towards fetching only when fetching 
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from costmodel.hardware import SystemSpec
@@ -147,8 +148,17 @@ class StoreUse:
     bytes: float
     bytes_per_s: float
 
-    def __add__(self, other: StoreUse) -> StoreUse:
-        return StoreUse(self.bytes + other.bytes, self.bytes_per_s + other.bytes_per_s)
+    def times(self, count: float) -> StoreUse:
+        return StoreUse(self.bytes * count, self.bytes_per_s * count)
+
+    def most_within(self, store: KvStore | None) -> float:
+        """How many times this use fits in `store` (inf when it asks nothing or there is no limit to it)."""
+        limits = [math.inf]
+        if store is not None and self.bytes > 0:
+            limits.append(store.capacity_bytes / self.bytes)
+        if store is not None and self.bytes_per_s > 0:
+            limits.append(store.bandwidth_bytes_per_s / self.bytes_per_s)
+        return min(limits)
 
     def breach(self, store: KvStore | None) -> str | None:
         """Why the store cannot serve this use (None if it can, or if nothing is asked of it)."""
@@ -156,22 +166,22 @@ class StoreUse:
             return None
         if store is None:
             return "the layout parks contexts in a KV store but the cluster has none (cluster.kv_store)"
-        if self.bytes > store.capacity_bytes:
+        if self.bytes > store.capacity_bytes * (1 + 1e-9):
             return (f"KV store: the idle contexts need {self.bytes / 1e12:.2f} TB but the store holds "
                     f"{store.capacity_bytes / 1e12:.2f} TB")
-        if self.bytes_per_s > store.bandwidth_bytes_per_s:
+        if self.bytes_per_s > store.bandwidth_bytes_per_s * (1 + 1e-9):
             return (f"KV store: fetching contexts needs {self.bytes_per_s / 1e9:.1f} GB/s but the store serves "
                     f"{store.bandwidth_bytes_per_s / 1e9:.1f} GB/s")
         return None
 
 
-def store_use(tiers: TierPlan | None, kv_bytes_per_token: float, turns_per_s: float) -> StoreUse:
-    """What a fill pool serving `turns_per_s` (the deployment's rate) asks of the shared store: its tiers'
-    split of idle KV and fetches (fixed when they were sized) at that rate."""
-    if tiers is None or tiers.turns_per_s_per_gpu <= 0:
-        return NO_STORE_USE
-    scale = turns_per_s / tiers.turns_per_s_per_gpu
-    return StoreUse(tiers.stored_bytes["store"] * scale, tiers.fetch_bytes_per_s(kv_bytes_per_token)["store"] * scale)
-
-
 NO_STORE_USE = StoreUse(0.0, 0.0)
+
+
+def store_use(tiers: TierPlan | None, kv_bytes_per_token: float, fill_gpus: int) -> StoreUse:
+    """What a fill pool of `fill_gpus` GPUs asks of the shared store at the rate its tiers are sized for."""
+    if tiers is None:
+        return NO_STORE_USE
+    return StoreUse(tiers.stored_bytes["store"] * fill_gpus,
+                    tiers.fetch_bytes_per_s(kv_bytes_per_token)["store"] * fill_gpus)
+

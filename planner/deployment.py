@@ -15,8 +15,6 @@ from __future__ import annotations
 import math
 
 from costmodel.calibration import Calibration
-from costmodel.evaluate import store_breach
-from costmodel.kv_tiers import store_use
 from costmodel.layout import Layout
 from costmodel.resolve import ResolvedScenario
 from costmodel.serving import disaggregated_serving
@@ -26,16 +24,11 @@ from planner.templates import Candidate, with_replicas
 
 
 def _store_replicas(resolved: ResolvedScenario, candidate: Candidate) -> int:
-    """Most instances of a mixed candidate the shared KV store can serve (unbounded without a store)."""
-    plan = candidate.timing.plan
-    use = store_use(plan.request.tiers, plan.ctx.arch.kv_bytes_per_token(plan.ctx.fmt.kv_dtype),
-                    candidate.requests_per_s)
-    store = resolved.scenario.cluster.kv_store
-    if store is None or (use.bytes <= 0 and use.bytes_per_s <= 0):
+    """Most instances of a fill candidate the shared KV store can serve (unbounded without a store)."""
+    if resolved.scenario.cluster.kv_store is None:
         return resolved.gpus
-    limits = [store.capacity_bytes / use.bytes if use.bytes > 0 else math.inf,
-              store.bandwidth_bytes_per_s / use.bytes_per_s if use.bytes_per_s > 0 else math.inf]
-    return int(min(limits) * (1 + 1e-12))
+    most = candidate.store_use.most_within(resolved.scenario.cluster.kv_store)
+    return resolved.gpus if math.isinf(most) else int(most * (1 + 1e-12))
 
 
 def aggregated_point(resolved: ResolvedScenario, candidate: Candidate) -> FrontPoint | None:
@@ -53,10 +46,10 @@ def aggregated_point(resolved: ResolvedScenario, candidate: Candidate) -> FrontP
 def disaggregated_point(resolved: ResolvedScenario, calibration: Calibration, prefill: Candidate,
                         decode: Candidate, prefills: int, decodes: int) -> FrontPoint | None:
     """The disaggregated deployment (None if the shared KV store cannot serve its prefill pool)."""
+    if prefills > _store_replicas(resolved, prefill):
+        return None
     ttft, tpot, rate, _ = disaggregated_serving(prefill.timing, decode.timing, prefills, decodes, calibration,
                                                 resolved.scenario.engine)
-    if store_breach(resolved, prefill.timing.plan, rate):
-        return None
     gpus = prefills * prefill.gpus + decodes * decode.gpus
     layout = Layout(serving="disaggregated",
                     pools=[with_replicas(prefill, prefills), with_replicas(decode, decodes)])

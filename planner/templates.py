@@ -17,6 +17,7 @@ from dataclasses import dataclass, field, replace
 
 from costmodel.calibration import Calibration
 from costmodel.evaluate import pool_context
+from costmodel.kv_tiers import StoreUse, store_use
 from costmodel.layout import Pool, PoolRole
 from costmodel.pricing import TablePricer, WorkTable
 from costmodel.resolve import ResolvedScenario
@@ -39,6 +40,12 @@ class Candidate:
     @property
     def gpus(self) -> int:
         return self.pool.gpus_per_instance
+
+    @property
+    def store_use(self) -> StoreUse:
+        """Multi-turn sessions: what one instance asks of the shared KV store (sized for its full rate)."""
+        plan = self.timing.plan
+        return store_use(plan.request.tiers, plan.ctx.arch.kv_bytes_per_token(plan.ctx.fmt.kv_dtype), self.gpus)
 
     @property
     def requests_per_s(self) -> float:

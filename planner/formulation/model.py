@@ -21,8 +21,8 @@ A X is linear through copies of X per decode configuration (Z_d X) and per size 
 t_p X = sum_y t_p cap_y rho^y. Every product is a binary times a bounded continuous variable, modelled
 exactly by its copy: the MILP's optimum is the cost model's, with no approximation.
 
-Multi-turn sessions with a shared KV store (`kv_store`): the store's capacity and bandwidth bound the
-rate through per-configuration copies X^y (rows in `_define_store`).
+Multi-turn sessions with a shared KV store (`kv_store`): what the prefill configuration parks in the store
+and fetches from it within the store's capacity and bandwidth (`_define_store`).
 
 Packing: instance sizes are powers of two here (tp, dp, pp are), so the instances fit the scale-up
 domains iff, for every size s, the GPUs of instances of size >= s fit in the domains' multiples of s
@@ -185,7 +185,7 @@ def _define_disaggregated(dm: DeploymentModel, options: DeploymentOptions, eps_s
         fill = add_expr({c.var: c.option.fill_s for c in dm.prefill},
                         {v: options.kv_transfer_s[k] for k, v in pairs.items()})
         model.add("ttft-fill", "ttft", fill, "<=", eps_s)
-    _define_store(dm, options, rate, rate_max)
+    _define_store(dm, options)
     _define_packing(dm, options)
     model.objective.update(_scaled(rate, float(options.output_tokens)))
     for config in dm.configs():
@@ -236,24 +236,20 @@ def _define_transfer_pairs(dm: DeploymentModel, rate: Expr,
     return pairs, copies
 
 
-def _define_store(dm: DeploymentModel, options: DeploymentOptions, rate: Expr, rate_max: float) -> None:
-    """`kv_store`: the idle contexts the prefill pool parks in the cluster's shared store, and the fetches
-    it makes from it, grow with the rate X: sum_y s_y X^y <= capacity and sum_y f_y X^y <= bandwidth over
-    rate copies X^y per prefill configuration (rows divided by the limit, so coefficients stay O(1))."""
+def _define_store(dm: DeploymentModel, options: DeploymentOptions) -> None:
+    """`kv_store`: the idle contexts the prefill pool parks in the cluster's shared store, and the fetches it
+    makes from it, sized for the pool's full rate: sum_y P_y s_p y <= capacity and the same for bandwidth
+    (rows divided by the limit, so coefficients stay O(1)). One prefill configuration is chosen, so each
+    row bounds P per candidate; `options` already caps `most` there, and the rows state it for the model."""
     store = options.store
-    if store is None or not any(c.option.store.bytes > 0 or c.option.store.bytes_per_s > 0 for c in dm.prefill):
+    if store is None:
         return
-    model = dm.model
-    bounds = [c.option.capacity * c.count for c in dm.prefill]
-    x_prefill = _copies(model, dm.prefill, rate_max, "rate-prefill", bounds)
-    model.add("kv-store-rate-sum", "kv_store", add_expr(dict.fromkeys(x_prefill, 1.0), _scaled(rate, -1.0)),
-              "==", 0.0)
     for name, limit, uses in (("capacity", store.capacity_bytes, [c.option.store.bytes for c in dm.prefill]),
                               ("bandwidth", store.bandwidth_bytes_per_s,
                                [c.option.store.bytes_per_s for c in dm.prefill])):
-        row = {v: use / limit for v, use in zip(x_prefill, uses, strict=True) if use > 0}
+        row = {c.var: use * c.count / limit for c, use in zip(dm.prefill, uses, strict=True) if use > 0}
         if row:
-            model.add(f"kv-store-{name}", "kv_store", row, "<=", 1.0)
+            dm.model.add(f"kv-store-{name}", "kv_store", row, "<=", 1.0)
 
 
 def _define_packing(dm: DeploymentModel, options: DeploymentOptions) -> None:

@@ -6,8 +6,8 @@ time a request spends decoding after its first token Z_d = (osl - 1) TPOT_d, mos
 instance sizes: the KV transfer time t_kv (it depends only on the two sizes: see
 `costmodel.serving.kv_transfer_s`). Per mixed candidate: its aggregated deployment's exact figures.
 
-Multi-turn sessions with a shared KV store: per prefill candidate, the bytes it parks in the store and the
-bytes/s it fetches from it, per request/s it serves.
+Multi-turn sessions with a shared KV store: per prefill candidate, the bytes one instance parks in the
+store and the bytes/s it fetches from it (sized for its full rate, `costmodel.kv_tiers`).
 
 Prefill candidates are pruned by a dominance that is safe for every figure of the front: same GPUs, no
 longer fill latency, no less capacity and no more use of the shared KV store per request (any deployment
@@ -18,10 +18,11 @@ raises its queueing (a TTFT trade-off).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from costmodel.calibration import Calibration
-from costmodel.kv_tiers import NO_STORE_USE, StoreUse, store_use
+from costmodel.kv_tiers import NO_STORE_USE, StoreUse
 from costmodel.resolve import ResolvedScenario
 from costmodel.scenario import KvStore
 from costmodel.serving import kv_transfer_s
@@ -43,8 +44,8 @@ class PrefillOption:
     gpus: int
     fill_s: float
     capacity: float  # requests per second per instance
-    most: int
-    store: StoreUse = NO_STORE_USE  # multi-turn sessions: shared-store bytes and bytes/s per request/s
+    most: int  # instances the domains (and the shared KV store) hold
+    store: StoreUse = NO_STORE_USE  # multi-turn sessions: shared-store bytes and bytes/s per instance
 
 
 @dataclass(frozen=True)
@@ -111,8 +112,10 @@ def deployment_options(resolved: ResolvedScenario, candidates: CandidateSet,
         point = aggregated_point(resolved, candidate)
         if point is not None:
             mixed.append(MixedOption(candidate, point))
-    prefill_all = [PrefillOption(c, c.gpus, c.timing.ttft_s, c.requests_per_s, max_replicas(c.gpus, bins),
-                                 _store_per_rate(c)) for c in candidates.by_role.get("prefill", [])]
+    store = resolved.scenario.cluster.kv_store
+    prefill_all = [PrefillOption(c, c.gpus, c.timing.ttft_s, c.requests_per_s,
+                                 min(max_replicas(c.gpus, bins), _store_instances(c, store)), c.store_use)
+                   for c in candidates.by_role.get("prefill", [])]
     prefill_all = [p for p in prefill_all if p.most >= 1]
     prefill = _prune_prefill(prefill_all)
     decode = [DecodeOption(c, c.gpus, c.pool.batch, (workload.output_tokens - 1) * c.timing.tpot_s,
@@ -133,6 +136,7 @@ def deployment_options(resolved: ResolvedScenario, candidates: CandidateSet,
     )
 
 
-def _store_per_rate(candidate: Candidate) -> StoreUse:
-    plan = candidate.timing.plan
-    return store_use(plan.request.tiers, plan.ctx.arch.kv_bytes_per_token(plan.ctx.fmt.kv_dtype), 1.0)
+def _store_instances(candidate: Candidate, store: KvStore | None) -> int:
+    """Most instances the shared KV store serves (a bound the `kv_store` rows also state)."""
+    most = candidate.store_use.most_within(store)
+    return 2**31 if math.isinf(most) else int(most * (1 + 1e-12))

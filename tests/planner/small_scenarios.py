@@ -32,6 +32,20 @@ SMALL: dict[str, dict[str, Any]] = {
         "workload": {"input_tokens": 4096, "output_tokens": 256, "prefix_hit_rate": 0.5},
         "search": {"serving": ["disaggregated"], "pp": [1], "dp_attention": [1], "tp": [1, 2, 4], "max_batch": 64},
     },
+    # Agent sessions whose paused contexts overflow small host tiers into a shared store too small for the
+    # largest prefill pools: the store's capacity row decides how many prefill instances park there.
+    "qwen3-30b-16xh100-agent-sessions-store": {
+        "model": "qwen3-30b",
+        "cluster": {"system": "h100-sxm", "gpus": 16,
+                    "overrides": {"host_dram_bytes_per_node": 2.0e11, "ssd_capacity_bytes_per_node": 1.0e11},
+                    "kv_store": {"capacity_bytes": 2.0e12, "bandwidth_bytes_per_s": 1.0e11}},
+        "workload": {"sessions": {
+            "arrival_rate_per_s": 1.0, "turns": 10, "system_prompt_tokens": 8000, "think_time_s": 5.0,
+            "pause_probability": 0.3, "pause_s": 600.0,
+            "turn_lengths": [{"share": 0.8, "input_tokens": 500, "output_tokens": 200},
+                             {"share": 0.2, "input_tokens": 3000, "output_tokens": 600}]}},
+        "search": {"serving": ["disaggregated"], "pp": [1], "dp_attention": [1], "tp": [1, 2, 4], "max_batch": 64},
+    },
 }
 
 

@@ -8,9 +8,9 @@ import pytest
 
 from costmodel.evaluate import evaluate
 from costmodel.hardware import load_system, with_overrides
-from costmodel.kv_tiers import DRAM_USABLE, plan_tiers, turn_context
+from costmodel.kv_tiers import DRAM_USABLE, SSD_USABLE, fetch_s_per_token, plan_tiers, store_use, turn_context
 from costmodel.layout import Layout
-from costmodel.scenario import Sessions, Workload
+from costmodel.scenario import KvStore, Sessions, Workload
 from costmodel.serving import RequestShape
 from planner.scenario import scenario_from_data
 
@@ -101,3 +101,77 @@ def test_a_tier_slower_than_recomputing_is_recomputed() -> None:
                       system, turns_per_s_per_gpu=11 / 8, hbm_free_bytes=0.0, recompute_s_per_token=1e-5)
     assert plan.recomputed_tiers == ("ssd",) and plan.turn_shares["ssd"] == 0.0
     assert plan.turn_shares["recompute"] > 0.0
+
+
+def test_idle_contexts_follow_the_fill_pools_rate() -> None:
+    """Little's law: twice the turns per GPU leave twice the idle KV per GPU."""
+    system = load_system("h200-sxm")
+    one = plan_tiers(sessions(), 1000, 200, KV_PER_TOKEN, system, turns_per_s_per_gpu=1.0, hbm_free_bytes=1e15)
+    two = plan_tiers(sessions(), 1000, 200, KV_PER_TOKEN, system, turns_per_s_per_gpu=2.0, hbm_free_bytes=1e15)
+    # 1 turn/s: 10/11 gaps/s x 10 s = 100/11 sessions thinking, 16,600 tokens each
+    assert one.stored_bytes["hbm"] == pytest.approx(100 / 11 * 16_600 * KV_PER_TOKEN)
+    assert two.stored_bytes["hbm"] == pytest.approx(2 * one.stored_bytes["hbm"])
+
+
+def test_the_shared_store_takes_what_local_tiers_cannot_hold() -> None:
+    system = with_overrides(load_system("h200-sxm"), {"ssd_capacity_bytes_per_node": 1e9})
+    paused = sessions(pause_probability=1.0, think_time_s=0.0, pause_s=1e5)
+    local = plan_tiers(paused, 1000, 200, KV_PER_TOKEN, system, turns_per_s_per_gpu=1.0, hbm_free_bytes=0.0)
+    shared = plan_tiers(paused, 1000, 200, KV_PER_TOKEN, system, turns_per_s_per_gpu=1.0, hbm_free_bytes=0.0,
+                        store=True)
+    idle = 10 / 11 * 1e5 * 16_600 * KV_PER_TOKEN  # bytes per GPU, all paused
+    local_bytes = DRAM_USABLE * system.host_dram_bytes_per_node / 8 + SSD_USABLE * 1e9 / 8
+    assert shared.stored_bytes["store"] == pytest.approx(idle - local_bytes)
+    assert shared.turn_shares["store"] == pytest.approx(10 / 11 * (idle - local_bytes) / idle)
+    assert local.turn_shares["recompute"] == pytest.approx(shared.turn_shares["store"])
+    assert shared.turn_shares["recompute"] == 0.0
+    # fetched over the NIC: the store's share of the fetches, at the GPU's NIC speed per token
+    fetch = shared.fetch_bytes_per_s(KV_PER_TOKEN)["store"]
+    assert fetch == pytest.approx(shared.turn_shares["store"] * 16_600 * KV_PER_TOKEN * 1.0)
+    assert fetch_s_per_token(system, KV_PER_TOKEN)["store"] == KV_PER_TOKEN / system.nic_bandwidth_bytes_per_s
+
+
+def test_store_use_scales_with_the_pool_and_breaches_name_the_store() -> None:
+    system = load_system("h200-sxm")
+    plan = plan_tiers(sessions(pause_probability=1.0, think_time_s=0.0, pause_s=1e6), 1000, 200, KV_PER_TOKEN,
+                      system, turns_per_s_per_gpu=1.0, hbm_free_bytes=0.0, store=True)
+    use = store_use(plan, KV_PER_TOKEN, 16)
+    assert use.bytes == pytest.approx(16 * plan.stored_bytes["store"])
+    roomy = KvStore(capacity_bytes=2 * use.bytes, bandwidth_bytes_per_s=2 * use.bytes_per_s)
+    assert use.breach(roomy) is None and use.most_within(roomy) == pytest.approx(2.0)
+    small = KvStore(capacity_bytes=use.bytes / 2, bandwidth_bytes_per_s=2 * use.bytes_per_s)
+    assert "KV store" in (use.breach(small) or "") and "TB" in (use.breach(small) or "")
+    narrow = KvStore(capacity_bytes=2 * use.bytes, bandwidth_bytes_per_s=use.bytes_per_s / 2)
+    assert "GB/s" in (use.breach(narrow) or "")
+    assert "cluster.kv_store" in (use.breach(None) or "")
+
+
+def test_evaluate_refuses_a_store_the_cluster_lacks_or_cannot_fill() -> None:
+    paused = {"think_time_s": 20.0, "pause_probability": 0.5, "pause_s": 36_000.0}
+    parked = LAYOUT.model_copy(update={"pools": [LAYOUT.pools[0].model_copy(update={"kv_store": True})]})
+    none = evaluate(scenario_from_data(agent(**paused)), parked)
+    assert not none.feasible and any("cluster.kv_store" in r for r in none.reasons)
+    data = agent(**paused)
+    data["cluster"]["kv_store"] = {"capacity_bytes": 1e12, "bandwidth_bytes_per_s": 1e12}
+    small = evaluate(scenario_from_data(data), parked)
+    assert not small.feasible and any(r.startswith("KV store: the idle contexts need") for r in small.reasons)
+    assert small.kv_tiers is not None and small.kv_tiers["hit_rates"]["store"] > 0.0
+    data["cluster"]["kv_store"] = {"capacity_bytes": 1e16, "bandwidth_bytes_per_s": 1e12}
+    roomy = evaluate(scenario_from_data(data), parked)
+    recomputing = evaluate(scenario_from_data(data), LAYOUT)
+    assert roomy.feasible and roomy.kv_tiers is not None and recomputing.kv_tiers is not None
+    assert roomy.kv_tiers["hit_rates"]["recompute"] == 0.0 < recomputing.kv_tiers["hit_rates"]["recompute"]
+    assert roomy.ttft_ms < recomputing.ttft_ms  # fetching over the NIC beats recomputing the context
+
+
+def test_turn_lengths_enter_as_their_means() -> None:
+    kinds = [{"share": 0.75, "input_tokens": 1000, "output_tokens": 100},
+             {"share": 0.25, "input_tokens": 5000, "output_tokens": 900}]
+    workload = Workload.model_validate({"sessions": {**sessions().model_dump(exclude={"turn_lengths"}),
+                                                     "turn_lengths": kinds}})
+    assert (workload.input_tokens, workload.output_tokens) == (2000, 300)
+    with pytest.raises(ValueError, match="omit input_tokens or make it 2000"):
+        Workload.model_validate({"input_tokens": 1000, "sessions": {"arrival_rate_per_s": 1.0, "turns": 3,
+                                                                    "turn_lengths": kinds}})
+    with pytest.raises(ValueError, match="add up to 0.5"):
+        Sessions.model_validate({"arrival_rate_per_s": 1.0, "turns": 3, "turn_lengths": kinds[1:] + kinds[1:]})

@@ -1,0 +1,65 @@
+"""Multi-turn sessions in the planner: the shared KV store as a binding constraint of the MILP, tier
+figures on every front point, and the agent scenario end to end."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+
+import pytest
+
+from costmodel.calibration import default_calibration
+from costmodel.evaluate import evaluate
+from planner.reference import exhaustive_front
+from planner.scenario import load_scenario, scenario_from_data
+from planner.solve import SolveSettings, solve
+from planner.templates import generate
+from tests.planner.small_scenarios import small_data
+
+NAME = "qwen3-30b-16xh100-agent-sessions-store"
+REPO = Path(__file__).resolve().parents[2]
+
+
+def front_with_store(capacity: float) -> list[tuple[float, float, int, bool]]:
+    data = copy.deepcopy(small_data(NAME))
+    data["cluster"]["kv_store"]["capacity_bytes"] = capacity
+    resolved = scenario_from_data(data)
+    calibration = default_calibration()
+    front = exhaustive_front(resolved, generate(resolved, calibration), calibration)
+    prefill = [p.layout.pool("prefill") for p in front]
+    return [(p.ttft_ms, p.tokens_per_s_per_gpu, pool.replicas, pool.kv_store) for p, pool in zip(front, prefill)]
+
+
+def test_a_small_store_binds_and_changes_the_front() -> None:
+    roomy, tight, tiny = front_with_store(1e14), front_with_store(2e12), front_with_store(5e11)
+    assert all(parked for *_, parked in roomy + tight)  # fetching over the NIC beats recomputing
+    assert max(r for _, _, r, _ in roomy) > 1 == max(r for _, _, r, _ in tight)  # room for one prefill instance
+    assert not any(parked for *_, parked in tiny)  # no room for any: every pool recomputes what overflows
+    best = [max(t for _, t, _, _ in front) for front in (roomy, tight, tiny)]
+    assert best[0] > best[1] > best[2]
+
+
+def test_kv_store_rows_are_in_the_model_and_every_point_respects_the_store() -> None:
+    resolved = scenario_from_data(small_data(NAME))
+    result = solve(resolved, SolveSettings())
+    assert result.model_statistics()["kv_store"]["constraints"] == 2  # capacity and bandwidth
+    store = resolved.scenario.cluster.kv_store
+    assert store is not None
+    for solved in result.front:
+        prediction = evaluate(resolved, solved.point.layout)
+        assert prediction.feasible
+        tiers = prediction.kv_tiers
+        assert tiers is not None
+        assert sum(tiers["hit_rates"].values()) == pytest.approx(1.0)
+        assert tiers["stored_gb"]["store"] * 1e9 <= store.capacity_bytes * (1 + 1e-9)
+        assert tiers["fetch_gb_per_s"]["store"] * 1e9 <= store.bandwidth_bytes_per_s * (1 + 1e-9)
+
+
+def test_coding_agent_scenario_reports_tiers_on_every_point() -> None:
+    resolved = load_scenario(REPO / "scenarios" / "coding-agent-sessions-gb200.yaml")
+    result = solve(resolved, SolveSettings(time_limit_s=30.0))
+    assert result.front
+    for solved in result.front[:: max(1, len(result.front) // 5)]:
+        tiers = evaluate(resolved, solved.point.layout).kv_tiers
+        assert tiers is not None and 50_000 < tiers["context_tokens"] < 200_000
+        assert 0.0 <= tiers["fetch_share_of_ttft"] < 1.0
