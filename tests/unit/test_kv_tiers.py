@@ -173,5 +173,5 @@ def test_turn_lengths_enter_as_their_means() -> None:
     with pytest.raises(ValueError, match="omit input_tokens or make it 2000"):
         Workload.model_validate({"input_tokens": 1000, "sessions": {"arrival_rate_per_s": 1.0, "turns": 3,
                                                                     "turn_lengths": kinds}})
-    with pytest.raises(ValueError, match="add up to 0.5"):
+    with pytest.raises(ValueError, match=r"add up to 0\.5"):
         Sessions.model_validate({"arrival_rate_per_s": 1.0, "turns": 3, "turn_lengths": kinds[1:] + kinds[1:]})
