@@ -26,8 +26,8 @@ def front_with_store(capacity: float) -> list[tuple[float, float, int, bool]]:
     resolved = scenario_from_data(data)
     calibration = default_calibration()
     front = exhaustive_front(resolved, generate(resolved, calibration), calibration)
-    prefill = [p.layout.pool("prefill") for p in front]
-    return [(p.ttft_ms, p.tokens_per_s_per_gpu, pool.replicas, pool.kv_store) for p, pool in zip(front, prefill, strict=True)]
+    pools = [(p, p.layout.pool("prefill")) for p in front]
+    return [(p.ttft_ms, p.tokens_per_s_per_gpu, pool.replicas, pool.kv_store) for p, pool in pools]
 
 
 def test_a_small_store_binds_and_changes_the_front() -> None:
