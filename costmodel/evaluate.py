@@ -15,12 +15,16 @@ from costmodel.operators import Formats, Parallel
 from costmodel.precision import Dtype, bytes_per_element
 from costmodel.pricing import DirectPricer, Pricer
 from costmodel.resolve import ResolvedScenario, compute_dtype
+from costmodel.scenario import Workload
 from costmodel.serving import (
+    FillStation,
     PhaseTime,
     PoolPlan,
     PoolTiming,
-    disaggregated_serving,
+    later_share,
     plan_pool,
+    pool_turns,
+    split_serving,
     time_pool,
     with_session_tiers,
 )
@@ -99,7 +103,11 @@ def plan_layout(resolved: ResolvedScenario, layout: Layout, pricer: Pricer | Non
     """Every pool's work; with sessions and a `pricer`, the fill pool's contexts placed in KV tiers sized
     for its rate (`costmodel.serving.with_session_tiers`), else all in HBM."""
     workload = resolved.scenario.workload
-    plans = [plan_pool(pool_context(resolved, pool), pool, workload) for pool in layout.pools]
+    if layout.split_fills and workload.sessions is None:
+        raise ValueError("a midfill pool runs the later turns of multi-turn sessions, but the workload has no "
+                         "sessions: drop the midfill pool or describe workload.sessions")
+    plans = [plan_pool(pool_context(resolved, pool), pool, workload, None, pool_turns(pool, layout.split_fills))
+             for pool in layout.pools]
     if workload.sessions is not None and pricer is not None:
         plans = [with_session_tiers(plan, time_pool(plan, pricer), workload) for plan in plans]
     return LayoutPlan(resolved, layout, tuple(plans))
@@ -116,7 +124,7 @@ def _serving(plan: LayoutPlan, timings: list[PoolTiming],
              calibration: Calibration) -> tuple[float, float, float, dict[str, float]]:
     if plan.layout.serving == "aggregated":
         return _aggregated(timings[0])
-    return _disaggregated(timings, calibration, plan.resolved.scenario.engine)
+    return _disaggregated(timings, calibration, plan.resolved.scenario.workload, plan.resolved.scenario.engine)
 
 
 def serving_latencies(plan: LayoutPlan, pricer: Pricer) -> tuple[float, float]:
@@ -130,7 +138,7 @@ def predict(plan: LayoutPlan, pricer: Pricer) -> Prediction:
     timings = [time_pool(pool, pricer) for pool in plan.pools]
     ttft, tpot, rate, ttft_parts = _serving(plan, timings, pricer.calibration)
     reasons = tuple(reason for timing in timings for reason in _memory_reasons(timing.plan))
-    fill = next(t for t in timings if t.plan.pool.role != "decode")
+    fill = next(t for t in timings if t.plan.turns != "first" and t.plan.pool.role != "decode")
     store = store_breach(plan.resolved, fill.plan)
     reasons += (store,) if store else ()
     worst = max(plan.pools, key=lambda p: p.memory.utilisation)
@@ -163,12 +171,13 @@ def _aggregated(timing: PoolTiming) -> tuple[float, float, float, dict[str, floa
     return timing.ttft_s, timing.tpot_s, rate, {"fill": timing.ttft_s}
 
 
-def _disaggregated(timings: list[PoolTiming], calibration: Calibration,
+def _disaggregated(timings: list[PoolTiming], calibration: Calibration, workload: Workload,
                    engine: str) -> tuple[float, float, float, dict[str, float]]:
-    prefill = next(t for t in timings if t.plan.pool.role == "prefill")
     decode = next(t for t in timings if t.plan.pool.role == "decode")
-    return disaggregated_serving(prefill, decode, prefill.plan.pool.replicas, decode.plan.pool.replicas,
-                                 calibration, engine)
+    later = later_share(workload)
+    shares = {"all": 1.0, "first": 1.0 - later, "later": later}
+    stations = [FillStation(t, t.plan.pool.replicas, shares[t.plan.turns]) for t in timings if t is not decode]
+    return split_serving(stations, decode, decode.plan.pool.replicas, calibration, engine)
 
 
 def _memory_reasons(plan: PoolPlan) -> list[str]:

@@ -38,10 +38,11 @@ import math
 from dataclasses import dataclass
 
 from costmodel.hardware import SystemSpec
+from costmodel.modes import CacheTier
 from costmodel.scenario import KvStore, Sessions
 
 LOCAL_TIERS = ("hbm", "host_dram", "ssd")
-FETCHED_TIERS = ("host_dram", "ssd", "store")
+FETCHED_TIERS: tuple[CacheTier, ...] = ("host_dram", "ssd", "store")
 TIERS = (*LOCAL_TIERS, "store", "recompute")
 DRAM_USABLE = 0.8  # assumption: the rest of host memory serves the OS, the engine and pinned buffers
 SSD_USABLE = 0.9  # assumption: headroom for the file system and wear levelling

@@ -15,13 +15,17 @@ from pydantic import Field, model_validator
 
 from costmodel.scenario import PositiveInt, ServingMode, StrictModel
 
-PoolRole = Literal["mixed", "prefill", "decode"]
+PoolRole = Literal["mixed", "prefill", "midfill", "decode"]
+FILL_ROLES: tuple[PoolRole, ...] = ("mixed", "prefill", "midfill")  # pools that run fills
 
 
 class Pool(StrictModel):
     """Identical instances serving one role."""
 
-    role: PoolRole = Field(description="mixed (aggregated serving), prefill or decode.")
+    role: PoolRole = Field(
+        description="mixed (aggregated serving), prefill, midfill or decode. A midfill pool (multi-turn sessions, "
+        "disaggregated) runs the turns that follow a gap, the prefill pool then only sessions' first turns."
+    )
     replicas: PositiveInt = Field(1, description="Identical instances in this pool.")
     tp: PositiveInt = Field(1, description="Attention tensor parallelism per attention-DP rank.")
     dp_attention: PositiveInt = Field(1, description="Attention data-parallel ranks per instance.")
@@ -44,7 +48,7 @@ class Pool(StrictModel):
                 "make the two products equal"
             )
         if self.kv_store and self.role == "decode":
-            raise ValueError("kv_store applies to the pools that run fills (mixed or prefill), not to decode")
+            raise ValueError("kv_store applies to the pools that run fills (mixed, prefill, midfill), not to decode")
         if self.batch < self.dp_attention:
             raise ValueError(
                 f"batch {self.batch} leaves some of the {self.dp_attention} attention-DP ranks idle; "
@@ -62,7 +66,8 @@ class Pool(StrictModel):
 
 
 class Layout(StrictModel):
-    """Pools of instances: one `mixed` pool when aggregated, a `prefill` and a `decode` pool when not."""
+    """Pools of instances: one `mixed` pool when aggregated, a `prefill` and a `decode` pool when not (and,
+    for multi-turn sessions, optionally a `midfill` pool for the turns after the first)."""
 
     schema_version: Literal[1] = Field(1, description="Layout format version; this release reads 1.")
     serving: ServingMode = Field(description="aggregated or disaggregated.")
@@ -71,12 +76,17 @@ class Layout(StrictModel):
     @model_validator(mode="after")
     def _roles_match_serving(self) -> Layout:
         roles = sorted(pool.role for pool in self.pools)
-        expected = ["mixed"] if self.serving == "aggregated" else ["decode", "prefill"]
-        if roles != expected:
-            raise ValueError(
-                f"{self.serving} serving needs pools with roles {expected}, found {roles}"
-            )
+        allowed = [["mixed"]] if self.serving == "aggregated" else [["decode", "prefill"],
+                                                                    ["decode", "midfill", "prefill"]]
+        if roles not in allowed:
+            expected = " or ".join(str(a) for a in allowed)
+            raise ValueError(f"{self.serving} serving needs pools with roles {expected}, found {roles}")
         return self
+
+    @property
+    def split_fills(self) -> bool:
+        """A midfill pool runs sessions' later turns, the prefill pool their first turns."""
+        return any(pool.role == "midfill" for pool in self.pools)
 
     @property
     def gpus(self) -> int:

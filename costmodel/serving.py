@@ -31,9 +31,10 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Literal
 
 from costmodel.calibration import Calibration
-from costmodel.kv_tiers import TierPlan, plan_tiers, turn_context
+from costmodel.kv_tiers import FETCHED_TIERS, TierPlan, plan_tiers, turn_context
 from costmodel.layout import Pool
 from costmodel.memory import MemoryUse, max_batch, memory_use
 from costmodel.modes import CacheTier, PoolContext, decode_work, layer_work, merged_work, midfill_work
@@ -45,6 +46,10 @@ from costmodel.work import StepTime, StepWork
 # Largest number of new tokens one attention-DP rank puts in one step: TRT-LLM max_num_tokens 8192,
 # vLLM max_num_batched_tokens 8192 (online default on large GPUs), SGLang chunked_prefill_size 8192.
 ENGINE_STEP_TOKENS = 8192
+
+# Which turns of multi-turn sessions a pool's requests are: all of them (one fill pool), or, with a
+# separate midfill pool, the first turns (prefill pool) or the turns after a gap (midfill pool).
+Turns = Literal["all", "first", "later"]
 
 
 @dataclass(frozen=True)
@@ -61,15 +66,15 @@ class RequestShape:
     tiers: TierPlan | None = None  # multi-turn sessions: where contexts wait between turns
 
     @staticmethod
-    def of(workload: Workload, tiers: TierPlan | None = None) -> RequestShape:
-        """Per request (per turn, with sessions). Sessions without `tiers`: the whole context, as if in HBM
-        (what memory sizing needs); with `tiers`: recomputed contexts become new tokens, fetched ones are
-        fetched from their tier."""
+    def of(workload: Workload, tiers: TierPlan | None = None, turns: Turns = "all") -> RequestShape:
+        """Per request (per turn, with sessions: the mean over `turns`). Sessions without `tiers`: the whole
+        context, as if in HBM (what memory sizing needs); with `tiers`: recomputed contexts become new
+        tokens, fetched ones are fetched from their tier."""
         spec = workload.speculative
         draft = spec.draft_tokens if spec.method != "none" else 0
         accepted = sum(spec.acceptance_rate**i for i in range(draft + 1))
         if workload.sessions is not None:
-            return _session_turn(workload, tiers, draft, accepted)
+            return _session_turn(workload, tiers, turns, draft, accepted)
         cached = workload.cached_tokens + workload.input_tokens * workload.prefix_hit_rate
         tier = workload.cached_tier
         return RequestShape(
@@ -87,18 +92,27 @@ class RequestShape:
         return self.cached + self.new + self.output / 2.0
 
 
-def _session_turn(workload: Workload, tiers: TierPlan | None, draft: int, accepted: float) -> RequestShape:
+def _session_turn(workload: Workload, tiers: TierPlan | None, turns: Turns, draft: int,
+                  accepted: float) -> RequestShape:
+    """The mean turn of `turns`: a first turn holds only the system prompt (a shared prefix, in HBM); a
+    later turn's context comes from the tiers, by their hit rates among later turns."""
     sessions = workload.sessions
     assert sessions is not None
+    prompt = float(sessions.system_prompt_tokens)
+    if turns == "first":
+        return RequestShape(new=workload.input_tokens, cached=prompt, output=workload.output_tokens, draft=draft,
+                            accepted=accepted)
     context = turn_context(sessions, workload.input_tokens, workload.output_tokens)
-    first = 1.0 / sessions.turns  # a first turn holds only the system prompt (a shared prefix, in HBM)
-    recompute = tiers.turn_shares["recompute"] if tiers else 0.0
+    first = 1.0 / sessions.turns if turns == "all" else 0.0
+    later = 1.0 - 1.0 / sessions.turns  # share of all turns that follow a gap (tier shares count all turns)
+    weight = (1.0 - first) / later if later > 0 else 0.0  # per turn of `turns`, for each later turn
+    recompute = tiers.turn_shares["recompute"] / later * (1.0 - first) if tiers and later > 0 else 0.0
     fetch: tuple[tuple[CacheTier, float], ...] = ()
     if tiers is not None:
-        fetch = tuple((tier, tiers.turn_shares[tier] * context) for tier in ("host_dram", "ssd")
+        fetch = tuple((tier, tiers.turn_shares[tier] * weight * context) for tier in FETCHED_TIERS
                       if tiers.turn_shares[tier] > 0)
     return RequestShape(new=workload.input_tokens + recompute * context,
-                        cached=first * sessions.system_prompt_tokens + (1.0 - first - recompute) * context,
+                        cached=first * prompt + (1.0 - first - recompute) * context,
                         output=workload.output_tokens, draft=draft, accepted=accepted, fetch=fetch, tiers=tiers)
 
 
@@ -117,25 +131,35 @@ class PoolPlan:
     fill_chunks: float  # fill steps per fill of the batch (prefill pools)
     mixed_steps: float  # mixed steps per round (mixed pools)
     own_steps: float  # mixed steps one request's own prefill needs
+    turns: Turns = "all"
 
 
-def plan_pool(ctx: PoolContext, pool: Pool, workload: Workload, tiers: TierPlan | None = None) -> PoolPlan:
-    """A pool's work per stage; with sessions, `tiers` says where the fills find their contexts (None:
-    all in HBM, the shape `with_session_tiers` sizes the tiers from)."""
-    request = RequestShape.of(workload)
+def pool_turns(pool: Pool, split_fills: bool) -> Turns:
+    """The turns a pool serves: with a midfill pool, the prefill pool runs only sessions' first turns."""
+    if pool.role == "midfill":
+        return "later"
+    return "first" if split_fills and pool.role == "prefill" else "all"
+
+
+def plan_pool(ctx: PoolContext, pool: Pool, workload: Workload, tiers: TierPlan | None = None,
+              turns: Turns = "all") -> PoolPlan:
+    """A pool's work per stage, for requests that are `turns` of sessions; with sessions, `tiers` says
+    where the fills find their contexts (None: all in HBM, the shape `with_session_tiers` sizes the
+    tiers from)."""
+    request = RequestShape.of(workload, None, turns)
     memory, largest = pool_memory(ctx, pool, workload, request)
     if tiers is not None:
-        request = RequestShape.of(workload, tiers)
+        request = RequestShape.of(workload, tiers, turns)
     seqs = pool.batch / ctx.par.dp
     fill = decode = mixed = None
     fill_chunks = mixed_steps = own_steps = 0.0
-    if pool.role == "prefill":
+    if pool.role in ("prefill", "midfill"):
         total = max(seqs * request.new, 1.0)
         chunk = min(float(ENGINE_STEP_TOKENS), total)
         fill = _stages(ctx, lambda s: midfill_work(ctx, s, chunk / request.new, request.new, request.cached,
                                                    request.fetch))
         fill_chunks = total / chunk
-    if pool.role != "prefill":
+    if pool.role in ("mixed", "decode"):
         decode = _stages(ctx, lambda s: _decode_stage(ctx, s, seqs / ctx.par.pp, request))
     if pool.role == "mixed":
         budget = max(ENGINE_STEP_TOKENS - seqs * (1 + request.draft), ENGINE_STEP_TOKENS / 4)
@@ -146,20 +170,28 @@ def plan_pool(ctx: PoolContext, pool: Pool, workload: Workload, tiers: TierPlan 
                          request.fetch)))
         mixed_steps = seqs * request.new / chunk
         own_steps = max(1.0, request.new / chunk)
-    return PoolPlan(ctx, pool, request, memory, largest, fill, decode, mixed, fill_chunks, mixed_steps, own_steps)
+    return PoolPlan(ctx, pool, request, memory, largest, fill, decode, mixed, fill_chunks, mixed_steps, own_steps,
+                    turns)
 
 
 def with_session_tiers(plan: PoolPlan, timing: PoolTiming, workload: Workload) -> PoolPlan:
-    """Re-plan a fill pool (mixed or prefill) of a sessions workload with its idle contexts in tiers
+    """Re-plan a fill pool (mixed, prefill or midfill) of a sessions workload with its idle contexts in tiers
     sized for `timing`'s turn rate, the pool's rate with every context in HBM (`costmodel.kv_tiers`)."""
     ctx, pool, sessions = plan.ctx, plan.pool, workload.sessions
-    if sessions is None or pool.role == "decode":
-        return plan
+    if sessions is None or pool.role == "decode" or plan.turns == "first":
+        return plan  # first turns find only the system prompt, a shared prefix in HBM
     recompute = 2.0 * ctx.arch.active_params() / ctx.fmt.peak(ctx.fmt.expert_compute)  # roofline, per token
+    # The tiers count rates in turns of every kind: a midfill pool's r later turns stand for r T / (T - 1).
+    rate = turns_per_s_per_gpu(timing) / (later_share(workload) if plan.turns == "later" else 1.0)
     tiers = plan_tiers(sessions, workload.input_tokens, workload.output_tokens,
-                       ctx.arch.kv_bytes_per_token(ctx.fmt.kv_dtype), ctx.system, turns_per_s_per_gpu(timing),
+                       ctx.arch.kv_bytes_per_token(ctx.fmt.kv_dtype), ctx.system, rate,
                        plan.memory.capacity - plan.memory.total, recompute, pool.kv_store)
-    return plan_pool(ctx, pool, workload, tiers)
+    return plan_pool(ctx, pool, workload, tiers, plan.turns)
+
+
+def later_share(workload: Workload) -> float:
+    """Share of turns that follow a gap (all but each session's first); 1 without sessions."""
+    return 1.0 if workload.sessions is None else 1.0 - 1.0 / workload.sessions.turns
 
 
 def turns_per_s_per_gpu(timing: PoolTiming) -> float:
@@ -242,7 +274,7 @@ def pool_memory(ctx: PoolContext, pool: Pool, workload: Workload, request: Reque
     """Memory per GPU at the pool's batch (the whole context of `request` held as KV), and the largest
     batch that would fit."""
     context = request.cached + request.new
-    if pool.role != "prefill":
+    if pool.role in ("mixed", "decode"):
         context += workload.output_tokens
     with_mtp = workload.speculative.method == "mtp"
     # Activations in flight per step: a full chunk where prefills run, else one decode step's tokens.
@@ -269,19 +301,41 @@ def kv_transfer_s(prefill: PoolContext, decode: PoolContext, request: RequestSha
     return size / (streams * link) + p2p.latency_s
 
 
+@dataclass(frozen=True)
+class FillStation:
+    """A pool of fill instances in disaggregated serving and the share of requests it fills."""
+
+    timing: PoolTiming
+    replicas: int
+    share: float = 1.0
+
+
 def disaggregated_serving(prefill: PoolTiming, decode: PoolTiming, prefill_replicas: int, decode_replicas: int,
                           calibration: Calibration, engine: str) -> tuple[float, float, float, dict[str, float]]:
     """(TTFT s, TPOT s, requests/s, TTFT parts) of prefill and decode pools of one instance layout each,
     replicated. The planner calls this directly with candidate timings and replica counts."""
+    return split_serving([FillStation(prefill, prefill_replicas)], decode, decode_replicas, calibration, engine)
+
+
+def split_serving(stations: list[FillStation], decode: PoolTiming, decode_replicas: int, calibration: Calibration,
+                  engine: str) -> tuple[float, float, float, dict[str, float]]:
+    """Disaggregated serving whose fills run in one or more pools, each taking a fixed share of requests
+    (sessions with a midfill pool: 1/T first turns to the prefill pool, the rest to the midfill pool).
+
+    A request's mean fill latency and KV transfer are the share-weighted means over the pools; together
+    they are one station of the closed loop whose capacity is that of the pool that saturates first,
+    min over pools of capacity / share (one pool: exactly the single-pool model)."""
     request = decode.plan.request
-    transfer = kv_transfer_s(prefill.plan.ctx, decode.plan.ctx, request, calibration)
+    transfer = sum(s.share * kv_transfer_s(s.timing.plan.ctx, decode.plan.ctx, s.timing.plan.request, calibration)
+                   for s in stations)
+    fill = sum(s.share * s.timing.ttft_s for s in stations)
     concurrency = decode_replicas * decode.plan.pool.batch
     elsewhere = transfer + (request.output - 1) * decode.tpot_s
-    capacity = prefill_replicas * prefill.plan.pool.batch / prefill.cycle_s
+    capacity = min(s.replicas * s.timing.plan.pool.batch / s.timing.cycle_s / s.share for s in stations)
     cohort = calibration.engine(engine).cohort_fraction
-    at_prefill = closed_loop_wait_s(concurrency, capacity, prefill.ttft_s, elsewhere, cohort)
+    at_prefill = closed_loop_wait_s(concurrency, capacity, fill, elsewhere, cohort)
     rate = concurrency / (at_prefill + elsewhere)
-    parts = {"fill": prefill.ttft_s, "queue": at_prefill - prefill.ttft_s, "kv_transfer": transfer}
+    parts = {"fill": fill, "queue": at_prefill - fill, "kv_transfer": transfer}
     return at_prefill + transfer, decode.tpot_s, rate, parts
 
 

@@ -127,7 +127,7 @@ def deployment_options(resolved: ResolvedScenario, candidates: CandidateSet,
             key = (p.gpus, d.gpus)
             if key not in transfer:
                 transfer[key] = kv_transfer_s(p.candidate.timing.plan.ctx, d.candidate.timing.plan.ctx,
-                                              d.candidate.timing.plan.request, calibration)
+                                              p.candidate.timing.plan.request, calibration)
     return DeploymentOptions(
         mixed=tuple(mixed), prefill=tuple(prefill), decode=tuple(decode), kv_transfer_s=transfer,
         domains=_domains(resolved), output_tokens=workload.output_tokens,
