@@ -21,11 +21,11 @@ from costmodel.serving import (
     PhaseTime,
     PoolPlan,
     PoolTiming,
-    later_share,
     plan_pool,
     pool_turns,
     split_serving,
     time_pool,
+    turn_share,
     with_session_tiers,
 )
 from costmodel.work import roofline_floor_s
@@ -174,9 +174,8 @@ def _aggregated(timing: PoolTiming) -> tuple[float, float, float, dict[str, floa
 def _disaggregated(timings: list[PoolTiming], calibration: Calibration, workload: Workload,
                    engine: str) -> tuple[float, float, float, dict[str, float]]:
     decode = next(t for t in timings if t.plan.pool.role == "decode")
-    later = later_share(workload)
-    shares = {"all": 1.0, "first": 1.0 - later, "later": later}
-    stations = [FillStation(t, t.plan.pool.replicas, shares[t.plan.turns]) for t in timings if t is not decode]
+    stations = [FillStation(t, t.plan.pool.replicas, turn_share(workload, t.plan.turns))
+                for t in timings if t is not decode]
     return split_serving(stations, decode, decode.plan.pool.replicas, calibration, engine)
 
 

@@ -248,6 +248,10 @@ class Search(StrictModel):
     split_hybrid_groups: bool = Field(
         False, description="Allow pipeline stage boundaries inside a hybrid layer group."
     )
+    separate_midfill: bool = Field(
+        True, description="Multi-turn sessions, disaggregated serving: also consider a separate midfill pool for the "
+        "turns after the first (the prefill pool then runs only first turns)."
+    )
 
 
 class Scenario(StrictModel):

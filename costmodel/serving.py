@@ -194,6 +194,12 @@ def later_share(workload: Workload) -> float:
     return 1.0 if workload.sessions is None else 1.0 - 1.0 / workload.sessions.turns
 
 
+def turn_share(workload: Workload, turns: Turns) -> float:
+    """Share of requests that are `turns` (first turns: 1/T; the turns after a gap: 1 - 1/T)."""
+    later = later_share(workload)
+    return {"all": 1.0, "first": 1.0 - later, "later": later}[turns]
+
+
 def turns_per_s_per_gpu(timing: PoolTiming) -> float:
     """Requests (turns) per second per GPU a fill pool (mixed or prefill) serves at its batch."""
     return timing.plan.pool.batch / timing.cycle_s / timing.plan.pool.gpus_per_instance

@@ -4,7 +4,8 @@
   do not depend on the count, so filling the cluster costs nothing per GPU and serves the most users),
   or as the shared KV store can serve when its fill pools park contexts there;
 - disaggregated: one prefill and one decode candidate with P and D instances, P, D >= 1, fitting the
-  domains together; figures from `costmodel.serving.disaggregated_serving`.
+  domains together (for sessions, optionally a first-turn prefill pool and a midfill pool instead of the
+  one prefill pool); figures from `costmodel.serving.split_serving`.
 With multi-turn sessions and a shared KV store, a disaggregated deployment whose prefill pool parks more
 idle contexts in the store than it holds, or fetches them faster than it serves, is not in the space.
 Both the MILP and the exhaustive reference build their front points here, so they cannot disagree.
@@ -17,7 +18,7 @@ import math
 from costmodel.calibration import Calibration
 from costmodel.layout import Layout
 from costmodel.resolve import ResolvedScenario
-from costmodel.serving import disaggregated_serving
+from costmodel.serving import FillStation, split_serving, turn_share
 from planner.pareto import FrontPoint
 from planner.placement import domain_bins, max_replicas
 from planner.templates import Candidate, with_replicas
@@ -43,17 +44,20 @@ def aggregated_point(resolved: ResolvedScenario, candidate: Candidate) -> FrontP
                       count * candidate.gpus, layout)
 
 
-def disaggregated_point(resolved: ResolvedScenario, calibration: Calibration, prefill: Candidate,
-                        decode: Candidate, prefills: int, decodes: int) -> FrontPoint | None:
-    """The disaggregated deployment (None if the shared KV store cannot serve its prefill pool)."""
-    if prefills > _store_replicas(resolved, prefill):
+def disaggregated_point(resolved: ResolvedScenario, calibration: Calibration, fills: list[tuple[Candidate, int]],
+                        decode: Candidate, decodes: int) -> FrontPoint | None:
+    """The disaggregated deployment of fill pools `fills` ((candidate, instances): one prefill pool, or a
+    first-turn prefill pool and a midfill pool) and a decode pool (None if the shared KV store cannot
+    serve the fill pool that parks contexts there)."""
+    if any(count > _store_replicas(resolved, candidate) for candidate, count in fills):
         return None
-    ttft, tpot, rate, _ = disaggregated_serving(prefill.timing, decode.timing, prefills, decodes, calibration,
-                                                resolved.scenario.engine)
-    gpus = prefills * prefill.gpus + decodes * decode.gpus
-    layout = Layout(serving="disaggregated",
-                    pools=[with_replicas(prefill, prefills), with_replicas(decode, decodes)])
-    return FrontPoint(ttft * 1e3, tpot * 1e3, rate * resolved.scenario.workload.output_tokens / gpus, gpus, layout)
+    workload = resolved.scenario.workload
+    stations = [FillStation(c.timing, n, turn_share(workload, c.timing.plan.turns)) for c, n in fills]
+    ttft, tpot, rate, _ = split_serving(stations, decode.timing, decodes, calibration, resolved.scenario.engine)
+    gpus = sum(n * c.gpus for c, n in fills) + decodes * decode.gpus
+    layout = Layout(serving="disaggregated", pools=[*(with_replicas(c, n) for c, n in fills),
+                                                    with_replicas(decode, decodes)])
+    return FrontPoint(ttft * 1e3, tpot * 1e3, rate * workload.output_tokens / gpus, gpus, layout)
 
 
 def meets_slo(resolved: ResolvedScenario, point: FrontPoint) -> bool:

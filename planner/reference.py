@@ -1,11 +1,13 @@
 """Exhaustive reference: every deployment of the planner's decision space, timed exactly, filtered to
 its Pareto front. For small clusters only: it is the oracle the MILP is tested against.
 
-Decision space: the one the MILP searches (see `planner.deployment`). A deployment must meet the
-scenario's TTFT and TPOT targets.
+Decision space: the one the MILP searches (see `planner.deployment`), separate midfill pools included.
+A deployment must meet the scenario's TTFT and TPOT targets.
 """
 
 from __future__ import annotations
+
+import itertools
 
 from costmodel.calibration import Calibration
 from costmodel.resolve import ResolvedScenario
@@ -39,7 +41,30 @@ def disaggregated_points(resolved: ResolvedScenario, calibration: Calibration, p
             for count_p in range(1, budget // prefill.gpus + 1):
                 for count_d in range(1, (budget - count_p * prefill.gpus) // decode.gpus + 1):
                     if fits([(prefill.gpus, count_p), (decode.gpus, count_d)], bins):
-                        point = disaggregated_point(resolved, calibration, prefill, decode, count_p, count_d)
+                        point = disaggregated_point(resolved, calibration, [(prefill, count_p)], decode, count_d)
+                        points += [point] if point is not None else []
+    return points
+
+
+def split_points(resolved: ResolvedScenario, calibration: Calibration, firsts: list[Candidate],
+                 midfills: list[Candidate], decodes: list[Candidate], limit: int = MAX_DEPLOYMENTS) -> list[FrontPoint]:
+    """Disaggregated deployments with a separate midfill pool: first-turn prefill, midfill and decode pools."""
+    bins = domain_bins(resolved)
+    budget = sum(bins)
+    estimate = sum((budget // f.gpus) * (budget // m.gpus) * (budget // d.gpus)
+                   for f in firsts for m in midfills for d in decodes)
+    if estimate > limit:
+        raise TooLargeForReference(f"about {estimate:,} deployments with a midfill pool: too many to enumerate")
+    points = []
+    for first, midfill, decode in itertools.product(firsts, midfills, decodes):
+        for count_f in range(1, budget // first.gpus + 1):
+            left = budget - count_f * first.gpus
+            for count_m in range(1, left // midfill.gpus + 1):
+                for count_d in range(1, (left - count_m * midfill.gpus) // decode.gpus + 1):
+                    pools = [(first.gpus, count_f), (midfill.gpus, count_m), (decode.gpus, count_d)]
+                    if fits(pools, bins):
+                        point = disaggregated_point(resolved, calibration, [(first, count_f), (midfill, count_m)],
+                                                    decode, count_d)
                         points += [point] if point is not None else []
     return points
 
@@ -52,4 +77,7 @@ def exhaustive_front(resolved: ResolvedScenario, candidates: CandidateSet, calib
     if "prefill" in candidates.by_role:
         points += disaggregated_points(resolved, calibration, candidates.by_role["prefill"],
                                        candidates.by_role["decode"], limit)
+    if "midfill" in candidates.by_role:
+        points += split_points(resolved, calibration, candidates.by_role["first"], candidates.by_role["midfill"],
+                               candidates.by_role["decode"], limit)
     return non_dominated([p for p in points if meets_slo(resolved, p)])

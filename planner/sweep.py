@@ -235,12 +235,14 @@ class _Sweeper:
     def _point(self, selection: Selection, eps: float | None) -> FrontPoint | None:
         if selection.mixed is not None:
             return selection.mixed.point
-        assert selection.prefill is not None and selection.decode is not None
-        instances = [(selection.prefill.gpus, selection.prefills), (selection.decode.gpus, selection.decodes)]
+        assert selection.decode is not None
+        fills = [(o, n) for o, n in ((selection.prefill, selection.prefills), (selection.first, selection.firsts),
+                                     (selection.midfill, selection.midfills)) if o is not None]
+        instances = [(o.gpus, n) for o, n in fills] + [(selection.decode.gpus, selection.decodes)]
         if not fits(instances, domain_bins(self.resolved)):
             return None
-        point = disaggregated_point(self.resolved, self.calibration, selection.prefill.candidate,
-                                    selection.decode.candidate, selection.prefills, selection.decodes)
+        point = disaggregated_point(self.resolved, self.calibration, [(o.candidate, n) for o, n in fills],
+                                    selection.decode.candidate, selection.decodes)
         return None if point is None or (eps is not None and point.ttft_ms / 1e3 > eps) else point
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
+from typing import Literal
 
 from costmodel.calibration import Calibration
 from costmodel.evaluate import pool_context
@@ -21,13 +22,17 @@ from costmodel.kv_tiers import StoreUse, store_use
 from costmodel.layout import Pool, PoolRole
 from costmodel.pricing import TablePricer, WorkTable
 from costmodel.resolve import ResolvedScenario
-from costmodel.serving import PoolPlan, PoolTiming, plan_pool, time_pool, with_session_tiers
+from costmodel.serving import PoolPlan, PoolTiming, Turns, plan_pool, time_pool, turn_share, with_session_tiers
 
 POWERS_OF_TWO = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
 BATCH_PER_RANK = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
 PREFILL_BATCH_PER_RANK = (1, 2, 4, 8)
 MAX_TP = 8  # tensor parallelism beyond one HGX board's worth stops paying for attention
 PIPELINE_DEPTHS = (1, 2, 4)
+
+# mixed, prefill and decode as their pool roles; "first": prefill layouts for sessions' first turns and
+# "midfill": layouts for their later turns, the two pools of disaggregated serving with a midfill pool.
+CandidateKind = Literal["mixed", "prefill", "decode", "first", "midfill"]
 
 
 @dataclass(frozen=True)
@@ -57,7 +62,7 @@ class Candidate:
 class CandidateSet:
     """Candidates per role, with the counts of what was pruned and why."""
 
-    by_role: dict[PoolRole, list[Candidate]] = field(default_factory=dict)
+    by_role: dict[CandidateKind, list[Candidate]] = field(default_factory=dict)
     pruned: dict[str, int] = field(default_factory=dict)
     fastest_ms: dict[str, float] = field(default_factory=dict)  # best TPOT / TTFT among layouts that fit HBM
     instance_gpus: int = 0  # GPUs of the largest instance layout tried
@@ -67,6 +72,8 @@ class CandidateSet:
 
     def note_speed(self, candidate: Candidate) -> None:
         timing, role = candidate.timing, candidate.pool.role
+        if timing.plan.turns != "all":
+            return  # a first-turn or midfill pool alone does not set a deployment's TTFT
         if role != "prefill":
             self.fastest_ms["tpot"] = min(self.fastest_ms.get("tpot", float("inf")), timing.tpot_s * 1e3)
         if role != "decode":
@@ -76,13 +83,25 @@ class CandidateSet:
         self.pruned[reason] = self.pruned.get(reason, 0) + 1
 
 
-def roles_for(resolved: ResolvedScenario) -> tuple[PoolRole, ...]:
-    roles: list[PoolRole] = []
-    if "aggregated" in resolved.scenario.search.serving:
-        roles.append("mixed")
-    if "disaggregated" in resolved.scenario.search.serving:
-        roles += ["prefill", "decode"]
-    return tuple(roles)
+def kinds_for(resolved: ResolvedScenario) -> tuple[CandidateKind, ...]:
+    """Candidate kinds the scenario allows: mixed (aggregated), prefill and decode (disaggregated) and, for
+    sessions of two turns or more, first-turn prefill and midfill layouts for a separate midfill pool."""
+    search, sessions = resolved.scenario.search, resolved.scenario.workload.sessions
+    kinds: list[CandidateKind] = []
+    if "aggregated" in search.serving:
+        kinds.append("mixed")
+    if "disaggregated" in search.serving:
+        kinds += ["prefill", "decode"]
+        if sessions is not None and sessions.turns > 1 and search.separate_midfill:
+            kinds += ["first", "midfill"]
+    return tuple(kinds)
+
+
+def kind_role(kind: CandidateKind) -> tuple[PoolRole, Turns]:
+    """The pool role of a candidate kind and the turns its requests are."""
+    if kind == "first":
+        return "prefill", "first"
+    return kind, "later" if kind == "midfill" else "all"
 
 
 def _tp_options(resolved: ResolvedScenario) -> tuple[int, ...]:
@@ -111,7 +130,7 @@ def _parallel_options(resolved: ResolvedScenario) -> Iterator[tuple[int, int, in
 
 
 def candidate_pools(resolved: ResolvedScenario, role: PoolRole) -> list[Pool]:
-    per_rank = PREFILL_BATCH_PER_RANK if role == "prefill" else BATCH_PER_RANK
+    per_rank = PREFILL_BATCH_PER_RANK if role in ("prefill", "midfill") else BATCH_PER_RANK
     cap = resolved.scenario.search.max_batch
     pools = []
     for tp, dp, pp, moe_tp, moe_ep in _parallel_options(resolved):
@@ -123,20 +142,21 @@ def candidate_pools(resolved: ResolvedScenario, role: PoolRole) -> list[Pool]:
 
 
 def generate(resolved: ResolvedScenario, calibration: Calibration) -> CandidateSet:
-    """Every candidate of every role the scenario allows, timed, with infeasible ones pruned."""
+    """Every candidate of every kind the scenario allows, timed, with infeasible ones pruned."""
     result = CandidateSet()
     workload = resolved.scenario.workload
-    for role in roles_for(resolved):
+    for kind in kinds_for(resolved):
+        role, turns = kind_role(kind)
         plans = []
         for pool in candidate_pools(resolved, role):
             result.instance_gpus = max(result.instance_gpus, pool.gpus_per_instance)
-            plan = plan_pool(pool_context(resolved, pool), pool, workload)
+            plan = plan_pool(pool_context(resolved, pool), pool, workload, None, turns)
             if plan.memory.fits:
                 plans.append(plan)
             else:
                 result.count("over HBM")
         timings = _timed(plans, resolved, calibration)
-        if workload.sessions is not None and role != "decode":
+        if workload.sessions is not None and role != "decode" and turns != "first":
             timings = _timed(_session_variants(resolved, timings), resolved, calibration)
         kept = []
         for timing in timings:
@@ -147,7 +167,7 @@ def generate(resolved: ResolvedScenario, calibration: Calibration) -> CandidateS
                 result.count(reason)
             else:
                 kept.append(candidate)
-        result.by_role[role] = kept
+        result.by_role[kind] = kept
     return result
 
 
@@ -176,12 +196,15 @@ def _session_variants(resolved: ResolvedScenario, timings: list[PoolTiming]) -> 
 
 
 def _slo_breach(resolved: ResolvedScenario, candidate: Candidate) -> str | None:
+    """A pool that alone breaks an SLO; a first-turn or midfill fill counts in the mean TTFT by its share."""
     slo, role, timing = resolved.scenario.slo, candidate.pool.role, candidate.timing
-    if slo.tpot_ms is not None and role != "prefill" and timing.tpot_s * 1e3 > slo.tpot_ms:
+    if slo.tpot_ms is not None and role in ("mixed", "decode") and timing.tpot_s * 1e3 > slo.tpot_ms:
         return "TPOT over the SLO"
-    if slo.ttft_ms is not None and role != "decode" and timing.ttft_s * 1e3 > slo.ttft_ms:
+    share = turn_share(resolved.scenario.workload, timing.plan.turns)
+    if slo.ttft_ms is not None and role != "decode" and share * timing.ttft_s * 1e3 > slo.ttft_ms:
         return "TTFT over the SLO"
     return None
+
 
 
 def with_replicas(candidate: Candidate, replicas: int) -> Pool:

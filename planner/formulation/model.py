@@ -58,6 +58,10 @@ class Selection:
     prefills: int = 0
     decode: DecodeOption | None = None
     decodes: int = 0
+    first: PrefillOption | None = None  # with a separate midfill pool: the first-turn prefill pool
+    firsts: int = 0
+    midfill: PrefillOption | None = None
+    midfills: int = 0
 
 
 OptionT = TypeVar("OptionT", PrefillOption, DecodeOption)
@@ -85,43 +89,75 @@ class DeploymentModel:
     mixed: list[tuple[int, MixedOption]] = field(default_factory=list)
     prefill: list[_Config[PrefillOption]] = field(default_factory=list)
     decode: list[_Config[DecodeOption]] = field(default_factory=list)
+    first: list[_Config[PrefillOption]] = field(default_factory=list)
+    midfill: list[_Config[PrefillOption]] = field(default_factory=list)
 
     def selection(self, values: tuple[float, ...]) -> Selection:
         for var, option in self.mixed:
             if values[var] > 0.5:
                 return Selection(mixed=option)
-        prefill = next((c for c in self.prefill if values[c.var] > 0.5), None)
-        decode = next((c for c in self.decode if values[c.var] > 0.5), None)
-        if prefill is None or decode is None:  # the choice rows forbid it: a backend's numerical failure
-            raise InvalidSolution("the solution selects no deployment")
-        return Selection(prefill=prefill.option, prefills=prefill.count, decode=decode.option, decodes=decode.count)
+        prefill, first, midfill = (_picked(group, values) for group in (self.prefill, self.first, self.midfill))
+        decode = _picked(self.decode, values)
+        if decode is None or (prefill is None and (first is None or midfill is None)):
+            raise InvalidSolution("the solution selects no deployment")  # the choice rows forbid it
+        if prefill is not None:
+            return Selection(prefill=prefill.option, prefills=prefill.count, decode=decode.option,
+                             decodes=decode.count)
+        assert first is not None and midfill is not None
+        return Selection(decode=decode.option, decodes=decode.count, first=first.option, firsts=first.count,
+                         midfill=midfill.option, midfills=midfill.count)
 
     def fewest_gpus(self) -> int:
         """GPUs of the smallest deployment the model holds."""
         sizes = [option.point.gpus for _, option in self.mixed]
-        if self.prefill and self.decode:
-            sizes.append(min(c.gpus for c in self.prefill) + min(c.gpus for c in self.decode))
+        if self.decode:
+            fewest_decode = min(c.gpus for c in self.decode)
+            if self.prefill:
+                sizes.append(min(c.gpus for c in self.prefill) + fewest_decode)
+            if self.first and self.midfill:
+                sizes.append(min(c.gpus for c in self.first) + min(c.gpus for c in self.midfill) + fewest_decode)
         return max(1, min(sizes, default=1))
 
+    def _chosen(self, chosen: Selection) -> list[int]:
+        """The configuration variables of `chosen` that the model holds."""
+        picks = ((self.prefill, chosen.prefill, chosen.prefills), (self.decode, chosen.decode, chosen.decodes),
+                 (self.first, chosen.first, chosen.firsts), (self.midfill, chosen.midfill, chosen.midfills))
+        return [c.var for group, option, count in picks for c in group if c.option is option and c.count == count]
+
     def exclude(self, chosen: Selection) -> None:
-        """No-good cut: forbid this prefill and decode configuration together."""
-        pair = [c.var for c in self.prefill if c.option is chosen.prefill and c.count == chosen.prefills]
-        pair += [c.var for c in self.decode if c.option is chosen.decode and c.count == chosen.decodes]
-        if len(pair) == 2:  # else screening already removed one of them
-            self.model.add(f"nogood-{len(self.model.constraints)}", "packing", dict.fromkeys(pair, 1.0), "<=", 1.0)
+        """No-good cut: forbid these pool configurations together."""
+        wanted = sum(option is not None for option in (chosen.prefill, chosen.decode, chosen.first, chosen.midfill))
+        held = self._chosen(chosen)
+        if len(held) == wanted:  # else screening already removed one of them
+            self.model.add(f"nogood-{len(self.model.constraints)}", "packing", dict.fromkeys(held, 1.0), "<=",
+                           float(wanted - 1))
 
     def hint(self, chosen: Selection) -> None:
         """Start from `chosen` where it is still in the model (the solver repairs the rest)."""
         for var, option in self.mixed:
             self.model.hint[var] = float(option is chosen.mixed)
-        for p in self.prefill:
-            self.model.hint[p.var] = float(p.option is chosen.prefill and p.count == chosen.prefills)
-        for d in self.decode:
-            self.model.hint[d.var] = float(d.option is chosen.decode and d.count == chosen.decodes)
+        held = set(self._chosen(chosen))
+        for config in self.configs():
+            self.model.hint[config.var] = float(config.var in held)
 
     def configs(self) -> list[AnyConfig]:
-        """Prefill and decode configurations together (for rows that treat them alike)."""
-        return [*self.prefill, *self.decode]
+        """Every pool's configurations together (for rows that treat them alike)."""
+        return [*self.prefill, *self.first, *self.midfill, *self.decode]
+
+
+def _picked(configs: list[_Config[OptionT]], values: tuple[float, ...]) -> _Config[OptionT] | None:
+    return next((c for c in configs if values[c.var] > 0.5), None)
+
+
+@dataclass(frozen=True)
+class _Group:
+    """Fill configurations of one kind: the share of requests they fill and their KV transfer times by
+    size pair."""
+
+    name: str
+    configs: list[_Config[PrefillOption]]
+    share: float
+    transfer_s: dict[tuple[int, int], float]
 
 
 def build_model(options: DeploymentOptions, eps_s: float | None, q: float, q_feasible: bool = False,
@@ -136,55 +172,83 @@ def build_model(options: DeploymentOptions, eps_s: float | None, q: float, q_fea
         dm.mixed.append((var, option))
         model.objective[var] = option.point.gpus * (option.point.tokens_per_s_per_gpu - q)
     one: Expr = {var: 1.0 for var, _ in dm.mixed}
-    if screened.prefill:
-        disaggregated = model.binary("disaggregated", "choice")
-        one[disaggregated] = 1.0
-        dm.prefill = _one_hot(model, "prefill", screened.prefill, disaggregated)
-        dm.decode = _one_hot(model, "decode", screened.decode, disaggregated)
-        _define_disaggregated(dm, options, eps_s, q)
+    structures: list[tuple[int, list[_Group]]] = []
+    if screened.prefill and screened.decode:
+        var = model.binary("disaggregated", "choice")
+        dm.prefill = _one_hot(model, "prefill", screened.prefill, {var: 1.0})
+        structures.append((var, [_Group("prefill", dm.prefill, 1.0, options.kv_transfer_s)]))
+    if screened.first and screened.midfill and screened.decode and options.split is not None:
+        var = model.binary("split", "choice")
+        dm.first = _one_hot(model, "first", screened.first, {var: 1.0})
+        dm.midfill = _one_hot(model, "midfill", screened.midfill, {var: 1.0})
+        first, midfill = options.split
+        structures.append((var, [_Group("first", dm.first, first.share, first.transfer_s),
+                                 _Group("midfill", dm.midfill, midfill.share, midfill.transfer_s)]))
+    if structures:
+        chosen = {var: 1.0 for var, _ in structures}
+        one.update(chosen)
+        dm.decode = _one_hot(model, "decode", screened.decode, chosen)
+        _define_disaggregated(dm, options, structures, eps_s, q)
     model.add("choice-one-deployment", "choice", one, "==", 1.0)
     return dm
 
 
 def _one_hot(model: LinearModel, role: str, items: list[tuple[OptionT, int]],
-             disaggregated: int) -> list[_Config[OptionT]]:
-    """One binary per configuration of a pool; exactly one when the deployment is disaggregated."""
+             chosen: Expr) -> list[_Config[OptionT]]:
+    """One binary per configuration of a pool; exactly one when a structure that has the pool is chosen."""
     configs = [_Config(model.binary(f"{role}{i}", "choice"), item, count) for i, (item, count) in enumerate(items)]
-    model.add(f"choice-{role}", "choice", add_expr({c.var: 1.0 for c in configs}, {disaggregated: -1.0}), "==", 0.0)
+    model.add(f"choice-{role}", "choice", add_expr({c.var: 1.0 for c in configs}, _scaled(chosen, -1.0)), "==", 0.0)
     return configs
 
 
-def _define_disaggregated(dm: DeploymentModel, options: DeploymentOptions, eps_s: float | None, q: float) -> None:
+def _define_disaggregated(dm: DeploymentModel, options: DeploymentOptions, structures: list[tuple[int, list[_Group]]],
+                          eps_s: float | None, q: float) -> None:
     model = dm.model
-    rate_max = max(c.option.capacity * c.count for c in dm.prefill)
-    # Rate copies: per prefill configuration through rho^y (X = cap_y rho^y), per decode configuration
-    # and per size pair as X copies; utilisation copies per decode configuration for the cohort term.
-    rho_prefill = _copies(model, dm.prefill, 1.0, "rho-prefill")
+    groups = [group for _, kinds in structures for group in kinds]
+    single = len(groups) == 1
+    # Utilisation copies per fill configuration (share X <= cap_y rho^y) and per decode configuration; the
+    # decode copies carry the busiest fill pool's utilisation into the cohort row.
+    rho = {group.name: _copies(model, group.configs, 1.0, _tagged("rho-", group, "prefill")) for group in groups}
     rho_decode = _copies(model, dm.decode, 1.0, "rho-decode")
-    model.add("rate-utilisation", "rate", add_expr(dict.fromkeys(rho_prefill, 1.0),
-                                                   dict.fromkeys(rho_decode, -1.0)), "==", 0.0)
-    # X <= cap rho only: rho >= X / cap is all the cohort row needs, and an inequality keeps CP-SAT's
-    # rounded coefficients from making the row infeasible (equalities join same-resolution copies only).
+    for group in groups:
+        utilisation = add_expr(dict.fromkeys(rho[group.name], 1.0), dict.fromkeys(rho_decode, -1.0))
+        model.add(_tagged("rate-utilisation-", group).rstrip("-"), "rate", utilisation, "==" if single else "<=", 0.0)
+    rate_max = max(_structure_rate_max(kinds) for _, kinds in structures)
+    if not single:  # a first-turn pool's capacity / 1/T can be large: the decode side bounds X more tightly
+        rate_max = min(rate_max, max(_decode_rate_bound(options, c) for c in dm.decode))
     rate_var = model.add_var("rate", "rate", 0.0, rate_max, False, rate_max / RATE_STEPS)
     rate: Expr = {rate_var: 1.0}
-    capacity = {v: c.option.capacity * c.count for v, c in zip(rho_prefill, dm.prefill, strict=True)}
-    model.add("rate-capacity", "rate", add_expr(rate, _scaled(capacity, -1.0)), "<=", 0.0)
+    rates = _structure_rates(model, structures, rate_var, rate_max)
+    capacity: dict[int, float] = {}
+    fill_time: Expr = {}
+    for (_, kinds), structure_rate in zip(structures, rates, strict=True):
+        for group in kinds:
+            own = {v: c.option.capacity * c.count for v, c in zip(rho[group.name], group.configs, strict=True)}
+            capacity.update(own)
+            fill_time.update({v: c.option.fill_s * own[v] for v, c in zip(rho[group.name], group.configs, strict=True)})
+            # X <= cap rho only: rho >= X / cap is all the cohort row needs, and an inequality keeps CP-SAT's
+            # rounded coefficients from making the row infeasible (equalities join same-resolution copies only).
+            model.add(_tagged("rate-capacity-", group).rstrip("-"), "rate",
+                      add_expr(_scaled(structure_rate, group.share), _scaled(own, -1.0)), "<=", 0.0)
     x_decode = _copies(model, dm.decode, rate_max, "rate-decode", [_decode_rate_bound(options, c) for c in dm.decode])
     model.add("rate-decode-sum", "rate", add_expr(dict.fromkeys(x_decode, 1.0), _scaled(rate, -1.0)), "==", 0.0)
-    pairs, x_pair = _define_transfer_pairs(dm, rate, rate_max)
+    transfer_time: Expr = {}
+    fill_latency: Expr = {}
+    for (_, kinds), structure_rate in zip(structures, rates, strict=True):
+        for group in kinds:
+            pairs, x_pair = _define_transfer_pairs(dm, group, structure_rate, rate_max, single)
+            transfer_time.update({v: group.transfer_s[k] for k, v in x_pair.items()})
+            fill_latency.update({c.var: group.share * c.option.fill_s for c in group.configs})
+            fill_latency.update({v: group.share * group.transfer_s[k] for k, v in pairs.items()})
     concurrency: Expr = {c.var: float(c.option.slots * c.count) for c in dm.decode}
     decoding = {v: c.option.decoding_s for v, c in zip(x_decode, dm.decode, strict=True)}
-    elsewhere = add_expr({v: c.option.fill_s * capacity[v]
-                          for v, c in zip(rho_prefill, dm.prefill, strict=True)},
-                         {v: options.kv_transfer_s[k] for k, v in x_pair.items()}, decoding)
+    elsewhere = add_expr(fill_time, transfer_time, decoding)
     cohort = {v: options.cohort_fraction / 2.0 * (c.option.slots * c.count - 1)
               for v, c in zip(rho_decode, dm.decode, strict=True)}
     model.add("cohort-rate", "cohort", add_expr(elsewhere, cohort, _scaled(concurrency, -1.0)), "<=", 0.0)
     if eps_s is not None:
         model.add("ttft-cap", "ttft", add_expr(_scaled(rate, eps_s), decoding, _scaled(concurrency, -1.0)), ">=", 0.0)
-        fill = add_expr({c.var: c.option.fill_s for c in dm.prefill},
-                        {v: options.kv_transfer_s[k] for k, v in pairs.items()})
-        model.add("ttft-fill", "ttft", fill, "<=", eps_s)
+        model.add("ttft-fill", "ttft", fill_latency, "<=", eps_s)
     _define_store(dm, options)
     _define_packing(dm, options)
     model.objective.update(_scaled(rate, float(options.output_tokens)))
@@ -192,10 +256,33 @@ def _define_disaggregated(dm: DeploymentModel, options: DeploymentOptions, eps_s
         model.objective[config.var] = -q * config.gpus
 
 
+def _tagged(prefix: str, group: _Group, plain: str = "") -> str:
+    """Names of the shared prefill group as before; other groups tagged with their kind."""
+    return prefix + (plain if group.name == "prefill" else group.name + "-")
+
+
+def _structure_rate_max(groups: list[_Group]) -> float:
+    """Most requests per second any configuration of a structure's fill pools serves."""
+    return min(max(c.option.capacity * c.count for c in group.configs) / group.share for group in groups)
+
+
+def _structure_rates(model: LinearModel, structures: list[tuple[int, list[_Group]]], rate_var: int,
+                     rate_max: float) -> list[Expr]:
+    """Each structure's rate: the deployment's rate X when there is one structure, else a copy of X per
+    structure (zero unless it is chosen), the copies adding up to X."""
+    if len(structures) == 1:
+        return [{rate_var: 1.0}]
+    copies = [model.add_var(f"rate-structure{i}", "rate", 0.0, rate_max, False, rate_max / RATE_STEPS)
+              for i in range(len(structures))]
+    model.add("rate-structures", "rate", add_expr(dict.fromkeys(copies, 1.0), {rate_var: -1.0}), "==", 0.0)
+    for index, (copy, (var, _)) in enumerate(zip(copies, structures, strict=True)):
+        model.add(f"rate-structure-link{index}", "rate", {copy: 1.0, var: -rate_max}, "<=", 0.0)
+    return [{copy: 1.0} for copy in copies]
+
+
 def _decode_rate_bound(options: DeploymentOptions, config: _Config[DecodeOption]) -> float:
     """X <= C / (fill + transfer + Z): the shortest possible cycle bounds the rate (tightens the LP)."""
-    shortest = min(p.fill_s for p in options.prefill) + min(options.kv_transfer_s.values())
-    return config.option.slots * config.count / (shortest + config.option.decoding_s)
+    return config.option.slots * config.count / (shortest_fill_s(options) + config.option.decoding_s)
 
 
 def _scaled(expr: Expr, factor: float) -> Expr:
@@ -215,39 +302,54 @@ def _copies(model: LinearModel, configs: Sequence[AnyConfig], upper: float, name
     return copies
 
 
-def _define_transfer_pairs(dm: DeploymentModel, rate: Expr,
-                           rate_max: float) -> tuple[dict[tuple[int, int], int], dict[tuple[int, int], int]]:
-    """`transfer`: the size pair of the chosen prefill and decode instances, for the KV transfer time."""
-    model = dm.model
-    sizes = (sorted({c.option.gpus for c in dm.prefill}), sorted({c.option.gpus for c in dm.decode}))
-    pairs = {(a, b): model.binary(f"pair-{a}-{b}", "transfer") for a in sizes[0] for b in sizes[1]}
-    for side, configs in ((0, dm.prefill), (1, dm.decode)):
+def _define_transfer_pairs(dm: DeploymentModel, group: _Group, rate: Expr, rate_max: float,
+                           single: bool) -> tuple[dict[tuple[int, int], int], dict[tuple[int, int], int]]:
+    """`transfer`: the size pair of the group's chosen fill instance and the decode instance, for the KV
+    transfer time; rate copies per pair add up to the group's share of the rate. With several groups a
+    pair may be chosen only with its decode size (<=), the fill side fixing that one pair is chosen."""
+    model, tag = dm.model, "" if group.name == "prefill" else f"{group.name}-"
+    sizes = (sorted({c.option.gpus for c in group.configs}), sorted({c.option.gpus for c in dm.decode}))
+    pairs = {(a, b): model.binary(f"pair-{tag}{a}-{b}", "transfer") for a in sizes[0] for b in sizes[1]}
+    for side, configs in ((0, group.configs), (1, dm.decode)):
         for size in sizes[side]:
             expr = {v: 1.0 for k, v in pairs.items() if k[side] == size}
             expr.update({c.var: -1.0 for c in configs if c.option.gpus == size})
-            model.add(f"transfer-{side}-{size}", "transfer", expr, "==", 0.0)
+            model.add(f"transfer-{tag}{side}-{size}", "transfer", expr, "==" if single or side == 0 else "<=", 0.0)
     copies = {}
     for key, var in pairs.items():
-        copies[key] = model.add_var(f"rate-pair-{key[0]}-{key[1]}", "transfer", 0.0, rate_max, False,
+        copies[key] = model.add_var(f"rate-pair-{tag}{key[0]}-{key[1]}", "transfer", 0.0, rate_max, False,
                                     rate_max / RATE_STEPS)
-        model.add(f"transfer-link-{key[0]}-{key[1]}", "transfer", {copies[key]: 1.0, var: -rate_max}, "<=", 0.0)
-    model.add("transfer-rate-sum", "transfer", add_expr(dict.fromkeys(copies.values(), 1.0), _scaled(rate, -1.0)),
-              "==", 0.0)
+        model.add(f"transfer-link-{tag}{key[0]}-{key[1]}", "transfer", {copies[key]: 1.0, var: -rate_max}, "<=", 0.0)
+    # The group's share of the rate: an equality for the one group of a single structure (as before), else >=
+    # (more transfer time never helps, and CP-SAT cannot meet a fractional equality on its grid).
+    model.add(f"transfer-{tag}rate-sum", "transfer",
+              add_expr(dict.fromkeys(copies.values(), 1.0), _scaled(rate, -group.share)),
+              "==" if single else ">=", 0.0)
     return pairs, copies
 
 
+def shortest_fill_s(options: DeploymentOptions) -> float:
+    """Shortest mean fill plus KV transfer of any disaggregated structure."""
+    shortest = [min(p.fill_s for p in options.prefill) + min(options.kv_transfer_s.values())] if options.prefill else []
+    if options.split is not None:
+        shortest.append(sum(group.shortest_s for group in options.split))
+    return min(shortest)
+
+
 def _define_store(dm: DeploymentModel, options: DeploymentOptions) -> None:
-    """`kv_store`: the idle contexts the prefill pool parks in the cluster's shared store, and the fetches it
-    makes from it, sized for the pool's full rate: sum_y P_y s_p y <= capacity and the same for bandwidth
-    (rows divided by the limit, so coefficients stay O(1)). One prefill configuration is chosen, so each
-    row bounds P per candidate; `options` already caps `most` there, and the rows state it for the model."""
+    """`kv_store`: the idle contexts the fill pool that holds sessions (prefill, or midfill when separate)
+    parks in the cluster's shared store, and the fetches it makes from it, sized for the pool's full rate:
+    sum_y P_y s_p y <= capacity and the same for bandwidth (rows divided by the limit, so coefficients stay
+    O(1)). One such configuration is chosen, so each row bounds P per candidate; `options` already caps
+    `most` there, and the rows state it for the model."""
     store = options.store
     if store is None:
         return
-    for name, limit, uses in (("capacity", store.capacity_bytes, [c.option.store.bytes for c in dm.prefill]),
+    holders = [*dm.prefill, *dm.midfill]
+    for name, limit, uses in (("capacity", store.capacity_bytes, [c.option.store.bytes for c in holders]),
                               ("bandwidth", store.bandwidth_bytes_per_s,
-                               [c.option.store.bytes_per_s for c in dm.prefill])):
-        row = {c.var: use * c.count / limit for c, use in zip(dm.prefill, uses, strict=True) if use > 0}
+                               [c.option.store.bytes_per_s for c in holders])):
+        row = {c.var: use * c.count / limit for c, use in zip(holders, uses, strict=True) if use > 0}
         if row:
             dm.model.add(f"kv-store-{name}", "kv_store", row, "<=", 1.0)
 

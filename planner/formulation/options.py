@@ -25,7 +25,7 @@ from costmodel.calibration import Calibration
 from costmodel.kv_tiers import NO_STORE_USE, StoreUse
 from costmodel.resolve import ResolvedScenario
 from costmodel.scenario import KvStore
-from costmodel.serving import kv_transfer_s
+from costmodel.serving import kv_transfer_s, turn_share
 from planner.deployment import aggregated_point
 from planner.pareto import FrontPoint
 from planner.placement import domain_bins, max_replicas
@@ -70,6 +70,27 @@ class Domains:
         return self.size * self.full + self.rest
 
 
+@dataclass(frozen=True, eq=False)
+class FillGroup:
+    """Fill options of one kind in disaggregated serving with a midfill pool: the first-turn prefill
+    options or the midfill options, the share of requests they fill, and their KV transfer times by
+    (fill GPUs, decode GPUs) for their own turns' contexts."""
+
+    options: tuple[PrefillOption, ...]
+    share: float
+    transfer_s: dict[tuple[int, int], float]
+
+    @property
+    def shortest_s(self) -> float:
+        """Share of the shortest fill plus transfer a request can get from this group."""
+        return self.share * (min(o.fill_s for o in self.options) + min(self.transfer_s.values()))
+
+    @property
+    def capacity_bound(self) -> float:
+        """Most requests per second the group can serve (its share of them), largest pool."""
+        return max(o.capacity * o.most for o in self.options) / self.share
+
+
 @dataclass(frozen=True, eq=False)  # identity: screening caches per options object
 class DeploymentOptions:
     mixed: tuple[MixedOption, ...]
@@ -81,10 +102,12 @@ class DeploymentOptions:
     cohort_fraction: float
     pruned_prefill: int
     store: KvStore | None = None  # the cluster's shared KV store (multi-turn sessions)
+    split: tuple[FillGroup, FillGroup] | None = None  # (first turns, midfill): a separate midfill pool
 
     @property
     def disaggregated(self) -> bool:
-        return bool(self.prefill and self.decode)
+        """Some disaggregated deployment exists: shared fills, or split ones (first-turn and midfill pools)."""
+        return bool((self.prefill or self.split) and self.decode)
 
 
 def _domains(resolved: ResolvedScenario) -> Domains:
@@ -113,27 +136,45 @@ def deployment_options(resolved: ResolvedScenario, candidates: CandidateSet,
         if point is not None:
             mixed.append(MixedOption(candidate, point))
     store = resolved.scenario.cluster.kv_store
-    prefill_all = [PrefillOption(c, c.gpus, c.timing.ttft_s, c.requests_per_s,
-                                 min(max_replicas(c.gpus, bins), _store_instances(c, store)), c.store_use)
-                   for c in candidates.by_role.get("prefill", [])]
-    prefill_all = [p for p in prefill_all if p.most >= 1]
+    prefill_all = _fill_options(resolved, candidates.by_role.get("prefill", []))
     prefill = _prune_prefill(prefill_all)
     decode = [DecodeOption(c, c.gpus, c.pool.batch, (workload.output_tokens - 1) * c.timing.tpot_s,
                            max_replicas(c.gpus, bins)) for c in candidates.by_role.get("decode", [])]
     decode = [d for d in decode if d.most >= 1]
+    first = _prune_prefill(_fill_options(resolved, candidates.by_role.get("first", [])))
+    midfill = _prune_prefill(_fill_options(resolved, candidates.by_role.get("midfill", [])))
+    split = None
+    if first and midfill and decode:
+        split = (FillGroup(tuple(first), turn_share(workload, "first"), _transfers(first, decode, calibration)),
+                 FillGroup(tuple(midfill), turn_share(workload, "later"), _transfers(midfill, decode, calibration)))
+    return DeploymentOptions(
+        mixed=tuple(mixed), prefill=tuple(prefill), decode=tuple(decode),
+        kv_transfer_s=_transfers(prefill, decode, calibration), domains=_domains(resolved),
+        output_tokens=workload.output_tokens,
+        cohort_fraction=calibration.engine(resolved.scenario.engine).cohort_fraction,
+        pruned_prefill=len(prefill_all) - len(prefill), store=store, split=split,
+    )
+
+
+def _fill_options(resolved: ResolvedScenario, candidates: list[Candidate]) -> list[PrefillOption]:
+    bins, store = domain_bins(resolved), resolved.scenario.cluster.kv_store
+    options = [PrefillOption(c, c.gpus, c.timing.ttft_s, c.requests_per_s,
+                             min(max_replicas(c.gpus, bins), _store_instances(c, store)), c.store_use)
+               for c in candidates]
+    return [p for p in options if p.most >= 1]
+
+
+def _transfers(fills: list[PrefillOption], decode: list[DecodeOption],
+               calibration: Calibration) -> dict[tuple[int, int], float]:
+    """KV transfer time by (fill GPUs, decode GPUs): it depends on the two sizes and the fills' turns only."""
     transfer = {}
-    for p in prefill:
+    for p in fills:
         for d in decode:
             key = (p.gpus, d.gpus)
             if key not in transfer:
                 transfer[key] = kv_transfer_s(p.candidate.timing.plan.ctx, d.candidate.timing.plan.ctx,
                                               p.candidate.timing.plan.request, calibration)
-    return DeploymentOptions(
-        mixed=tuple(mixed), prefill=tuple(prefill), decode=tuple(decode), kv_transfer_s=transfer,
-        domains=_domains(resolved), output_tokens=workload.output_tokens,
-        cohort_fraction=calibration.engine(resolved.scenario.engine).cohort_fraction,
-        pruned_prefill=len(prefill_all) - len(prefill), store=resolved.scenario.cluster.kv_store,
-    )
+    return transfer
 
 
 def _store_instances(candidate: Candidate, store: KvStore | None) -> int:

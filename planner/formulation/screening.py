@@ -8,15 +8,21 @@ configurations that no optimal solution of that MILP uses):
 - size: a configuration that leaves no room for the smallest instance of the other pool;
 - bound (only when q is the exact ratio of a deployment within the cap, so the MILP's optimum is >= 0):
   a configuration whose most optimistic objective, osl x (rate bound) - q x (its GPUs + the fewest GPUs
-  the other pool needs to match it), is negative (`_bounded`). Then, when the pair table exists (at most `PAIR_LIMIT`
-  pairs), the exact bound: a configuration none of whose pairs within the cap reaches objective 0 (closed-form pair
-  figures, `planner.formulation.pairs`). Packing is left to the MILP, so this bound is optimistic.
+  the other pool needs to match it), is negative (`_bounded`). Then, when the pair table exists (at most
+  `PAIR_LIMIT` pairs), the exact bound: a configuration none of whose pairs within the cap reaches objective
+  0 (closed-form pair figures, `planner.formulation.pairs`). Packing is left to the MILP, so this bound is
+  optimistic.
+With a separate midfill pool (sessions), a second structure: first-turn and midfill configurations are
+screened by TTFT and size only (each with the other group's shortest share), and a decode configuration
+is kept when either structure may use it: for this one, a lower bound on its TTFT (shortest fill and
+transfer, largest capacity) and an optimistic objective (`_split_bounded`); the pair rules apply to the
+shared structure's pairs only.
 """
 
 from __future__ import annotations
 
 import weakref
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -33,6 +39,8 @@ class Screened:
     mixed: list[MixedOption]
     prefill: list[tuple[PrefillOption, int]]
     decode: list[tuple[DecodeOption, int]]
+    first: list[tuple[PrefillOption, int]] = field(default_factory=list)
+    midfill: list[tuple[PrefillOption, int]] = field(default_factory=list)
 
 
 def _prefill_configs(items: tuple[PrefillOption, ...], room: int) -> list[tuple[PrefillOption, int]]:
@@ -53,26 +61,57 @@ def screen(options: DeploymentOptions, eps_s: float | None, q: float, q_feasible
         mixed = [m for m in mixed if m.point.tokens_per_s_per_gpu >= q * (1 - BOUND_TOL)]
     if not options.disaggregated:
         return Screened(mixed, [], [])
-    shortest_transfer = min(options.kv_transfer_s.values())
-    fills = [p for p in options.prefill if eps_s is None or p.fill_s + shortest_transfer <= eps_s]
-    if not fills:
+    room = options.domains.gpus - min(d.gpus for d in options.decode)
+    fills = [p for p in options.prefill if eps_s is None or p.fill_s + min(options.kv_transfer_s.values()) <= eps_s]
+    prefill = _prefill_configs(tuple(fills), room)
+    first, midfill = _split_configs(options, eps_s, room)
+    if not prefill and not midfill:
         return Screened(mixed, [], [])
-    room = options.domains.gpus
-    prefill = _prefill_configs(tuple(fills), room - min(d.gpus for d in options.decode))
     table = _decode_table(options)
-    alive = table.gpus <= room - min(p.gpus for p in fills)
+    fewest = [min(p.gpus for p in fills)] if prefill else []
+    fewest += [min(p.gpus for p, _ in first) + min(p.gpus for p, _ in midfill)] if midfill else []
+    alive = table.gpus <= options.domains.gpus - min(fewest)
     if eps_s is not None:
         alive &= table.fastest <= eps_s * (1 + 1e-9)
-    if q_feasible and prefill and alive.any():
-        prefill, alive = _bounded(options, prefill, table, alive, eps_s, q)
-    decode = [table.configs[i] for i in np.flatnonzero(alive)]
+    shared, split = (alive.copy() if prefill else np.zeros_like(alive)), (alive.copy() if midfill else
+                                                                          np.zeros_like(alive))
+    if q_feasible and prefill and shared.any():
+        prefill, shared = _bounded(options, prefill, table, shared, eps_s, q)
+    if q_feasible and midfill and split.any():
+        split = _split_bounded(options, first, midfill, table, split, q)
+    if midfill and split.any() and (len(first) + len(midfill)) * int(split.sum()) <= DYNAMIC_PAIRS:
+        first, midfill, split = _split_pair_bounded(options, first, midfill, table, split, eps_s, q, q_feasible)
+    decode = [table.configs[i] for i in np.flatnonzero(shared)]
     if pairs is None and pair_bound and q_feasible and 0 < len(prefill) * len(decode) <= DYNAMIC_PAIRS:
         pairs = PairTable(options, prefill, decode)
     if pairs is not None and q_feasible and prefill and decode:
         prefill, decode = _pair_bounded(pairs, prefill, decode, eps_s, q)
-    if not prefill or not decode:
+    if not prefill:
+        decode = []
+    if not split.any():
+        first, midfill = [], []
+    kept = {(id(d), n) for d, n in decode} | {(id(table.configs[i][0]), table.configs[i][1])
+                                               for i in np.flatnonzero(split)}
+    decode = [(d, n) for d, n in table.configs if (id(d), n) in kept]
+    if not decode:
         return Screened(mixed, [], [])
-    return Screened(mixed, prefill, decode)
+    return Screened(mixed, prefill, decode, first, midfill)
+
+
+def _split_configs(options: DeploymentOptions, eps_s: float | None,
+                   room: int) -> tuple[list[tuple[PrefillOption, int]], list[tuple[PrefillOption, int]]]:
+    """First-turn and midfill configurations of a separate midfill pool: each with the other group's
+    shortest share of fill and transfer within the cap, and room for the other group's smallest instance."""
+    if options.split is None:
+        return [], []
+    kept = []
+    for group, other in (options.split, options.split[::-1]):
+        least = min(o.gpus for o in other.options)
+        shortest = min(group.transfer_s.values())
+        items = tuple(o for o in group.options
+                      if eps_s is None or group.share * (o.fill_s + shortest) + other.shortest_s <= eps_s)
+        kept.append(_prefill_configs(items, room - least))
+    return (kept[0], kept[1]) if kept[0] and kept[1] else ([], [])
 
 
 @dataclass(frozen=True)
@@ -100,8 +139,14 @@ def _decode_table(options: DeploymentOptions) -> _DecodeTable:
 def _fastest_ttft(options: DeploymentOptions, a: ConfigArrays) -> np.ndarray:
     """Per decode configuration, the lowest TTFT any prefill configuration gives it. TTFT falls as the
     prefill pool grows, so for each prefill candidate only the most instances that fit beside the decode
-    pool need checking: candidates x configurations, not pairs."""
+    pool need checking: candidates x configurations, not pairs. With a separate midfill pool, a lower
+    bound for that structure too: its shortest fill and transfer with its largest capacity."""
     best = np.full(len(a.conc), np.inf)
+    if options.split is not None:
+        cap = np.full(len(a.conc), min(group.capacity_bound for group in options.split))
+        shortest = np.full(len(a.conc), sum(group.shortest_s for group in options.split))
+        ttft, _ = pair_figures(cap, shortest, np.zeros_like(cap), a.conc, a.away, options.cohort_fraction)
+        best = np.asarray(ttft, dtype=float)  # fill and transfer folded together: the same TTFT
     for p in options.prefill:
         count = np.minimum(p.most, (options.domains.gpus - a.gpus_z) // p.gpus)
         cap = np.maximum(count, 1) * p.capacity
@@ -145,6 +190,73 @@ def _bounded(options: DeploymentOptions, prefill: list[tuple[PrefillOption, int]
     best_y = np.maximum(*(osl * x - q * (a.gpus_y + np.maximum(fewest_z, delta * x * cycle)) for x in (rate_y, knee)))
     keep_y = best_y >= -BOUND_TOL * q * a.gpus_y
     return [y for y, k in zip(prefill, keep_y, strict=True) if k], survivors
+
+
+def _split_bounded(options: DeploymentOptions, first: list[tuple[PrefillOption, int]],
+                   midfill: list[tuple[PrefillOption, int]], table: _DecodeTable, alive: np.ndarray,
+                   q: float) -> np.ndarray:
+    """Decode configurations that may beat q with a separate midfill pool: osl X - q (G_z + G_fill) at
+    its most optimistic, X <= min(C / (shortest fill and transfer + Z), largest split capacity) and the
+    fill pools holding at least the fewest GPUs of each, or gamma X GPUs (gamma: fewest GPU-seconds per
+    request, share-weighted over the two pools)."""
+    assert options.split is not None
+    osl, index = float(options.output_tokens), np.flatnonzero(alive)
+    conc, away, gpus_z = table.conc[index], table.away[index], table.gpus[index]
+    groups = options.split
+    shortest = sum(group.shortest_s for group in groups)
+    cap = min(max(p.capacity * n for p, n in items) / group.share for items, group in zip((first, midfill), groups,
+                                                                                          strict=True))
+    gamma = sum(group.share * min(p.gpus / p.capacity for p, _ in items)
+                for items, group in zip((first, midfill), groups, strict=True))
+    fewest = min(p.gpus * n for p, n in first) + min(p.gpus * n for p, n in midfill)
+    rate = np.minimum(conc / (shortest + away), cap)
+    knee = np.minimum(rate, fewest / gamma)
+    best = np.maximum(*(osl * x - q * (gpus_z + np.maximum(fewest, gamma * x)) for x in (rate, knee)))
+    survivors = np.zeros_like(alive)
+    survivors[index[best >= -BOUND_TOL * q * gpus_z]] = True
+    return survivors
+
+
+def _split_pair_bounded(options: DeploymentOptions, first: list[tuple[PrefillOption, int]],
+                        midfill: list[tuple[PrefillOption, int]], table: _DecodeTable, alive: np.ndarray,
+                        eps_s: float | None, q: float, q_feasible: bool
+                        ) -> tuple[list[tuple[PrefillOption, int]], list[tuple[PrefillOption, int]], np.ndarray]:
+    """Exact-figure bounds for the separate-midfill structure, pair by pair: each first-turn (midfill)
+    configuration with every decode configuration, the other fill pool at its best (largest capacity,
+    shortest fill and transfer, fewest GPUs). The structure's figures are the single-pool closed form
+    with the share-weighted fill and transfer and the tighter capacity (`costmodel.serving.split_serving`),
+    which only improve as capacity grows and fill, transfer and GPUs shrink: a configuration, or a decode
+    configuration, with no such optimistic pair within the cap (and, with q, reaching objective 0) is
+    in no deployment that is."""
+    assert options.split is not None
+    index = np.flatnonzero(alive)
+    conc, away, gpus_z = table.conc[index], table.away[index], table.gpus[index]
+    size_z = np.array([table.configs[i][0].gpus for i in index])
+    keep_z = np.zeros(len(index), dtype=bool)
+    kept: list[list[tuple[PrefillOption, int]]] = []
+    osl = float(options.output_tokens)
+    for items, others, (group, other) in ((first, midfill, options.split), (midfill, first, options.split[::-1])):
+        a = ConfigArrays.of(items, [])
+        best_cap = max(p.capacity * n for p, n in others) / other.share
+        other_fill = other.share * min(p.fill_s for p, _ in others)
+        sizes = sorted({p.gpus for p, _ in others})
+        other_transfer = np.array([min(other.transfer_s[(s, int(z))] for s in sizes) for z in size_z])
+        own_transfer = np.array([[group.transfer_s[(int(y), int(z))] for z in size_z] for y in a.size_y])
+        cap = np.minimum(a.cap / group.share, best_cap)[:, None]
+        fill = (group.share * a.fill + other_fill)[:, None]
+        transfer = group.share * own_transfer + other.share * other_transfer[None, :]
+        ttft, rate = pair_figures(cap, fill, transfer, conc[None, :], away[None, :], options.cohort_fraction)
+        gpus = (a.gpus_y + min(p.gpus * n for p, n in others))[:, None] + gpus_z[None, :]
+        ok = (gpus <= options.domains.gpus) & (ttft <= (np.inf if eps_s is None else eps_s * (1 + PAIR_TOL)))
+        if q_feasible:
+            ok &= osl * rate - q * gpus >= -PAIR_TOL * q * gpus
+        kept.append([y for y, k in zip(items, ok.any(axis=1), strict=True) if k])
+        keep_z |= ok.any(axis=0)
+    survivors = np.zeros_like(alive)
+    survivors[index[keep_z]] = True
+    if not kept[0] or not kept[1]:
+        return [], [], np.zeros_like(alive)
+    return kept[0], kept[1], survivors
 
 
 def _pair_bounded(pairs: PairTable, prefill: list[tuple[PrefillOption, int]],

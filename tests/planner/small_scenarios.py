@@ -44,7 +44,22 @@ SMALL: dict[str, dict[str, Any]] = {
             "pause_probability": 0.3, "pause_s": 600.0,
             "turn_lengths": [{"share": 0.8, "input_tokens": 500, "output_tokens": 200},
                              {"share": 0.2, "input_tokens": 3000, "output_tokens": 600}]}},
-        "search": {"serving": ["disaggregated"], "pp": [1], "dp_attention": [1], "tp": [1, 2, 4], "max_batch": 64},
+        "search": {"serving": ["disaggregated"], "pp": [1], "dp_attention": [1], "tp": [1, 2, 4], "max_batch": 64,
+                   "separate_midfill": False},
+    },
+    # The agent sessions on 8 GPUs, a separate midfill pool allowed: at the fastest end the front holds
+    # deployments with a first-turn prefill pool beside a midfill pool (the first turns fetch nothing).
+    "qwen3-30b-8xh100-agent-midfill-pool": {
+        "model": "qwen3-30b",
+        "cluster": {"system": "h100-sxm", "gpus": 8,
+                    "overrides": {"host_dram_bytes_per_node": 2.0e11, "ssd_capacity_bytes_per_node": 1.0e11},
+                    "kv_store": {"capacity_bytes": 2.0e12, "bandwidth_bytes_per_s": 1.0e11}},
+        "workload": {"sessions": {
+            "arrival_rate_per_s": 1.0, "turns": 10, "system_prompt_tokens": 8000, "think_time_s": 5.0,
+            "pause_probability": 0.3, "pause_s": 600.0,
+            "turn_lengths": [{"share": 0.8, "input_tokens": 500, "output_tokens": 200},
+                             {"share": 0.2, "input_tokens": 3000, "output_tokens": 600}]}},
+        "search": {"serving": ["disaggregated"], "pp": [1], "dp_attention": [1], "tp": [1, 2], "max_batch": 16},
     },
 }
 

@@ -26,7 +26,7 @@ from tests.planner.small_scenarios import SMALL, small_data
 
 # The MILP alone (no closed-form pair screening) on the scenarios small enough for CBC in CI time.
 MILP_ALONE = ("qwen3-30b-4xh200", "gpt-oss-20b-4xb200-sglang", "llama-8b-dense-6xh100-disaggregated",
-              "mixtral-8x7b-8xgb200-vllm")
+              "mixtral-8x7b-8xgb200-vllm", "qwen3-30b-8xh100-agent-midfill-pool")
 REL = 1e-6  # CP-SAT's integer scaling (module docstring of planner.solvers.cpsat) is far inside this
 
 
