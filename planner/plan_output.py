@@ -18,6 +18,7 @@ import yaml
 from costmodel.evaluate import evaluate, pool_context
 from costmodel.kv_tiers import FETCHED_TIERS, TIERS
 from costmodel.layout import Layout
+from planner.midfill import midfill_choice
 from planner.placement import assign, domain_bins
 from planner.solve import SolveResult
 from planner.sweep import SolvedPoint
@@ -85,8 +86,8 @@ def kv_tiers(result: SolveResult, point: SolvedPoint) -> dict[str, Any] | None:
 
 def point_dict(result: SolveResult, point: SolvedPoint) -> dict[str, Any]:
     p = point.point
-    tiers = kv_tiers(result, point)
-    extra = {} if tiers is None else {"kv_tiers": tiers}
+    tiers, midfill = kv_tiers(result, point), midfill_choice(result, point)
+    extra = ({} if tiers is None else {"kv_tiers": tiers}) | ({} if midfill is None else {"midfill": midfill})
     return {
         "ttft_ms": p.ttft_ms, "tpot_ms": p.tpot_ms, "tokens_per_s_per_gpu": p.tokens_per_s_per_gpu,
         "tokens_per_s_per_user": p.tokens_per_s_per_user, "gpus": p.gpus, "serving": p.layout.serving,
@@ -227,6 +228,10 @@ def print_kv_tiers(result: SolveResult, console: Any) -> None:
                       "/".join(f"{fetch[t]:.1f}" for t in FETCHED_TIERS),
                       f"{tiers['fetch_share_of_ttft']:.0%}", f"{tiers['deployments_for_arrival_rate']:.2f}")
     console.print(table)
+    for index, solved in enumerate(result.front):
+        choice = midfill_choice(result, solved)
+        if choice is not None:
+            console.print(f"  {index}: midfill {choice['why']}")
 
 
 def print_model_stats(result: SolveResult, console: Any) -> None:

@@ -21,6 +21,7 @@ shared structure's pairs only.
 
 from __future__ import annotations
 
+import math
 import weakref
 from dataclasses import dataclass, field
 
@@ -221,20 +222,39 @@ def _split_pair_bounded(options: DeploymentOptions, first: list[tuple[PrefillOpt
                         midfill: list[tuple[PrefillOption, int]], table: _DecodeTable, alive: np.ndarray,
                         eps_s: float | None, q: float, q_feasible: bool
                         ) -> tuple[list[tuple[PrefillOption, int]], list[tuple[PrefillOption, int]], np.ndarray]:
-    """Exact-figure bounds for the separate-midfill structure, pair by pair: each first-turn (midfill)
-    configuration with every decode configuration, the other fill pool at its best (largest capacity,
-    shortest fill and transfer, fewest GPUs). The structure's figures are the single-pool closed form
-    with the share-weighted fill and transfer and the tighter capacity (`costmodel.serving.split_serving`),
-    which only improve as capacity grows and fill, transfer and GPUs shrink: a configuration, or a decode
-    configuration, with no such optimistic pair within the cap (and, with q, reaching objective 0) is
-    in no deployment that is."""
-    assert options.split is not None
+    """Exact-figure bounds for the separate-midfill structure, pair by pair (`_optimistic_split_pairs`): a
+    configuration, or a decode configuration, with no optimistic pair within the cap (and, with q, reaching
+    objective 0) is in no deployment that is."""
     index = np.flatnonzero(alive)
-    conc, away, gpus_z = table.conc[index], table.away[index], table.gpus[index]
-    size_z = np.array([table.configs[i][0].gpus for i in index])
     keep_z = np.zeros(len(index), dtype=bool)
     kept: list[list[tuple[PrefillOption, int]]] = []
     osl = float(options.output_tokens)
+    for items, ttft, rate, gpus in _optimistic_split_pairs(options, first, midfill, table, index):
+        ok = (gpus <= options.domains.gpus) & (ttft <= (np.inf if eps_s is None else eps_s * (1 + PAIR_TOL)))
+        if q_feasible:
+            ok &= osl * rate - q * gpus >= -PAIR_TOL * q * gpus
+        kept.append([y for y, k in zip(items, np.asarray(ok.any(axis=1)), strict=True) if k])
+        keep_z |= ok.any(axis=0)
+    survivors = np.zeros_like(alive)
+    survivors[index[keep_z]] = True
+    if not kept[0] or not kept[1]:
+        return [], [], np.zeros_like(alive)
+    return kept[0], kept[1], survivors
+
+
+def _optimistic_split_pairs(options: DeploymentOptions, first: list[tuple[PrefillOption, int]],
+                            midfill: list[tuple[PrefillOption, int]], table: _DecodeTable, index: np.ndarray
+                            ) -> list[tuple[list[tuple[PrefillOption, int]], np.ndarray, np.ndarray, np.ndarray]]:
+    """Per fill group of the separate-midfill structure: (its configurations, TTFT, rate, GPUs) of each
+    with every decode configuration in `index`, the other fill pool at its best (largest capacity, shortest
+    fill and transfer, fewest GPUs). The structure's figures are the single-pool closed form with the
+    share-weighted fill and transfer and the tighter capacity (`costmodel.serving.split_serving`), which
+    only improve as capacity grows and fill, transfer and GPUs shrink: these bound every deployment that
+    holds the configuration and the decode configuration."""
+    assert options.split is not None
+    conc, away, gpus_z = table.conc[index], table.away[index], table.gpus[index]
+    size_z = np.array([table.configs[i][0].gpus for i in index])
+    result = []
     for items, others, (group, other) in ((first, midfill, options.split), (midfill, first, options.split[::-1])):
         a = ConfigArrays.of(items, [])
         best_cap = max(p.capacity * n for p, n in others) / other.share
@@ -244,19 +264,28 @@ def _split_pair_bounded(options: DeploymentOptions, first: list[tuple[PrefillOpt
         own_transfer = np.array([[group.transfer_s[(int(y), int(z))] for z in size_z] for y in a.size_y])
         cap = np.minimum(a.cap / group.share, best_cap)[:, None]
         fill = (group.share * a.fill + other_fill)[:, None]
-        transfer = group.share * own_transfer + other.share * other_transfer[None, :]
+        transfer = group.share * own_transfer.reshape(len(items), len(size_z)) + other.share * other_transfer[None, :]
         ttft, rate = pair_figures(cap, fill, transfer, conc[None, :], away[None, :], options.cohort_fraction)
         gpus = (a.gpus_y + min(p.gpus * n for p, n in others))[:, None] + gpus_z[None, :]
+        result.append((items, ttft, rate, gpus))
+    return result
+
+
+def split_ratio_bound(options: DeploymentOptions, eps_s: float | None) -> float | None:
+    """Most tokens/s per GPU any deployment with a separate midfill pool can reach within the cap (an
+    upper bound from the optimistic pairs; None when none is within it)."""
+    screened = screen(options, eps_s, 0.0, False)
+    if not screened.midfill:
+        return None
+    table = _decode_table(options)
+    keys = {(id(d), n) for d, n in screened.decode}
+    index = np.array([i for i, (d, n) in enumerate(table.configs) if (id(d), n) in keys], dtype=int)
+    best = -np.inf
+    for _, ttft, rate, gpus in _optimistic_split_pairs(options, screened.first, screened.midfill, table, index):
         ok = (gpus <= options.domains.gpus) & (ttft <= (np.inf if eps_s is None else eps_s * (1 + PAIR_TOL)))
-        if q_feasible:
-            ok &= osl * rate - q * gpus >= -PAIR_TOL * q * gpus
-        kept.append([y for y, k in zip(items, ok.any(axis=1), strict=True) if k])
-        keep_z |= ok.any(axis=0)
-    survivors = np.zeros_like(alive)
-    survivors[index[keep_z]] = True
-    if not kept[0] or not kept[1]:
-        return [], [], np.zeros_like(alive)
-    return kept[0], kept[1], survivors
+        if ok.any():
+            best = max(best, float(np.max(np.where(ok, options.output_tokens * rate / gpus, -np.inf))))
+    return None if math.isinf(best) else best
 
 
 def _pair_bounded(pairs: PairTable, prefill: list[tuple[PrefillOption, int]],

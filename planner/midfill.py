@@ -1,0 +1,63 @@
+"""Which pool runs the midfills of a disaggregated multi-turn plan, and why.
+
+The MILP searches both structures (`planner.formulation.model`): one prefill pool for every turn's fill
+(shared), or a first-turn prefill pool beside a midfill pool for the turns after a gap (separate), and
+picks the better at each TTFT. The reason given with each point quantifies the other structure with a
+cheap upper bound at the point's TTFT: the best closed-form pair of the shared structure, or the best
+optimistic pair of the separate one (`planner.formulation.screening.split_ratio_bound`). Both ignore
+packing and the shared KV store, so they can sit above what a packed deployment reaches.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from planner.formulation.options import DeploymentOptions
+from planner.formulation.pairs import PAIR_LIMIT, PairTable
+from planner.formulation.screening import screen, split_ratio_bound
+from planner.solve import SolveResult
+from planner.sweep import SolvedPoint
+
+
+def shared_ratio_bound(options: DeploymentOptions, eps_s: float) -> float | None:
+    """Most tokens/s per GPU of one fill pool for every turn within the cap, before packing (None when
+    no pair is within it, or there are too many pairs to tabulate)."""
+    screened = screen(options, eps_s, 0.0, False)
+    if not screened.prefill or not screened.decode or len(screened.prefill) * len(screened.decode) > PAIR_LIMIT:
+        return None
+    table = PairTable(options, screened.prefill, screened.decode)
+    where = table.best_ratio(eps_s)
+    if where is None:
+        return None
+    i, j = where
+    gpus = float(table.arrays.gpus_y[i] + table.arrays.gpus_z[j])
+    return float(options.output_tokens * np.float64(table.rate[i, j]) / gpus)
+
+
+def midfill_choice(result: SolveResult, solved: SolvedPoint) -> dict[str, Any] | None:
+    """For a disaggregated point of a sessions scenario: `pool` (shared or separate), the share of fills
+    that are first turns, the other structure's bound at this TTFT, and a sentence saying why."""
+    sessions, layout = result.resolved.scenario.workload.sessions, solved.point.layout
+    if sessions is None or layout.serving != "disaggregated" or result.options is None:
+        return None
+    options, share = result.options, 1.0 / sessions.turns
+    eps, ratio = solved.point.ttft_ms / 1e3 * (1 + 1e-9), solved.point.tokens_per_s_per_gpu
+    separate = layout.split_fills
+    if separate:
+        bound, other = shared_ratio_bound(options, eps), "one fill pool for every turn"
+    elif options.split is None:
+        reason = ("a separate midfill pool was not searched (search.separate_midfill is false)"
+                  if sessions.turns > 1 else "sessions of one turn have no midfills")
+        return {"pool": "shared", "first_turn_share": share, "alternative_bound": None,
+                "why": f"shared: {reason}"}
+    else:
+        bound, other = split_ratio_bound(options, eps), "a separate midfill pool"
+    kind = "separate" if separate else "shared"
+    if bound is None:
+        tail = f"no deployment with {other} reaches this TTFT"
+    else:
+        tail = f"{other} reaches at most {bound:.1f} tok/s/GPU at this TTFT (bound before packing), {ratio:.1f} here"
+    return {"pool": kind, "first_turn_share": share, "alternative_bound": bound,
+            "why": f"{kind} (first turns are {share:.0%} of fills): {tail}"}
