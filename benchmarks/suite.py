@@ -1,5 +1,6 @@
 """Scenarios of the solver benchmarks: from a few GPUs to 64 GB200 NVL72 racks (4,608 GPUs), models with
-8 to 896 experts, dense and hybrid attention, aggregated and disaggregated, short and long contexts.
+8 to 896 experts, dense and hybrid attention, aggregated and disaggregated, short and long contexts, and
+multi-turn agent sessions (KV tiers, a shared KV store, a separate midfill pool).
 
 `quick` runs in CI (every backend, 3 seeds, about a minute); `full` adds the large ones.
 """
@@ -32,6 +33,17 @@ SCENARIOS: dict[str, dict[str, Any]] = {
         "model": "gpt-oss-20b", "cluster": {"system": "b200-sxm", "gpus": 8}, "engine": "sglang",
         "workload": {"input_tokens": 8192, "output_tokens": 512}, "slo": {"ttft_ms": 3000},
         "search": SMALL_SEARCH},
+    "qwen3-30b-8xh100-agent-sessions": {  # multi-turn sessions: KV tiers, a shared store, a midfill pool
+        "model": "qwen3-30b", "precision": {"weights": "fp8", "kv_cache": "fp8"},
+        "cluster": {"system": "h100-sxm", "gpus": 8,
+                    "overrides": {"host_dram_bytes_per_node": 2.0e11, "ssd_capacity_bytes_per_node": 1.0e11},
+                    "kv_store": {"capacity_bytes": 2.0e12, "bandwidth_bytes_per_s": 1.0e11}},
+        "workload": {"sessions": {
+            "arrival_rate_per_s": 1.0, "turns": 10, "system_prompt_tokens": 8000, "think_time_s": 5.0,
+            "pause_probability": 0.3, "pause_s": 600.0,
+            "turn_lengths": [{"share": 0.8, "input_tokens": 500, "output_tokens": 200},
+                             {"share": 0.2, "input_tokens": 3000, "output_tokens": 600}]}},
+        "search": {"serving": ["disaggregated"], "pp": [1], "dp_attention": [1], "tp": [1, 2], "max_batch": 16}},
     # full
     "qwen3-next-80b-8xb200": {  # 512 experts, Gated DeltaNet linear-attention hybrid
         "model": "qwen3-next", "precision": {"weights": "fp8", "kv_cache": "fp8"},
@@ -71,7 +83,7 @@ SCENARIOS: dict[str, dict[str, Any]] = {
 }
 
 QUICK = ("mixtral-8x7b-8xh100", "qwen3-30b-8xh200", "llama-70b-dense-8xh200-disaggregated",
-         "gpt-oss-20b-8xb200-sglang")
+         "gpt-oss-20b-8xb200-sglang", "qwen3-30b-8xh100-agent-sessions")
 SUITES = {"quick": QUICK, "full": tuple(SCENARIOS)}
 
 
