@@ -14,7 +14,7 @@ from costmodel.modes import PoolContext, split_stages
 from costmodel.operators import Formats, Parallel
 from costmodel.precision import Dtype, bytes_per_element
 from costmodel.pricing import DirectPricer, Pricer
-from costmodel.resolve import ResolvedScenario, compute_dtype
+from costmodel.resolve import ResolvedScenario, check_session_pools, compute_dtype
 from costmodel.scenario import Workload
 from costmodel.serving import (
     FillStation,
@@ -103,9 +103,7 @@ def plan_layout(resolved: ResolvedScenario, layout: Layout, pricer: Pricer | Non
     """Every pool's work; with sessions and a `pricer`, the fill pool's contexts placed in KV tiers sized
     for its rate (`costmodel.serving.with_session_tiers`), else all in HBM."""
     workload = resolved.scenario.workload
-    if layout.split_fills and workload.sessions is None:
-        raise ValueError("a midfill pool runs the later turns of multi-turn sessions, but the workload has no "
-                         "sessions: drop the midfill pool or describe workload.sessions")
+    check_session_pools(resolved, layout)
     plans = [plan_pool(pool_context(resolved, pool), pool, workload, None, pool_turns(pool, layout.split_fills))
              for pool in layout.pools]
     if workload.sessions is not None and pricer is not None:

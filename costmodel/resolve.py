@@ -157,6 +157,23 @@ def check_layout(resolved: ResolvedScenario, layout: Layout) -> None:
         )
     for index, pool in enumerate(layout.pools):
         _check_pool(resolved.architecture, pool, f"pools.{index}")
+    check_session_pools(resolved, layout)
+
+
+def check_session_pools(resolved: ResolvedScenario, layout: Layout) -> None:
+    """A midfill pool needs sessions of two turns or more; a pool that parks contexts in the shared KV
+    store needs sessions and a store."""
+    scenario = resolved.scenario
+    sessions = scenario.workload.sessions
+    for index, pool in enumerate(layout.pools):
+        if pool.role == "midfill" and (sessions is None or sessions.turns < 2):
+            raise ScenarioError("a midfill pool runs the turns after a session's first; the workload has no sessions "
+                                "of two turns or more: drop the pool or describe workload.sessions",
+                                f"pools.{index}.role")
+        if pool.kv_store and (sessions is None or scenario.cluster.kv_store is None):
+            raise ScenarioError("kv_store parks idle session contexts in the cluster's shared KV store: give "
+                                "workload.sessions and cluster.kv_store, or set kv_store to false",
+                                f"pools.{index}.kv_store")
 
 
 def _check_pool(architecture: Architecture, pool: Pool, where: str) -> None:

@@ -51,8 +51,8 @@ def split_points(resolved: ResolvedScenario, calibration: Calibration, firsts: l
     """Disaggregated deployments with a separate midfill pool: first-turn prefill, midfill and decode pools."""
     bins = domain_bins(resolved)
     budget = sum(bins)
-    estimate = sum((budget // f.gpus) * (budget // m.gpus) * (budget // d.gpus)
-                   for f in firsts for m in midfills for d in decodes)
+    # positive counts with f P + m M + d D <= budget: about budget^3 / (6 f m d) of them
+    estimate = sum(budget**3 // (6 * f.gpus * m.gpus * d.gpus) for f in firsts for m in midfills for d in decodes)
     if estimate > limit:
         raise TooLargeForReference(f"about {estimate:,} deployments with a midfill pool: too many to enumerate")
     points = []

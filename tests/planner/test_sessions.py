@@ -10,6 +10,7 @@ import pytest
 
 from costmodel.calibration import default_calibration
 from costmodel.evaluate import evaluate
+from planner.midfill import midfill_choice
 from planner.reference import exhaustive_front
 from planner.scenario import load_scenario, scenario_from_data
 from planner.solve import SolveSettings, solve
@@ -63,3 +64,25 @@ def test_coding_agent_scenario_reports_tiers_on_every_point() -> None:
         tiers = evaluate(resolved, solved.point.layout).kv_tiers
         assert tiers is not None and 50_000 < tiers["context_tokens"] < 200_000
         assert 0.0 <= tiers["fetch_share_of_ttft"] < 1.0
+
+
+def test_each_disaggregated_point_says_where_midfill_runs_and_why() -> None:
+    resolved = scenario_from_data(small_data("qwen3-30b-8xh100-agent-midfill-pool"))
+    result = solve(resolved, SolveSettings())
+    choices = [midfill_choice(result, solved) for solved in result.front]
+    assert all(choice is not None for choice in choices)
+    kinds = {choice["pool"] for choice in choices if choice is not None}
+    assert kinds == {"shared", "separate"}  # this scenario's front holds both
+    for solved, choice in zip(result.front, choices, strict=True):
+        assert choice is not None
+        assert (choice["pool"] == "separate") == solved.point.layout.split_fills
+        assert choice["first_turn_share"] == pytest.approx(0.1) and "10% of fills" in choice["why"]
+        bound = choice["alternative_bound"]
+        assert (bound is None) == ("no deployment with" in choice["why"])
+        assert bound is None or f"at most {bound:.1f} tok/s/GPU" in choice["why"]
+    data = small_data("qwen3-30b-8xh100-agent-midfill-pool")
+    data["search"] = {**data["search"], "separate_midfill": False}
+    unsplit = solve(scenario_from_data(data), SolveSettings())
+    choice = midfill_choice(unsplit, unsplit.front[0])
+    assert choice is not None and "not searched" in choice["why"]
+    assert not any(s.point.layout.split_fills for s in unsplit.front)

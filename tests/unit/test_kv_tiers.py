@@ -6,6 +6,7 @@ from typing import Any
 
 import pytest
 
+from costmodel.errors import ScenarioError
 from costmodel.evaluate import evaluate
 from costmodel.hardware import load_system, with_overrides
 from costmodel.kv_tiers import DRAM_USABLE, SSD_USABLE, fetch_s_per_token, plan_tiers, store_use, turn_context
@@ -149,8 +150,8 @@ def test_store_use_scales_with_the_pool_and_breaches_name_the_store() -> None:
 def test_evaluate_refuses_a_store_the_cluster_lacks_or_cannot_fill() -> None:
     paused = {"think_time_s": 20.0, "pause_probability": 0.5, "pause_s": 36_000.0}
     parked = LAYOUT.model_copy(update={"pools": [LAYOUT.pools[0].model_copy(update={"kv_store": True})]})
-    none = evaluate(scenario_from_data(agent(**paused)), parked)
-    assert not none.feasible and any("cluster.kv_store" in r for r in none.reasons)
+    with pytest.raises(ScenarioError, match="cluster.kv_store"):
+        evaluate(scenario_from_data(agent(**paused)), parked)
     data = agent(**paused)
     data["cluster"]["kv_store"] = {"capacity_bytes": 1e12, "bandwidth_bytes_per_s": 1e12}
     small = evaluate(scenario_from_data(data), parked)
