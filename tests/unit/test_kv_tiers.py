@@ -150,7 +150,7 @@ def test_store_use_scales_with_the_pool_and_breaches_name_the_store() -> None:
 def test_evaluate_refuses_a_store_the_cluster_lacks_or_cannot_fill() -> None:
     paused = {"think_time_s": 20.0, "pause_probability": 0.5, "pause_s": 36_000.0}
     parked = LAYOUT.model_copy(update={"pools": [LAYOUT.pools[0].model_copy(update={"kv_store": True})]})
-    with pytest.raises(ScenarioError, match="cluster.kv_store"):
+    with pytest.raises(ScenarioError, match=r"cluster\.kv_store"):
         evaluate(scenario_from_data(agent(**paused)), parked)
     data = agent(**paused)
     data["cluster"]["kv_store"] = {"capacity_bytes": 1e12, "bandwidth_bytes_per_s": 1e12}

@@ -83,5 +83,5 @@ def test_midfill_pools_need_sessions_and_a_store_needs_one() -> None:
     with pytest.raises(ScenarioError, match="midfill pool runs the turns after"):
         evaluate(no_sessions, Layout.model_validate(LAYOUT))
     no_store = scenario_from_data({**data, "cluster": {"system": "h100-sxm", "gpus": 8}})
-    with pytest.raises(ScenarioError, match="cluster.kv_store"):
+    with pytest.raises(ScenarioError, match=r"cluster\.kv_store"):
         evaluate(no_store, Layout.model_validate(LAYOUT))
