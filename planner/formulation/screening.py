@@ -260,11 +260,14 @@ def _optimistic_split_pairs(options: DeploymentOptions, first: list[tuple[Prefil
         best_cap = max(p.capacity * n for p, n in others) / other.share
         other_fill = other.share * min(p.fill_s for p, _ in others)
         sizes = sorted({p.gpus for p, _ in others})
-        other_transfer = np.array([min(other.transfer_s[(s, int(z))] for s in sizes) for z in size_z])
-        own_transfer = np.array([[group.transfer_s[(int(y), int(z))] for z in size_z] for y in a.size_y])
+        sizes_y, at_y = np.unique(a.size_y, return_inverse=True)
+        sizes_z, at_z = np.unique(size_z, return_inverse=True)
+        other_transfer = np.array([min(other.transfer_s[(s, int(z))] for s in sizes) for z in sizes_z])[at_z]
+        own = np.array([[group.transfer_s[(int(y), int(z))] for z in sizes_z] for y in sizes_y])
+        own_transfer = own[np.ix_(at_y, at_z)].reshape(len(items), len(size_z))
         cap = np.minimum(a.cap / group.share, best_cap)[:, None]
         fill = (group.share * a.fill + other_fill)[:, None]
-        transfer = group.share * own_transfer.reshape(len(items), len(size_z)) + other.share * other_transfer[None, :]
+        transfer = group.share * own_transfer + other.share * other_transfer[None, :]
         ttft, rate = pair_figures(cap, fill, transfer, conc[None, :], away[None, :], options.cohort_fraction)
         gpus = (a.gpus_y + min(p.gpus * n for p, n in others))[:, None] + gpus_z[None, :]
         result.append((items, ttft, rate, gpus))
