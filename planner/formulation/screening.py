@@ -228,12 +228,11 @@ def _split_pair_bounded(options: DeploymentOptions, first: list[tuple[PrefillOpt
     index = np.flatnonzero(alive)
     keep_z = np.zeros(len(index), dtype=bool)
     kept: list[list[tuple[PrefillOption, int]]] = []
-    osl = float(options.output_tokens)
-    for items, ttft, rate, gpus in _optimistic_split_pairs(options, first, midfill, table, index):
-        ok = (gpus <= options.domains.gpus) & (ttft <= (np.inf if eps_s is None else eps_s * (1 + PAIR_TOL)))
+    for pairs in _optimistic_split_pairs(options, first, midfill, table, index):
+        ok = pairs.within(options, eps_s)
         if q_feasible:
-            ok &= osl * rate - q * gpus >= -PAIR_TOL * q * gpus
-        kept.append([y for y, k in zip(items, np.asarray(ok.any(axis=1)), strict=True) if k])
+            ok &= pairs.may_beat(float(options.output_tokens), q)
+        kept.append([y for y, k in zip(pairs.items, np.asarray(ok.any(axis=1)), strict=True) if k])
         keep_z |= ok.any(axis=0)
     survivors = np.zeros_like(alive)
     survivors[index[keep_z]] = True
@@ -242,15 +241,50 @@ def _split_pair_bounded(options: DeploymentOptions, first: list[tuple[PrefillOpt
     return kept[0], kept[1], survivors
 
 
+@dataclass(frozen=True)
+class _OptimisticPairs:
+    """One fill group's configurations (rows) with decode configurations (columns): TTFT lower bounds and
+    rate upper bounds; the deployment's GPUs at rate x are at least base + max(floor, per_rate x) (the
+    other fill pool's fewest GPUs, or what its share of x needs at its best GPU-seconds per request)."""
+
+    items: list[tuple[PrefillOption, int]]
+    ttft: np.ndarray
+    rate: np.ndarray
+    base: np.ndarray
+    floor: float
+    per_rate: float
+
+    def gpus(self, x: np.ndarray) -> np.ndarray:
+        return np.asarray(self.base + np.maximum(self.floor, self.per_rate * x))
+
+    def within(self, options: DeploymentOptions, eps_s: float | None) -> np.ndarray:
+        cap = np.inf if eps_s is None else eps_s * (1 + PAIR_TOL)
+        return np.asarray((self.ttft <= cap) & (self.base + self.floor <= options.domains.gpus))
+
+    def may_beat(self, osl: float, q: float) -> np.ndarray:
+        """osl x - q G(x) can reach 0 for some x up to the rate bound (checked at the bound and the knee)."""
+        knee = np.minimum(self.rate, self.floor / self.per_rate if self.per_rate > 0 else np.inf)
+        best = np.maximum(*(osl * x - q * self.gpus(x) for x in (self.rate, knee)))
+        return np.asarray(best >= -PAIR_TOL * q * self.gpus(self.rate))
+
+    def best_ratio(self, options: DeploymentOptions, ok: np.ndarray) -> float:
+        """Most tokens/s per GPU among the pairs in `ok` (the ratio grows with x; x stops where the
+        GPUs fill the cluster)."""
+        room = (options.domains.gpus - self.base) / self.per_rate if self.per_rate > 0 else np.inf
+        x = np.minimum(self.rate, np.maximum(room, 0.0))
+        ratio = np.where(ok, options.output_tokens * x / self.gpus(x), -np.inf)
+        return float(np.max(ratio)) if ratio.size else -np.inf
+
+
 def _optimistic_split_pairs(options: DeploymentOptions, first: list[tuple[PrefillOption, int]],
-                            midfill: list[tuple[PrefillOption, int]], table: _DecodeTable, index: np.ndarray
-                            ) -> list[tuple[list[tuple[PrefillOption, int]], np.ndarray, np.ndarray, np.ndarray]]:
-    """Per fill group of the separate-midfill structure: (its configurations, TTFT, rate, GPUs) of each
-    with every decode configuration in `index`, the other fill pool at its best (largest capacity, shortest
-    fill and transfer, fewest GPUs). The structure's figures are the single-pool closed form with the
-    share-weighted fill and transfer and the tighter capacity (`costmodel.serving.split_serving`), which
-    only improve as capacity grows and fill, transfer and GPUs shrink: these bound every deployment that
-    holds the configuration and the decode configuration."""
+                            midfill: list[tuple[PrefillOption, int]], table: _DecodeTable,
+                            index: np.ndarray) -> list[_OptimisticPairs]:
+    """Per fill group of the separate-midfill structure, each of its configurations with every decode
+    configuration in `index`, the other fill pool at its best (largest capacity, shortest fill and
+    transfer, fewest GPUs or fewest GPU-seconds per request). The structure's figures are the single-pool
+    closed form with the share-weighted fill and transfer and the tighter capacity
+    (`costmodel.serving.split_serving`), which only improve as capacity grows and fill and transfer shrink:
+    these bound every deployment that holds the configuration and the decode configuration."""
     assert options.split is not None
     conc, away, gpus_z = table.conc[index], table.away[index], table.gpus[index]
     size_z = np.array([table.configs[i][0].gpus for i in index])
@@ -269,8 +303,10 @@ def _optimistic_split_pairs(options: DeploymentOptions, first: list[tuple[Prefil
         fill = (group.share * a.fill + other_fill)[:, None]
         transfer = group.share * own_transfer + other.share * other_transfer[None, :]
         ttft, rate = pair_figures(cap, fill, transfer, conc[None, :], away[None, :], options.cohort_fraction)
-        gpus = (a.gpus_y + min(p.gpus * n for p, n in others))[:, None] + gpus_z[None, :]
-        result.append((items, ttft, rate, gpus))
+        result.append(_OptimisticPairs(
+            items, np.asarray(ttft), np.asarray(rate), a.gpus_y[:, None] + gpus_z[None, :],
+            floor=float(min(p.gpus * n for p, n in others)),
+            per_rate=other.share * min(p.gpus / p.capacity for p, _ in others)))
     return result
 
 
@@ -283,11 +319,9 @@ def split_ratio_bound(options: DeploymentOptions, eps_s: float | None) -> float 
     table = _decode_table(options)
     keys = {(id(d), n) for d, n in screened.decode}
     index = np.array([i for i, (d, n) in enumerate(table.configs) if (id(d), n) in keys], dtype=int)
-    best = -np.inf
-    for _, ttft, rate, gpus in _optimistic_split_pairs(options, screened.first, screened.midfill, table, index):
-        ok = (gpus <= options.domains.gpus) & (ttft <= (np.inf if eps_s is None else eps_s * (1 + PAIR_TOL)))
-        if ok.any():
-            best = max(best, float(np.max(np.where(ok, options.output_tokens * rate / gpus, -np.inf))))
+    pairs = _optimistic_split_pairs(options, screened.first, screened.midfill, table, index)
+    # every deployment holds a first-turn configuration: the first group's pairs already bound them all
+    best = min(p.best_ratio(options, p.within(options, eps_s)) for p in pairs)
     return None if math.isinf(best) else best
 
 
