@@ -141,6 +141,7 @@ def plan_yaml(result: SolveResult, index: int, point: SolvedPoint) -> str:
     degrees = {pool.moe_ep for pool in point.point.layout.pools}
     body = {"figures": figures, "layout": data["layout"], "placement": data["placement"],
             "expert_banks": expert_banks(result, degrees)}
+    body.update({key: data[key] for key in ("kv_tiers", "midfill") if key in data})  # multi-turn sessions
     return head + yaml.safe_dump(body, sort_keys=False, default_flow_style=None, width=120)
 
 
