@@ -76,3 +76,25 @@ def test_bad_input_exits_2(tmp_path: Path) -> None:
                     "workload: {input_tokens: 10, output_tokens: -1}\n", encoding="utf-8")
     result = run_cli("solve", str(path))
     assert result.code == 2 and "bad.yaml:5" in result.err and "output_tokens" in result.err
+
+
+def test_sessions_plans_carry_tiers_and_the_midfill_choice(tmp_path: Path) -> None:
+    path = tmp_path / "agent.yaml"
+    path.write_text(yaml.safe_dump(small_data("qwen3-30b-8xh100-agent-midfill-pool")), encoding="utf-8")
+    out = tmp_path / "out"
+    result = run_cli("solve", str(path), "--format", "json", "--out", str(out))
+    assert result.code == 0, result.err
+    front = json.loads(result.out)["front"]
+    assert all({"kv_tiers", "midfill"} <= set(p) for p in front)
+    assert {p["midfill"]["pool"] for p in front} == {"shared", "separate"}
+    separate = next(i for i, p in enumerate(front) if p["midfill"]["pool"] == "separate")
+    roles = [pool["role"] for pool in front[separate]["layout"]["pools"]]
+    assert roles == ["prefill", "midfill", "decode"]
+    plan = out / f"plan-{separate}.yaml"
+    assert "midfill" in yaml.safe_load(plan.read_text(encoding="utf-8"))
+    evaluated = run_cli("evaluate", str(path), "--layout", str(plan), "--format", "json")
+    assert evaluated.code == 0, evaluated.err
+    assert json.loads(evaluated.out)["ttft_ms"] == pytest.approx(front[separate]["ttft_ms"], rel=1e-9)
+    table = run_cli("solve", str(path))
+    assert table.code == 0 and "midfill separate (first turns are 10% of fills)" in table.out
+    assert "hit % HBM/DRAM/SSD/store/recompute" in table.out
