@@ -37,6 +37,12 @@ class Pool(StrictModel):
         False, description="Multi-turn sessions, fill pools (mixed or prefill): idle contexts that the pool's HBM, "
         "host DRAM and local SSD cannot hold wait in the cluster's shared KV store (true) or are recomputed (false)."
     )
+    tier_load: float = Field(
+        1.0, gt=0.0, le=1.0,
+        description="Multi-turn sessions, disaggregated prefill or midfill pools: the share of the pool's full rate "
+        "its KV tiers are sized for; the deployment admits no more turns than that (lower: smaller idle "
+        "populations, faster fetches, a capped rate).",
+    )
 
     @model_validator(mode="after")
     def _gpus_add_up(self) -> Pool:
@@ -47,6 +53,8 @@ class Pool(StrictModel):
                 f"{attention} but moe_tp x moe_ep = {self.moe_tp} x {self.moe_ep} = {experts}; "
                 "make the two products equal"
             )
+        if self.tier_load != 1.0 and self.role not in ("prefill", "midfill"):
+            raise ValueError("tier_load applies to disaggregated prefill and midfill pools; leave it at 1")
         if self.kv_store and self.role == "decode":
             raise ValueError("kv_store applies to the pools that run fills (mixed, prefill, midfill), not to decode")
         if self.batch < self.dp_attention:

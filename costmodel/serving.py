@@ -181,8 +181,9 @@ def with_session_tiers(plan: PoolPlan, timing: PoolTiming, workload: Workload) -
     if sessions is None or pool.role == "decode" or plan.turns == "first":
         return plan  # first turns find only the system prompt, a shared prefix in HBM
     recompute = 2.0 * ctx.arch.active_params() / ctx.fmt.peak(ctx.fmt.expert_compute)  # roofline, per token
-    # The tiers count rates in turns of every kind: a midfill pool's r later turns stand for r T / (T - 1).
-    rate = turns_per_s_per_gpu(timing) / (later_share(workload) if plan.turns == "later" else 1.0)
+    # The tiers count rates in turns of every kind: a midfill pool's r later turns stand for r T / (T - 1);
+    # a pool sized for part of its full rate (`tier_load`) holds that part's idle sessions.
+    rate = pool.tier_load * turns_per_s_per_gpu(timing) / (later_share(workload) if plan.turns == "later" else 1.0)
     tiers = plan_tiers(sessions, workload.input_tokens, workload.output_tokens,
                        ctx.arch.kv_bytes_per_token(ctx.fmt.kv_dtype), ctx.system, rate,
                        plan.memory.capacity - plan.memory.total, recompute, pool.kv_store)
@@ -315,6 +316,16 @@ class FillStation:
     replicas: int
     share: float = 1.0
 
+    @property
+    def capacity(self) -> float:
+        """Requests per second the pool can fill, counting its share: replicas x batch / cycle / share."""
+        return self.replicas * self.timing.plan.pool.batch / self.timing.cycle_s / self.share
+
+    @property
+    def admitted(self) -> float:
+        """Requests per second the deployment admits through this pool: its capacity x `tier_load`."""
+        return self.timing.plan.pool.tier_load * self.capacity
+
 
 def disaggregated_serving(prefill: PoolTiming, decode: PoolTiming, prefill_replicas: int, decode_replicas: int,
                           calibration: Calibration, engine: str) -> tuple[float, float, float, dict[str, float]]:
@@ -330,17 +341,23 @@ def split_serving(stations: list[FillStation], decode: PoolTiming, decode_replic
 
     A request's mean fill latency and KV transfer are the share-weighted means over the pools; together
     they are one station of the closed loop whose capacity is that of the pool that saturates first,
-    min over pools of capacity / share (one pool: exactly the single-pool model)."""
+    min over pools of capacity / share (one pool: exactly the single-pool model). A pool whose KV tiers
+    are sized for a part `tier_load` of its rate admits no more: the rate is capped there and the wait
+    for admission counts in TTFT (C / rate - Z, Little's law on the loop)."""
     request = decode.plan.request
     transfer = sum(s.share * kv_transfer_s(s.timing.plan.ctx, decode.plan.ctx, s.timing.plan.request, calibration)
                    for s in stations)
     fill = sum(s.share * s.timing.ttft_s for s in stations)
     concurrency = decode_replicas * decode.plan.pool.batch
     elsewhere = transfer + (request.output - 1) * decode.tpot_s
-    capacity = min(s.replicas * s.timing.plan.pool.batch / s.timing.cycle_s / s.share for s in stations)
+    capacity = min(s.capacity for s in stations)
     cohort = calibration.engine(engine).cohort_fraction
     at_prefill = closed_loop_wait_s(concurrency, capacity, fill, elsewhere, cohort)
     rate = concurrency / (at_prefill + elsewhere)
+    admitted = min(s.admitted for s in stations)
+    if rate > admitted:  # tiers sized for part of a pool's rate: requests wait to be admitted
+        rate = admitted
+        at_prefill = concurrency / rate - elsewhere
     parts = {"fill": fill, "queue": at_prefill - fill, "kv_transfer": transfer}
     return at_prefill + transfer, decode.tpot_s, rate, parts
 

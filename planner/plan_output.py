@@ -32,11 +32,14 @@ def _gap(value: float) -> float | None:
 
 
 def layout_dict(layout: Layout) -> dict[str, Any]:
-    """The layout as `plan evaluate --layout` reads it (`kv_store` only where a pool uses the store)."""
+    """The layout as `plan evaluate --layout` reads it (`kv_store` and `tier_load` only where they are not
+    their defaults)."""
     data = layout.model_dump(mode="json")
     for pool in data["pools"]:
         if not pool["kv_store"]:
             del pool["kv_store"]
+        if pool["tier_load"] == 1.0:
+            del pool["tier_load"]
     return data
 
 

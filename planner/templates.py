@@ -30,6 +30,9 @@ PREFILL_BATCH_PER_RANK = (1, 2, 4, 8)
 MAX_TP = 8  # tensor parallelism beyond one HGX board's worth stops paying for attention
 PIPELINE_DEPTHS = (1, 2, 4)
 
+# Shares of a disaggregated fill pool's full rate its KV tiers may be sized for (`Pool.tier_load`).
+TIER_LOADS = (1.0, 0.5, 0.25, 0.125)
+
 # mixed, prefill and decode as their pool roles; "first": prefill layouts for sessions' first turns and
 # "midfill": layouts for their later turns, the two pools of disaggregated serving with a midfill pool.
 CandidateKind = Literal["mixed", "prefill", "decode", "first", "midfill"]
@@ -181,17 +184,27 @@ def _timed(plans: list[PoolPlan], resolved: ResolvedScenario, calibration: Calib
 
 
 def _session_variants(resolved: ResolvedScenario, timings: list[PoolTiming]) -> list[PoolPlan]:
-    """Fill pools of a sessions workload re-planned with their KV tiers (sized from their all-HBM timing),
-    each also with the shared store when the cluster has one and the pool would park contexts there."""
+    """Fill pools of a sessions workload re-planned with their KV tiers (sized from their all-HBM timing):
+    each also with the shared store when the cluster has one and the pool would park contexts there, and
+    each disaggregated one also sized for part of its rate (`TIER_LOADS`) where that changes its tiers."""
     workload, store = resolved.scenario.workload, resolved.scenario.cluster.kv_store
     plans = []
     for timing in timings:
-        plans.append(with_session_tiers(timing.plan, timing, workload))
-        if store is not None:
-            parked = replace(timing.plan, pool=timing.plan.pool.model_copy(update={"kv_store": True}))
-            variant = with_session_tiers(parked, timing, workload)
-            if variant.request.tiers is not None and variant.request.tiers.stored_bytes["store"] > 0:
-                plans.append(variant)
+        pool = timing.plan.pool
+        loads = TIER_LOADS if pool.role in ("prefill", "midfill") else (1.0,)
+        for parked in (False, True) if store is not None else (False,):
+            full: PoolPlan | None = None
+            for load in loads:
+                variant = replace(timing.plan, pool=pool.model_copy(update={"kv_store": parked, "tier_load": load}))
+                planned = with_session_tiers(variant, timing, workload)
+                tiers = planned.request.tiers
+                if tiers is None or (parked and tiers.stored_bytes["store"] <= 0):
+                    break  # nothing parked in the store: the variant without it is the same pool
+                if full is not None and full.request.tiers is not None and \
+                        tiers.turn_shares == full.request.tiers.turn_shares:
+                    break  # the tiers already hold everything at this load: a lower one only caps the rate
+                full = full or planned
+                plans.append(planned)
     return plans
 
 

@@ -208,7 +208,9 @@ def _define_disaggregated(dm: DeploymentModel, options: DeploymentOptions, struc
     single = len(groups) == 1
     # Utilisation copies per fill configuration (share X <= cap_y rho^y) and per decode configuration; the
     # decode copies carry the busiest fill pool's utilisation into the cohort row.
-    rho = {group.name: _copies(model, group.configs, 1.0, _tagged("rho-", group, "prefill")) for group in groups}
+    # rho^y <= tier_load: a pool whose KV tiers are sized for part of its rate admits no more (X capped)
+    rho = {group.name: _copies(model, group.configs, 1.0, _tagged("rho-", group, "prefill"),
+                               [c.option.load for c in group.configs]) for group in groups}
     rho_decode = _copies(model, dm.decode, 1.0, "rho-decode")
     for group in groups:
         utilisation = add_expr(dict.fromkeys(rho[group.name], 1.0), dict.fromkeys(rho_decode, -1.0))

@@ -10,8 +10,9 @@ Multi-turn sessions with a shared KV store: per prefill candidate, the bytes one
 store and the bytes/s it fetches from it (sized for its full rate, `costmodel.kv_tiers`).
 
 Prefill candidates are pruned by a dominance that is safe for every figure of the front: same GPUs, no
-longer fill latency, no less capacity and no more use of the shared KV store per request (any deployment
-with the dominated one does at least as well with the dominating one at the same counts). Decode
+longer fill latency, no less capacity, no lower `tier_load` and no more use of the shared KV store per
+request (any deployment with the dominated one does at least as well with the dominating one at the same
+counts). Decode
 candidates are not pruned: a lower TPOT shortens the time requests spend away from the prefill pool and so
 raises its queueing (a TTFT trade-off).
 """
@@ -46,6 +47,7 @@ class PrefillOption:
     capacity: float  # requests per second per instance
     most: int  # instances the domains (and the shared KV store) hold
     store: StoreUse = NO_STORE_USE  # multi-turn sessions: shared-store bytes and bytes/s per instance
+    load: float = 1.0  # multi-turn sessions: the share of its capacity the pool may run at (`Pool.tier_load`)
 
 
 @dataclass(frozen=True)
@@ -118,11 +120,13 @@ def _domains(resolved: ResolvedScenario) -> Domains:
 
 def _prune_prefill(options: list[PrefillOption]) -> list[PrefillOption]:
     kept: list[PrefillOption] = []
-    ordered = sorted(options, key=lambda o: (o.gpus, o.fill_s, -o.capacity, o.store.bytes, o.store.bytes_per_s))
+    ordered = sorted(options, key=lambda o: (o.gpus, o.fill_s, -o.capacity, -o.load, o.store.bytes,
+                                             o.store.bytes_per_s))
     for option in ordered:  # within one size, keep the capacity staircase along fill latency
         same = [k for k in kept if k.gpus == option.gpus]
-        if not any(k.fill_s <= option.fill_s and k.capacity >= option.capacity and k.store.bytes <= option.store.bytes
-                   and k.store.bytes_per_s <= option.store.bytes_per_s for k in same):
+        if not any(k.fill_s <= option.fill_s and k.capacity >= option.capacity and k.load >= option.load
+                   and k.store.bytes <= option.store.bytes and k.store.bytes_per_s <= option.store.bytes_per_s
+                   for k in same):
             kept.append(option)
     return kept
 
@@ -159,8 +163,8 @@ def deployment_options(resolved: ResolvedScenario, candidates: CandidateSet,
 def _fill_options(resolved: ResolvedScenario, candidates: list[Candidate]) -> list[PrefillOption]:
     bins, store = domain_bins(resolved), resolved.scenario.cluster.kv_store
     options = [PrefillOption(c, c.gpus, c.timing.ttft_s, c.requests_per_s,
-                             min(max_replicas(c.gpus, bins), _store_instances(c, store)), c.store_use)
-               for c in candidates]
+                             min(max_replicas(c.gpus, bins), _store_instances(c, store)), c.store_use,
+                             c.pool.tier_load) for c in candidates]
     return [p for p in options if p.most >= 1]
 
 

@@ -26,6 +26,7 @@ class ConfigArrays:
     decode: list[tuple[DecodeOption, int]]
     cap: np.ndarray
     fill: np.ndarray
+    load: np.ndarray
     gpus_y: np.ndarray
     size_y: np.ndarray
     conc: np.ndarray
@@ -39,6 +40,7 @@ class ConfigArrays:
             prefill, decode,
             cap=np.array([p.capacity * n for p, n in prefill], dtype=float),
             fill=np.array([p.fill_s for p, _ in prefill], dtype=float),
+            load=np.array([p.load for p, _ in prefill], dtype=float),
             gpus_y=np.array([p.gpus * n for p, n in prefill], dtype=float),
             size_y=np.array([p.gpus for p, _ in prefill], dtype=int),
             conc=np.array([d.slots * n for d, n in decode], dtype=float),
@@ -56,13 +58,20 @@ def transfer_matrix(options: DeploymentOptions, size_y: np.ndarray, size_z: np.n
 
 
 def pair_figures(cap: np.ndarray, fill: np.ndarray, transfer: np.ndarray, conc: np.ndarray, away: np.ndarray,
-                 cohort_fraction: float) -> tuple[np.ndarray, np.ndarray]:
-    """(TTFT s, requests/s) of every pair; cap and fill are columns (y), conc and away rows (z)."""
+                 cohort_fraction: float, load: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """(TTFT s, requests/s) of every pair; cap, fill and load are columns (y), conc and away rows (z).
+    `load`: the share of cap the prefill pool admits (`Pool.tier_load`; None: all of it)."""
     elsewhere = transfer + away
     steady = conc / cap - elsewhere
     bunched = fill + cohort_fraction * (conc - 1.0) / (2.0 * cap)
     at = np.maximum(np.maximum(fill, steady), bunched)
-    return at + transfer, conc / (at + elsewhere)
+    rate = conc / (at + elsewhere)
+    if load is not None:
+        admitted = load * cap
+        capped = rate > admitted
+        rate = np.where(capped, admitted, rate)
+        at = np.where(capped, conc / rate - elsewhere, at)
+    return at + transfer, rate
 
 
 class PairTable:
@@ -81,7 +90,8 @@ class PairTable:
         for block in self._blocks():
             ttft, rate = pair_figures(a.cap[block, None], a.fill[block, None],
                                       transfer_matrix(options, a.size_y[block], a.size_z),
-                                      a.conc[None, :], a.away[None, :], options.cohort_fraction)
+                                      a.conc[None, :], a.away[None, :], options.cohort_fraction,
+                                      a.load[block, None] if (a.load < 1.0).any() else None)
             self.ttft[block] = np.where(self._gpus(block) <= options.domains.gpus, ttft, np.inf)
             self.rate[block] = rate
 

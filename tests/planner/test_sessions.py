@@ -21,22 +21,23 @@ NAME = "qwen3-30b-16xh100-agent-sessions-store"
 REPO = Path(__file__).resolve().parents[2]
 
 
-def front_with_store(capacity: float) -> list[tuple[float, float, int, bool]]:
+def front_with_store(capacity: float) -> list[tuple[float, float, int, bool, float]]:
     data = copy.deepcopy(small_data(NAME))
     data["cluster"]["kv_store"]["capacity_bytes"] = capacity
     resolved = scenario_from_data(data)
     calibration = default_calibration()
     front = exhaustive_front(resolved, generate(resolved, calibration), calibration)
     pools = [(p, p.layout.pool("prefill")) for p in front]
-    return [(p.ttft_ms, p.tokens_per_s_per_gpu, pool.replicas, pool.kv_store) for p, pool in pools]
+    return [(p.ttft_ms, p.tokens_per_s_per_gpu, pool.replicas, pool.kv_store, pool.tier_load) for p, pool in pools]
 
 
 def test_a_small_store_binds_and_changes_the_front() -> None:
     roomy, tight, tiny = front_with_store(1e14), front_with_store(2e12), front_with_store(5e11)
-    assert all(parked for *_, parked in roomy + tight)  # fetching over the NIC beats recomputing
-    assert max(r for _, _, r, _ in roomy) > 1 == max(r for _, _, r, _ in tight)  # room for one prefill instance
-    assert not any(parked for *_, parked in tiny)  # no room for any: every pool recomputes what overflows
-    best = [max(t for _, t, _, _ in front) for front in (roomy, tight, tiny)]
+    assert all(parked and load == 1.0 for *_, parked, load in roomy)  # fetching over the NIC beats recomputing
+    # 2 TB: every pool still parks its overflow there, but most size their tiers for part of their rate
+    assert all(parked for *_, parked, _ in tight) and any(load < 1.0 for *_, load in tight)
+    assert not all(parked for *_, parked, _ in tiny)  # 0.5 TB: some pools recompute what overflows instead
+    best = [max(t for _, t, *_ in front) for front in (roomy, tight, tiny)]
     assert best[0] > best[1] > best[2]
 
 

@@ -4,7 +4,9 @@ of one pool into two that reproduces it, and the checks on layouts with a midfil
 from __future__ import annotations
 
 import functools
+from dataclasses import replace
 
+import numpy as np
 import pytest
 
 from costmodel.calibration import default_calibration
@@ -12,7 +14,15 @@ from costmodel.errors import ScenarioError
 from costmodel.evaluate import evaluate
 from costmodel.layout import Layout
 from costmodel.resolve import ResolvedScenario
-from costmodel.serving import FillStation, closed_loop_wait_s, disaggregated_serving, kv_transfer_s, split_serving
+from costmodel.serving import (
+    FillStation,
+    closed_loop_wait_s,
+    disaggregated_serving,
+    kv_transfer_s,
+    split_serving,
+    with_session_tiers,
+)
+from planner.formulation.pairs import pair_figures
 from planner.scenario import scenario_from_data
 from planner.templates import Candidate, generate
 from tests.planner.small_scenarios import small_data
@@ -85,3 +95,43 @@ def test_midfill_pools_need_sessions_and_a_store_needs_one() -> None:
     no_store = scenario_from_data({**data, "cluster": {"system": "h100-sxm", "gpus": 8}})
     with pytest.raises(ScenarioError, match=r"cluster\.kv_store"):
         evaluate(no_store, Layout.model_validate(LAYOUT))
+
+
+def test_tiers_sized_for_part_of_the_rate_cap_it_and_hold_less() -> None:
+    calibration, engine = default_calibration(), resolved().scenario.engine
+    prefill = next(c for c in candidates()["prefill"] if c.pool.tier_load == 1.0)
+    decode = max(candidates()["decode"], key=lambda c: c.pool.batch)
+    full = split_serving([FillStation(prefill.timing, 1)], decode.timing, 4, calibration, engine)
+    cap = prefill.requests_per_s
+    assert full[2] > 0.25 * cap  # the decode pool would drive the prefill pool past a quarter of its rate
+    quarter = prefill.timing.plan.pool.model_copy(update={"tier_load": 0.25})
+    timing = replace(prefill.timing, plan=replace(prefill.timing.plan, pool=quarter))
+    ttft, _, rate, parts = split_serving([FillStation(timing, 1)], decode.timing, 4, calibration, engine)
+    away = (decode.timing.plan.request.output - 1) * decode.timing.tpot_s
+    assert rate == pytest.approx(0.25 * cap, rel=1e-12)
+    assert ttft == pytest.approx(4 * decode.pool.batch / rate - away, rel=1e-12)  # Little's law on the loop
+    assert parts["queue"] > full[3]["queue"]  # the wait for admission
+    # the tiers themselves: a quarter of the idle sessions per GPU
+    workload = resolved().scenario.workload
+    base = prefill.timing.plan
+    sized = [with_session_tiers(replace(base, pool=base.pool.model_copy(update={"tier_load": load})), prefill.timing,
+                                workload).request.tiers for load in (1.0, 0.25)]
+    assert sized[0] is not None and sized[1] is not None
+    assert sized[1].turns_per_s_per_gpu == pytest.approx(0.25 * sized[0].turns_per_s_per_gpu, rel=1e-12)
+
+
+def test_pair_closed_form_caps_the_rate_like_the_cost_model() -> None:
+    calibration = default_calibration()
+    prefill = next(c for c in candidates()["prefill"] if c.pool.tier_load < 1.0)
+    decode = max(candidates()["decode"], key=lambda c: c.pool.batch)
+    transfer = kv_transfer_s(prefill.timing.plan.ctx, decode.timing.plan.ctx, prefill.timing.plan.request,
+                             calibration)
+    away = (decode.timing.plan.request.output - 1) * decode.timing.tpot_s
+    for count_p, count_d in ((1, 1), (1, 4), (2, 3)):
+        ttft, rate = pair_figures(np.array([count_p * prefill.requests_per_s]), np.array([prefill.timing.ttft_s]),
+                                  np.array([transfer]), np.array([count_d * decode.pool.batch]), np.array([away]),
+                                  calibration.engine(resolved().scenario.engine).cohort_fraction,
+                                  np.array([prefill.pool.tier_load]))
+        want = disaggregated_serving(prefill.timing, decode.timing, count_p, count_d, calibration,
+                                     resolved().scenario.engine)
+        assert (float(ttft[0]), float(rate[0])) == pytest.approx((want[0], want[2]), rel=1e-12)
