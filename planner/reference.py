@@ -7,6 +7,7 @@ A deployment must meet the scenario's TTFT and TPOT targets.
 
 from __future__ import annotations
 
+import collections
 import itertools
 
 from costmodel.calibration import Calibration
@@ -51,8 +52,9 @@ def split_points(resolved: ResolvedScenario, calibration: Calibration, firsts: l
     """Disaggregated deployments with a separate midfill pool: first-turn prefill, midfill and decode pools."""
     bins = domain_bins(resolved)
     budget = sum(bins)
-    # positive counts with f P + m M + d D <= budget: about budget^3 / (6 f m d) of them
-    estimate = sum(budget**3 // (6 * f.gpus * m.gpus * d.gpus) for f in firsts for m in midfills for d in decodes)
+    sizes = [collections.Counter(c.gpus for c in group) for group in (firsts, midfills, decodes)]
+    estimate = sum(nf * nm * nd * _count_triples(f, m, d, budget) for f, nf in sizes[0].items()
+                   for m, nm in sizes[1].items() for d, nd in sizes[2].items())
     if estimate > limit:
         raise TooLargeForReference(f"about {estimate:,} deployments with a midfill pool: too many to enumerate")
     points = []
@@ -67,6 +69,12 @@ def split_points(resolved: ResolvedScenario, calibration: Calibration, firsts: l
                                                     decode, count_d)
                         points += [point] if point is not None else []
     return points
+
+
+def _count_triples(f: int, m: int, d: int, budget: int) -> int:
+    """Positive counts (P, M, D) with f P + m M + d D <= budget."""
+    return sum(max(0, (budget - f * p - m * q) // d) for p in range(1, budget // f + 1)
+               for q in range(1, (budget - f * p) // m + 1))
 
 
 def exhaustive_front(resolved: ResolvedScenario, candidates: CandidateSet, calibration: Calibration,
