@@ -153,8 +153,18 @@ def predict(plan: LayoutPlan, pricer: Pricer) -> Prediction:
         ttft_breakdown_ms={k: v * 1e3 for k, v in ttft_parts.items()},
         utilisation=_utilisation(timings),
         pools=tuple(_pool_report(timing) for timing in timings),
-        kv_tiers=kv_tier_report(fill, ttft, ttft_parts.get("kv_transfer", 0.0), rate, plan.resolved.scenario),
+        kv_tiers=kv_tier_report(fill, ttft, ttft_parts.get("kv_transfer", 0.0), rate, plan.resolved.scenario,
+                                _latency_share(fill, timings, plan.resolved.scenario.workload)),
     )
+
+
+def _latency_share(fill: PoolTiming, timings: list[PoolTiming], workload: Workload) -> float:
+    """The part of a request's mean fill latency spent in `fill` (1 unless first turns have their own pool)."""
+    fills = [t for t in timings if t.plan.pool.role in ("prefill", "midfill")]
+    if len(fills) < 2:
+        return 1.0
+    latency = sum(turn_share(workload, t.plan.turns) * t.ttft_s for t in fills)
+    return turn_share(workload, fill.plan.turns) * fill.ttft_s / latency if latency > 0 else 1.0
 
 
 def store_breach(resolved: ResolvedScenario, fill: PoolPlan) -> str | None:

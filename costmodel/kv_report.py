@@ -14,10 +14,11 @@ from costmodel.serving import PoolTiming
 
 
 def kv_tier_report(fill_pool: PoolTiming, ttft_s: float, transfer_s: float, rate_per_s: float,
-                   scenario: Scenario) -> dict[str, Any] | None:
-    """`fill_pool`: the pool that runs the turns' fills (mixed or prefill); `transfer_s`: KV transfer to
-    the decode pool inside TTFT (disaggregated); `rate_per_s`: the deployment's turns per second.
-    None without sessions."""
+                   scenario: Scenario, latency_share: float = 1.0) -> dict[str, Any] | None:
+    """`fill_pool`: the pool that holds the sessions' contexts and fills their turns (mixed, prefill, or
+    midfill); `transfer_s`: KV transfer to the decode pool inside TTFT (disaggregated); `rate_per_s`: the
+    deployment's turns per second; `latency_share`: the part of the mean fill latency spent in this pool
+    (first turns in a pool of their own fetch nothing). None without sessions."""
     plan = fill_pool.plan
     tiers, sessions = plan.request.tiers, scenario.workload.sessions
     phase = fill_pool.fill or fill_pool.mixed
@@ -28,7 +29,7 @@ def kv_tier_report(fill_pool: PoolTiming, ttft_s: float, transfer_s: float, rate
     terms = phase.slowest.terms
     fetch_s = terms["host_link"] + terms["storage"] + phase.slowest.by_name.get("kv_fetch_store", 0.0)
     fetching = fetch_s / phase.slowest.total_s if phase.slowest.total_s else 0.0
-    in_fills = max(0.0, ttft_s - transfer_s) / ttft_s if ttft_s > 0 else 0.0
+    in_fills = latency_share * max(0.0, ttft_s - transfer_s) / ttft_s if ttft_s > 0 else 0.0
     capacity = {tier: cap * gpus / GB for tier, cap in tiers.capacity_bytes.items()}
     store = scenario.cluster.kv_store
     if plan.pool.kv_store and store is not None:

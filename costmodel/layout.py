@@ -34,8 +34,9 @@ class Pool(StrictModel):
     moe_ep: PositiveInt = Field(1, description="Expert parallelism.")
     batch: PositiveInt = Field(description="Concurrent sequences per instance (all its attention-DP ranks together).")
     kv_store: bool = Field(
-        False, description="Multi-turn sessions, fill pools (mixed or prefill): idle contexts that the pool's HBM, "
-        "host DRAM and local SSD cannot hold wait in the cluster's shared KV store (true) or are recomputed (false)."
+        False, description="Multi-turn sessions, the pool that holds idle contexts (mixed, prefill, or midfill when "
+        "there is one): what its HBM, host DRAM and local SSD cannot hold waits in the cluster's shared KV store "
+        "(true) or is recomputed (false)."
     )
     tier_load: float = Field(
         1.0, gt=0.0, le=1.0,

@@ -174,6 +174,12 @@ def check_session_pools(resolved: ResolvedScenario, layout: Layout) -> None:
             raise ScenarioError("kv_store parks idle session contexts in the cluster's shared KV store: give "
                                 "workload.sessions and cluster.kv_store, or set kv_store to false",
                                 f"pools.{index}.kv_store")
+        if pool.role == "prefill" and layout.split_fills:  # first turns only: no idle contexts of its own
+            for field, default in (("kv_store", False), ("tier_load", 1.0)):
+                if getattr(pool, field) != default:
+                    raise ScenarioError(f"beside a midfill pool the prefill pool runs only first turns and holds no "
+                                        f"idle contexts: set {field} on the midfill pool, not here",
+                                        f"pools.{index}.{field}")
 
 
 def _check_pool(architecture: Architecture, pool: Pool, where: str) -> None:

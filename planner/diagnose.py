@@ -7,6 +7,7 @@ from costmodel.layout import Pool
 from costmodel.memory import stage_weight_bytes
 from costmodel.resolve import ResolvedScenario
 from planner.errors import InfeasibleError
+from planner.formulation.options import STORE_TOO_SMALL
 from planner.templates import CandidateSet
 
 TB, GB = 1e12, 1e9
@@ -38,6 +39,13 @@ def no_candidates(resolved: ResolvedScenario, candidates: CandidateSet) -> Infea
     if slo.ttft_ms is not None and fastest.get("ttft", 0.0) > slo.ttft_ms:
         return InfeasibleError(f"TTFT: the SLO asks for {slo.ttft_ms:g} ms but the fastest layout that fits "
                                f"gives {fastest['ttft']:.1f} ms; relax slo.ttft_ms or add GPUs")
+    store = resolved.scenario.cluster.kv_store
+    if store is not None and candidates.pruned.get(STORE_TOO_SMALL):
+        return InfeasibleError(
+            f"KV store: the {candidates.pruned[STORE_TOO_SMALL]} layouts that park idle session contexts in the "
+            f"shared store need more than it holds or serves ({store.capacity_bytes / TB:.2f} TB, "
+            f"{store.bandwidth_bytes_per_s / GB:.0f} GB/s) even as one instance, and no layout without it meets "
+            "the targets; enlarge cluster.kv_store or relax the SLOs")
     return InfeasibleError("no layout meets both the TTFT and TPOT targets at once; relax slo.ttft_ms or slo.tpot_ms")
 
 

@@ -21,12 +21,18 @@ from planner.solve import SolveResult
 from planner.sweep import SolvedPoint
 
 
+class TooManyPairs(Exception):
+    """More configuration pairs than `PAIR_LIMIT`: the shared structure's bound is not tabulated."""
+
+
 def shared_ratio_bound(options: DeploymentOptions, eps_s: float) -> float | None:
     """Most tokens/s per GPU of one fill pool for every turn within the cap, before packing (None when
-    no pair is within it, or there are too many pairs to tabulate)."""
+    no pair is within it); raises TooManyPairs when the pairs are too many to tabulate."""
     screened = screen(options, eps_s, 0.0, False)
-    if not screened.prefill or not screened.decode or len(screened.prefill) * len(screened.decode) > PAIR_LIMIT:
+    if not screened.prefill or not screened.decode:
         return None
+    if len(screened.prefill) * len(screened.decode) > PAIR_LIMIT:
+        raise TooManyPairs
     table = PairTable(options, screened.prefill, screened.decode)
     where = table.best_ratio(eps_s)
     if where is None:
@@ -46,7 +52,13 @@ def midfill_choice(result: SolveResult, solved: SolvedPoint) -> dict[str, Any] |
     eps, ratio = solved.point.ttft_ms / 1e3 * (1 + 1e-9), solved.point.tokens_per_s_per_gpu
     separate = layout.split_fills
     if separate:
-        bound, other = shared_ratio_bound(options, eps), "one fill pool for every turn"
+        other = "one fill pool for every turn"
+        try:
+            bound = shared_ratio_bound(options, eps)
+        except TooManyPairs:
+            return {"pool": "separate", "first_turn_share": share, "alternative_bound": None,
+                    "why": f"separate (first turns are {share:.0%} of fills): the MILP found it better than {other} "
+                           "(no bound quoted: too many configuration pairs to tabulate)"}
     elif options.split is None:
         reason = ("a separate midfill pool was not searched (search.separate_midfill is false)"
                   if sessions.turns > 1 else "sessions of one turn have no midfills")

@@ -32,7 +32,7 @@ class SolveSettings:
     time_limit_s: float = 60.0
     threads: int = 1
     seed: int = 0
-    pair_screening: bool = True  # off: the MILP alone chooses among all configurations (slow at scale)
+    pair_screening: bool = True  # off: no pair-table bounds; the MILP chooses among what the cheap rules keep
     resolution: float = 0.0  # relative TTFT step between front points (search.front_resolution)
     on_point: Callable[[SolvedPoint, int], None] | None = None  # progress callback
 

@@ -32,6 +32,8 @@ from planner.pareto import FrontPoint
 from planner.placement import domain_bins, max_replicas
 from planner.templates import Candidate, CandidateSet
 
+STORE_TOO_SMALL = "shared KV store too small for one instance"
+
 
 @dataclass(frozen=True)
 class MixedOption:
@@ -139,14 +141,16 @@ def deployment_options(resolved: ResolvedScenario, candidates: CandidateSet,
         point = aggregated_point(resolved, candidate)
         if point is not None:
             mixed.append(MixedOption(candidate, point))
+        elif max_replicas(candidate.gpus, bins) >= 1:
+            candidates.count(STORE_TOO_SMALL)
     store = resolved.scenario.cluster.kv_store
-    prefill_all = _fill_options(resolved, candidates.by_role.get("prefill", []))
+    prefill_all = _fill_options(resolved, candidates.by_role.get("prefill", []), candidates)
     prefill = _prune_prefill(prefill_all)
     decode = [DecodeOption(c, c.gpus, c.pool.batch, (workload.output_tokens - 1) * c.timing.tpot_s,
                            max_replicas(c.gpus, bins)) for c in candidates.by_role.get("decode", [])]
     decode = [d for d in decode if d.most >= 1]
-    first = _prune_prefill(_fill_options(resolved, candidates.by_role.get("first", [])))
-    midfill = _prune_prefill(_fill_options(resolved, candidates.by_role.get("midfill", [])))
+    first = _prune_prefill(_fill_options(resolved, candidates.by_role.get("first", []), candidates))
+    midfill = _prune_prefill(_fill_options(resolved, candidates.by_role.get("midfill", []), candidates))
     split = None
     if first and midfill and decode:
         split = (FillGroup(tuple(first), turn_share(workload, "first"), _transfers(first, decode, calibration)),
@@ -160,11 +164,19 @@ def deployment_options(resolved: ResolvedScenario, candidates: CandidateSet,
     )
 
 
-def _fill_options(resolved: ResolvedScenario, candidates: list[Candidate]) -> list[PrefillOption]:
+def _fill_options(resolved: ResolvedScenario, candidates: list[Candidate],
+                  pruned: CandidateSet | None = None) -> list[PrefillOption]:
+    """Fill options with the most instances the domains and the shared KV store hold; those that fit the
+    domains but not the store are counted in `pruned` (for the diagnosis of an infeasible scenario)."""
     bins, store = domain_bins(resolved), resolved.scenario.cluster.kv_store
-    options = [PrefillOption(c, c.gpus, c.timing.ttft_s, c.requests_per_s,
-                             min(max_replicas(c.gpus, bins), _store_instances(c, store)), c.store_use,
-                             c.pool.tier_load) for c in candidates]
+    options = []
+    for c in candidates:
+        fitting = max_replicas(c.gpus, bins)
+        most = min(fitting, _store_instances(c, store))
+        if fitting >= 1 and most < 1 and pruned is not None:
+            pruned.count(STORE_TOO_SMALL)
+        options.append(PrefillOption(c, c.gpus, c.timing.ttft_s, c.requests_per_s, most, c.store_use,
+                                     c.pool.tier_load))
     return [p for p in options if p.most >= 1]
 
 

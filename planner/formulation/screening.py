@@ -31,6 +31,7 @@ from planner.formulation.options import DecodeOption, DeploymentOptions, MixedOp
 from planner.formulation.pairs import ConfigArrays, PairTable, pair_figures, transfer_matrix
 
 BOUND_TOL = 1e-9  # relative: keep configurations that tie with the incumbent
+EPS_TOL = 1e-12  # relative slack of the TTFT screens: sums in another order differ in the last bits
 DYNAMIC_PAIRS = 16_000_000  # pairs of bound-screened configurations worth a table of their own
 PAIR_TOL = 1e-6  # relative, for the pair table's float32 rates
 
@@ -63,7 +64,8 @@ def screen(options: DeploymentOptions, eps_s: float | None, q: float, q_feasible
     if not options.disaggregated:
         return Screened(mixed, [], [])
     room = options.domains.gpus - min(d.gpus for d in options.decode)
-    fills = [p for p in options.prefill if eps_s is None or p.fill_s + min(options.kv_transfer_s.values()) <= eps_s]
+    fills = [p for p in options.prefill
+             if eps_s is None or p.fill_s + min(options.kv_transfer_s.values()) <= eps_s * (1 + EPS_TOL)]
     prefill = _prefill_configs(tuple(fills), room)
     first, midfill = _split_configs(options, eps_s, room)
     if not prefill and not midfill:
@@ -80,7 +82,7 @@ def screen(options: DeploymentOptions, eps_s: float | None, q: float, q_feasible
         prefill, shared = _bounded(options, prefill, table, shared, eps_s, q)
     if q_feasible and midfill and split.any():
         split = _split_bounded(options, first, midfill, table, split, q)
-    if midfill and split.any() and (len(first) + len(midfill)) * int(split.sum()) <= DYNAMIC_PAIRS:
+    if pair_bound and midfill and split.any() and (len(first) + len(midfill)) * int(split.sum()) <= DYNAMIC_PAIRS:
         first, midfill, split = _split_pair_bounded(options, first, midfill, table, split, eps_s, q, q_feasible)
     decode = [table.configs[i] for i in np.flatnonzero(shared)]
     if pairs is None and pair_bound and q_feasible and 0 < len(prefill) * len(decode) <= DYNAMIC_PAIRS:
@@ -110,7 +112,8 @@ def _split_configs(options: DeploymentOptions, eps_s: float | None,
         least = min(o.gpus for o in other.options)
         shortest = min(group.transfer_s.values())
         items = tuple(o for o in group.options
-                      if eps_s is None or group.share * (o.fill_s + shortest) + other.shortest_s <= eps_s)
+                      if eps_s is None
+                      or group.share * (o.fill_s + shortest) + other.shortest_s <= eps_s * (1 + EPS_TOL))
         kept.append(_prefill_configs(items, room - least))
     return (kept[0], kept[1]) if kept[0] and kept[1] else ([], [])
 

@@ -10,6 +10,7 @@ import pytest
 
 from costmodel.calibration import default_calibration
 from costmodel.evaluate import evaluate
+from planner.errors import InfeasibleError
 from planner.midfill import midfill_choice
 from planner.reference import exhaustive_front
 from planner.scenario import load_scenario, scenario_from_data
@@ -87,3 +88,11 @@ def test_each_disaggregated_point_says_where_midfill_runs_and_why() -> None:
     choice = midfill_choice(unsplit, unsplit.front[0])
     assert choice is not None and "not searched" in choice["why"]
     assert not any(s.point.layout.split_fills for s in unsplit.front)
+
+
+def test_a_store_too_small_for_any_instance_is_named_as_the_binding_resource() -> None:
+    data = copy.deepcopy(small_data("qwen3-30b-8xh100-agent-midfill-pool"))
+    data["slo"] = {"ttft_ms": 60}  # only pools that park contexts in the store are fast enough
+    data["cluster"]["kv_store"]["capacity_bytes"] = 1e11
+    with pytest.raises(InfeasibleError, match=r"^KV store: the \d+ layouts that park idle session contexts"):
+        solve(scenario_from_data(data), SolveSettings())

@@ -3,6 +3,7 @@ of one pool into two that reproduces it, and the checks on layouts with a midfil
 
 from __future__ import annotations
 
+import copy
 import functools
 from dataclasses import replace
 
@@ -135,3 +136,11 @@ def test_pair_closed_form_caps_the_rate_like_the_cost_model() -> None:
         want = disaggregated_serving(prefill.timing, decode.timing, count_p, count_d, calibration,
                                      resolved().scenario.engine)
         assert (float(ttft[0]), float(rate[0])) == pytest.approx((want[0], want[2]), rel=1e-12)
+
+
+def test_a_first_turn_pool_holds_no_contexts_to_park_or_size() -> None:
+    for field, value in (("kv_store", True), ("tier_load", 0.5)):
+        data = copy.deepcopy(LAYOUT)
+        data["pools"][0][field] = value
+        with pytest.raises(ScenarioError, match=f"set {field} on the midfill pool"):
+            evaluate(resolved(), Layout.model_validate(data))
