@@ -93,9 +93,10 @@ def screen(options: DeploymentOptions, eps_s: float | None, q: float, q_feasible
         decode = []
     if not split.any():
         first, midfill = [], []
-    kept = {(id(d), n) for d, n in decode} | {(id(table.configs[i][0]), table.configs[i][1])
-                                               for i in np.flatnonzero(split)}
-    decode = [(d, n) for d, n in table.configs if (id(d), n) in kept]
+    else:  # decode configurations either structure may use, in the table's order
+        kept = {(id(d), n) for d, n in decode} | {(id(table.configs[i][0]), table.configs[i][1])
+                                                   for i in np.flatnonzero(split)}
+        decode = [(d, n) for d, n in table.configs if (id(d), n) in kept]
     if not decode:
         return Screened(mixed, [], [])
     return Screened(mixed, prefill, decode, first, midfill)
