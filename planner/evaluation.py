@@ -60,8 +60,27 @@ def print_prediction(prediction: Prediction) -> None:
                   f"HBM bandwidth {used['hbm_bandwidth']:.0%}, compute {used['compute']:.0%}")
     for reason in prediction.reasons:
         console.print(f"[red]{reason}[/red]")
+    if prediction.kv_tiers is not None:
+        _print_kv_tiers(console, prediction.kv_tiers)
     for pool in prediction.pools:
         _print_pool(console, pool)
+
+
+def _print_kv_tiers(console: Console, tiers: dict[str, Any]) -> None:
+    """Multi-turn sessions: where the idle contexts wait and what fetching them costs."""
+    table = Table(title=f"KV tiers at {tiers['turns_per_s']:,.2f} turns/s (sized for "
+                        f"{tiers['sized_for_turns_per_s']:,.2f}); mean context {tiers['context_tokens']:,.0f} tokens")
+    for column in ("tier", "capacity GB", "holds GB", "hit rate", "fetch GB/s"):
+        table.add_column(column, justify="left" if column == "tier" else "right")
+    for tier, hit in tiers["hit_rates"].items():
+        capacity, held = tiers["capacity_gb"].get(tier), tiers["stored_gb"].get(tier)
+        fetch = tiers["fetch_gb_per_s"].get(tier)
+        table.add_row(tier, "-" if capacity is None else f"{capacity:,.1f}", "-" if held is None else f"{held:,.1f}",
+                      f"{hit:.1%}", "-" if fetch is None else f"{fetch:,.2f}")
+    console.print(table)
+    console.print(f"TTFT spent fetching contexts: {tiers['fetch_share_of_ttft']:.1%}; the arrival rate "
+                  f"({tiers['arrival_turns_per_s']:,.1f} turns/s) needs {tiers['deployments_for_arrival_rate']:,.2f} "
+                  "such deployments")
 
 
 def _print_pool(console: Console, pool: dict[str, Any]) -> None:

@@ -95,6 +95,8 @@ def test_sessions_plans_carry_tiers_and_the_midfill_choice(tmp_path: Path) -> No
     evaluated = run_cli("evaluate", str(path), "--layout", str(plan), "--format", "json")
     assert evaluated.code == 0, evaluated.err
     assert json.loads(evaluated.out)["ttft_ms"] == pytest.approx(front[separate]["ttft_ms"], rel=1e-9)
+    printed = run_cli("evaluate", str(path), "--layout", str(plan))
+    assert printed.code == 0 and "KV tiers at" in printed.out and "TTFT spent fetching contexts" in printed.out
     table = run_cli("solve", str(path))
     assert table.code == 0 and "midfill separate (first turns are 10% of fills)" in table.out
     assert "hit % HBM/DRAM/SSD/store/recompute" in table.out
