@@ -57,7 +57,7 @@ SMALL: dict[str, dict[str, Any]] = {
     # deployments with a first-turn prefill pool beside a midfill pool (the first turns fetch nothing).
     "qwen3-30b-8xh100-agent-midfill-pool": {
         "model": "qwen3-30b", "cluster": {**AGENT_CLUSTER, "gpus": 8}, "workload": AGENT_WORKLOAD,
-        "search": {**AGENT_SEARCH, "tp": [1, 2], "max_batch": 16},
+        "search": {**AGENT_SEARCH, "tp": [1, 2], "max_batch": 8},
     },
 }
 
