@@ -205,40 +205,21 @@ def _define_disaggregated(dm: DeploymentModel, options: DeploymentOptions, struc
                           eps_s: float | None, q: float) -> None:
     model = dm.model
     groups = [group for _, kinds in structures for group in kinds]
-    single = len(groups) == 1
-    # Utilisation copies per fill configuration (share X <= cap_y rho^y) and per decode configuration; the
-    # decode copies carry the busiest fill pool's utilisation into the cohort row.
-    # rho^y <= tier_load: a pool whose KV tiers are sized for part of its rate admits no more (X capped)
-    rho = {group.name: _copies(model, group.configs, 1.0, _tagged("rho-", group, "prefill"),
-                               [c.option.load for c in group.configs]) for group in groups}
-    rho_decode = _copies(model, dm.decode, 1.0, "rho-decode")
-    for group in groups:
-        utilisation = add_expr(dict.fromkeys(rho[group.name], 1.0), dict.fromkeys(rho_decode, -1.0))
-        model.add(_tagged("rate-utilisation-", group).rstrip("-"), "rate", utilisation, "==" if single else "<=", 0.0)
+    rho, rho_decode = _define_utilisation(dm, groups)
     rate_max = max(_structure_rate_max(kinds) for _, kinds in structures)
-    if not single:  # a first-turn pool's capacity / 1/T can be large: the decode side bounds X more tightly
+    if len(groups) > 1:  # a first-turn pool's capacity / 1/T can be large: the decode side bounds X more tightly
         rate_max = min(rate_max, max(_decode_rate_bound(options, c) for c in dm.decode))
     rate_var = model.add_var("rate", "rate", 0.0, rate_max, False, rate_max / RATE_STEPS)
     rate: Expr = {rate_var: 1.0}
     rates = _structure_rates(model, structures, rate_var, rate_max)
-    capacity: dict[int, float] = {}
-    fill_time: Expr = {}
-    for (_, kinds), structure_rate in zip(structures, rates, strict=True):
-        for group in kinds:
-            own = {v: c.option.capacity * c.count for v, c in zip(rho[group.name], group.configs, strict=True)}
-            capacity.update(own)
-            fill_time.update({v: c.option.fill_s * own[v] for v, c in zip(rho[group.name], group.configs, strict=True)})
-            # X <= cap rho only: rho >= X / cap is all the cohort row needs, and an inequality keeps CP-SAT's
-            # rounded coefficients from making the row infeasible (equalities join same-resolution copies only).
-            model.add(_tagged("rate-capacity-", group).rstrip("-"), "rate",
-                      add_expr(_scaled(structure_rate, group.share), _scaled(own, -1.0)), "<=", 0.0)
+    fill_time = _define_fill_capacity(dm, structures, rates, rho)
     x_decode = _copies(model, dm.decode, rate_max, "rate-decode", [_decode_rate_bound(options, c) for c in dm.decode])
     model.add("rate-decode-sum", "rate", add_expr(dict.fromkeys(x_decode, 1.0), _scaled(rate, -1.0)), "==", 0.0)
     transfer_time: Expr = {}
     fill_latency: Expr = {}
     for (_, kinds), structure_rate in zip(structures, rates, strict=True):
         for group in kinds:
-            pairs, x_pair = _define_transfer_pairs(dm, group, structure_rate, rate_max, single)
+            pairs, x_pair = _define_transfer_pairs(dm, group, structure_rate, rate_max, len(groups) == 1)
             transfer_time.update({v: group.transfer_s[k] for k, v in x_pair.items()})
             fill_latency.update({c.var: group.share * c.option.fill_s for c in group.configs})
             fill_latency.update({v: group.share * group.transfer_s[k] for k, v in pairs.items()})
@@ -256,6 +237,36 @@ def _define_disaggregated(dm: DeploymentModel, options: DeploymentOptions, struc
     model.objective.update(_scaled(rate, float(options.output_tokens)))
     for config in dm.configs():
         model.objective[config.var] = -q * config.gpus
+
+
+def _define_utilisation(dm: DeploymentModel, groups: list[_Group]) -> tuple[dict[str, list[int]], list[int]]:
+    """Utilisation copies per fill configuration (share X <= cap_y rho^y, rho^y <= tier_load: a pool whose
+    KV tiers are sized for part of its rate admits no more) and per decode configuration, which carry the
+    busiest fill pool's utilisation into the cohort row (an equality with one fill pool)."""
+    model = dm.model
+    rho = {group.name: _copies(model, group.configs, 1.0, _tagged("rho-", group, "prefill"),
+                               [c.option.load for c in group.configs]) for group in groups}
+    rho_decode = _copies(model, dm.decode, 1.0, "rho-decode")
+    for group in groups:
+        utilisation = add_expr(dict.fromkeys(rho[group.name], 1.0), dict.fromkeys(rho_decode, -1.0))
+        model.add(_tagged("rate-utilisation-", group).rstrip("-"), "rate", utilisation,
+                  "==" if len(groups) == 1 else "<=", 0.0)
+    return rho, rho_decode
+
+
+def _define_fill_capacity(dm: DeploymentModel, structures: list[tuple[int, list[_Group]]], rates: list[Expr],
+                          rho: dict[str, list[int]]) -> Expr:
+    """share X_s <= cap_y rho^y per fill group; returns the fill-time term sum_y t_y cap_y rho^y."""
+    fill_time: Expr = {}
+    for (_, kinds), structure_rate in zip(structures, rates, strict=True):
+        for group in kinds:
+            own = {v: c.option.capacity * c.count for v, c in zip(rho[group.name], group.configs, strict=True)}
+            fill_time.update({v: c.option.fill_s * own[v] for v, c in zip(rho[group.name], group.configs, strict=True)})
+            # X <= cap rho only: rho >= X / cap is all the cohort row needs, and an inequality keeps CP-SAT's
+            # rounded coefficients from making the row infeasible (equalities join same-resolution copies only).
+            dm.model.add(_tagged("rate-capacity-", group).rstrip("-"), "rate",
+                         add_expr(_scaled(structure_rate, group.share), _scaled(own, -1.0)), "<=", 0.0)
+    return fill_time
 
 
 def _tagged(prefix: str, group: _Group, plain: str = "") -> str:
