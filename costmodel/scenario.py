@@ -191,8 +191,12 @@ class Workload(StrictModel):
             return data
         try:
             sessions = Sessions.model_validate(data["sessions"])
-        except ValidationError:
-            return data  # reported where it belongs, by the field's own validation
+        except ValidationError:  # reported where it belongs, by the field's own validation
+            raw = data["sessions"]
+            if isinstance(raw, dict) and raw.get("turn_lengths") is not None:
+                # the lengths would come from turn_lengths: no "missing" noise next to its own error
+                data = {"input_tokens": 1, "output_tokens": 1, **data}
+            return data
         means = sessions.mean_lengths()
         if means is None:
             return data

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from pydantic import ValidationError
 
 from costmodel.errors import ScenarioError
 from costmodel.evaluate import evaluate
@@ -176,3 +177,7 @@ def test_turn_lengths_enter_as_their_means() -> None:
                                                                     "turn_lengths": kinds}})
     with pytest.raises(ValueError, match=r"add up to 0\.5"):
         Sessions.model_validate({"arrival_rate_per_s": 1.0, "turns": 3, "turn_lengths": kinds[1:] + kinds[1:]})
+    with pytest.raises(ValidationError) as bad:  # one error, in sessions: no "input_tokens missing" beside it
+        Workload.model_validate({"sessions": {"arrival_rate_per_s": 1.0, "turns": 3,
+                                              "turn_lengths": kinds[1:] + kinds[1:]}})
+    assert [error["loc"] for error in bad.value.errors()] == [("sessions",)]
