@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from costmodel.calibration import Calibration, default_calibration
-from costmodel.hardware import SystemSpec
+from costmodel.hardware import GB, SystemSpec
 from costmodel.kv_report import kv_tier_report
 from costmodel.kv_tiers import store_use
 from costmodel.layout import Layout, Pool
@@ -29,8 +29,6 @@ from costmodel.serving import (
     with_session_tiers,
 )
 from costmodel.work import roofline_floor_s
-
-GB = 1e9
 
 
 @dataclass(frozen=True)
@@ -175,7 +173,7 @@ def store_breach(resolved: ResolvedScenario, fill: PoolPlan) -> str | None:
 
 def _aggregated(timing: PoolTiming) -> tuple[float, float, float, dict[str, float]]:
     """Continuous batching: TTFT, TPOT, requests/s over the whole pool."""
-    rate = timing.plan.pool.replicas * timing.plan.pool.batch / timing.cycle_s
+    rate = timing.plan.pool.replicas * timing.requests_per_s
     return timing.ttft_s, timing.tpot_s, rate, {"fill": timing.ttft_s}
 
 

@@ -37,7 +37,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from costmodel.hardware import SystemSpec
+from costmodel.hardware import GB, TB, SystemSpec
 from costmodel.modes import CacheTier
 from costmodel.scenario import KvStore, Sessions
 
@@ -149,9 +149,6 @@ class StoreUse:
     bytes: float
     bytes_per_s: float
 
-    def times(self, count: float) -> StoreUse:
-        return StoreUse(self.bytes * count, self.bytes_per_s * count)
-
     def most_within(self, store: KvStore | None) -> float:
         """How many times this use fits in `store` (inf when it asks nothing or there is no limit to it)."""
         limits = [math.inf]
@@ -168,11 +165,11 @@ class StoreUse:
         if store is None:
             return "the layout parks contexts in a KV store but the cluster has none (cluster.kv_store)"
         if self.bytes > store.capacity_bytes * (1 + 1e-9):
-            return (f"KV store: the idle contexts need {self.bytes / 1e12:.2f} TB but the store holds "
-                    f"{store.capacity_bytes / 1e12:.2f} TB")
+            return (f"KV store: the idle contexts need {self.bytes / TB:.2f} TB but the store holds "
+                    f"{store.capacity_bytes / TB:.2f} TB")
         if self.bytes_per_s > store.bandwidth_bytes_per_s * (1 + 1e-9):
-            return (f"KV store: fetching contexts needs {self.bytes_per_s / 1e9:.1f} GB/s but the store serves "
-                    f"{store.bandwidth_bytes_per_s / 1e9:.1f} GB/s")
+            return (f"KV store: fetching contexts needs {self.bytes_per_s / GB:.1f} GB/s but the store serves "
+                    f"{store.bandwidth_bytes_per_s / GB:.1f} GB/s")
         return None
 
 

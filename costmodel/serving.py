@@ -106,7 +106,7 @@ def _session_turn(workload: Workload, tiers: TierPlan | None, turns: Turns, draf
     first = 1.0 / sessions.turns if turns == "all" else 0.0
     later = 1.0 - 1.0 / sessions.turns  # share of all turns that follow a gap (tier shares count all turns)
     weight = (1.0 - first) / later if later > 0 else 0.0  # per turn of `turns`, for each later turn
-    recompute = tiers.turn_shares["recompute"] / later * (1.0 - first) if tiers and later > 0 else 0.0
+    recompute = tiers.turn_shares["recompute"] * weight if tiers else 0.0
     fetch: tuple[tuple[CacheTier, float], ...] = ()
     if tiers is not None:
         fetch = tuple((tier, tiers.turn_shares[tier] * weight * context) for tier in FETCHED_TIERS
@@ -197,13 +197,13 @@ def later_share(workload: Workload) -> float:
 
 def turn_share(workload: Workload, turns: Turns) -> float:
     """Share of requests that are `turns` (first turns: 1/T; the turns after a gap: 1 - 1/T)."""
-    later = later_share(workload)
-    return {"all": 1.0, "first": 1.0 - later, "later": later}[turns]
+    first = 0.0 if workload.sessions is None else 1.0 / workload.sessions.turns
+    return {"all": 1.0, "first": first, "later": later_share(workload)}[turns]
 
 
 def turns_per_s_per_gpu(timing: PoolTiming) -> float:
-    """Requests (turns) per second per GPU a fill pool (mixed or prefill) serves at its batch."""
-    return timing.plan.pool.batch / timing.cycle_s / timing.plan.pool.gpus_per_instance
+    """Requests (turns) per second per GPU a fill pool (mixed, prefill or midfill) serves at its batch."""
+    return timing.requests_per_s / timing.plan.pool.gpus_per_instance
 
 
 def _stages(ctx: PoolContext, build: Callable[[int], StepWork]) -> list[StepWork]:
@@ -248,6 +248,11 @@ class PoolTiming:
     ttft_s: float  # mixed: the whole TTFT; prefill: one fill of the batch (latency)
     tpot_s: float  # mixed and decode pools
     cycle_s: float  # mixed: one round of the batch; prefill: pipelined time per fill of the batch; decode: a step
+
+    @property
+    def requests_per_s(self) -> float:
+        """Mixed pools: requests completed per second per instance; fill pools: requests filled (capacity)."""
+        return self.plan.pool.batch / self.cycle_s
 
 
 def time_pool(plan: PoolPlan, pricer: Pricer) -> PoolTiming:
@@ -319,7 +324,7 @@ class FillStation:
     @property
     def capacity(self) -> float:
         """Requests per second the pool can fill, counting its share: replicas x batch / cycle / share."""
-        return self.replicas * self.timing.plan.pool.batch / self.timing.cycle_s / self.share
+        return self.replicas * self.timing.requests_per_s / self.share
 
     @property
     def admitted(self) -> float:

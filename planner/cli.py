@@ -148,11 +148,12 @@ def solve_command(scenario: Path, fmt: str, out_dir: Path | None, solver: str | 
             result = solve(resolved, replace(settings, on_point=progress))
     else:
         result = solve(resolved, settings)
+    data = plan_output.result_dict(result) if out_dir is not None or fmt == "json" else None
     if out_dir is not None:
-        for path in plan_output.write_outputs(result, out_dir):
+        for path in plan_output.write_outputs(result, out_dir, data):
             click.echo(f"wrote {path}", err=True)
     if fmt == "json":
-        data = plan_output.result_dict(result)
+        assert data is not None
         if model_stats:
             data["model_statistics"] = result.model_statistics()
         _echo_json(data)

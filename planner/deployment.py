@@ -13,8 +13,6 @@ Both the MILP and the exhaustive reference build their front points here, so the
 
 from __future__ import annotations
 
-import math
-
 from costmodel.calibration import Calibration
 from costmodel.layout import Layout
 from costmodel.resolve import ResolvedScenario
@@ -24,18 +22,11 @@ from planner.placement import domain_bins, max_replicas
 from planner.templates import Candidate, with_replicas
 
 
-def _store_replicas(resolved: ResolvedScenario, candidate: Candidate) -> int:
-    """Most instances of a fill candidate the shared KV store can serve (unbounded without a store)."""
-    if resolved.scenario.cluster.kv_store is None:
-        return resolved.gpus
-    most = candidate.store_use.most_within(resolved.scenario.cluster.kv_store)
-    return resolved.gpus if math.isinf(most) else int(most * (1 + 1e-12))
-
-
 def aggregated_point(resolved: ResolvedScenario, candidate: Candidate) -> FrontPoint | None:
     """The aggregated deployment of `candidate` filling the cluster, or as much of it as the shared KV
     store serves (None if not one instance fits)."""
-    count = min(max_replicas(candidate.gpus, domain_bins(resolved)), _store_replicas(resolved, candidate))
+    store = resolved.scenario.cluster.kv_store
+    count = min(max_replicas(candidate.gpus, domain_bins(resolved)), candidate.store_instances(store))
     if count < 1:
         return None
     layout = Layout(serving="aggregated", pools=[with_replicas(candidate, count)])
@@ -49,7 +40,8 @@ def disaggregated_point(resolved: ResolvedScenario, calibration: Calibration, fi
     """The disaggregated deployment of fill pools `fills` ((candidate, instances): one prefill pool, or a
     first-turn prefill pool and a midfill pool) and a decode pool (None if the shared KV store cannot
     serve the fill pool that parks contexts there)."""
-    if any(count > _store_replicas(resolved, candidate) for candidate, count in fills):
+    store = resolved.scenario.cluster.kv_store
+    if any(count > candidate.store_instances(store) for candidate, count in fills):
         return None
     workload = resolved.scenario.workload
     stations = [FillStation(c.timing, n, turn_share(workload, c.timing.plan.turns)) for c, n in fills]

@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 from costmodel.evaluate import pool_context
+from costmodel.hardware import GB, TB
 from costmodel.layout import Pool
 from costmodel.memory import stage_weight_bytes
 from costmodel.resolve import ResolvedScenario
 from planner.errors import InfeasibleError
 from planner.formulation.options import STORE_TOO_SMALL
 from planner.templates import CandidateSet
-
-TB, GB = 1e12, 1e9
 
 
 def weight_bytes(resolved: ResolvedScenario) -> float:

@@ -10,10 +10,12 @@ packing and the shared KV store, so they can sit above what a packed deployment 
 
 from __future__ import annotations
 
+import weakref
 from typing import Any
 
 import numpy as np
 
+from costmodel.serving import turn_share
 from planner.formulation.options import DeploymentOptions
 from planner.formulation.pairs import PAIR_LIMIT, PairTable
 from planner.formulation.screening import screen, split_ratio_bound
@@ -25,15 +27,27 @@ class TooManyPairs(Exception):
     """More configuration pairs than `PAIR_LIMIT`: the shared structure's bound is not tabulated."""
 
 
-def shared_ratio_bound(options: DeploymentOptions, eps_s: float) -> float | None:
+_TABLES: weakref.WeakKeyDictionary[DeploymentOptions, PairTable | None] = weakref.WeakKeyDictionary()
+
+
+def _shared_table(options: DeploymentOptions, slo_s: float | None) -> PairTable | None:
+    """The shared structure's pairs within the TTFT SLO, built once per solve (every point's TTFT is within
+    it, and a lower cap screens out only configurations none of whose pairs meets it); raises TooManyPairs
+    when the pairs are too many to tabulate."""
+    if options not in _TABLES:
+        screened = screen(options, slo_s, 0.0, False)
+        if len(screened.prefill) * len(screened.decode) > PAIR_LIMIT:
+            raise TooManyPairs
+        _TABLES[options] = PairTable(options, screened.prefill, screened.decode) if screened.prefill else None
+    return _TABLES[options]
+
+
+def shared_ratio_bound(options: DeploymentOptions, eps_s: float, slo_s: float | None = None) -> float | None:
     """Most tokens/s per GPU of one fill pool for every turn within the cap, before packing (None when
     no pair is within it); raises TooManyPairs when the pairs are too many to tabulate."""
-    screened = screen(options, eps_s, 0.0, False)
-    if not screened.prefill or not screened.decode:
+    table = _shared_table(options, slo_s)
+    if table is None:
         return None
-    if len(screened.prefill) * len(screened.decode) > PAIR_LIMIT:
-        raise TooManyPairs
-    table = PairTable(options, screened.prefill, screened.decode)
     where = table.best_ratio(eps_s)
     if where is None:
         return None
@@ -48,13 +62,14 @@ def midfill_choice(result: SolveResult, solved: SolvedPoint) -> dict[str, Any] |
     sessions, layout = result.resolved.scenario.workload.sessions, solved.point.layout
     if sessions is None or layout.serving != "disaggregated" or result.options is None:
         return None
-    options, share = result.options, 1.0 / sessions.turns
+    options, share = result.options, turn_share(result.resolved.scenario.workload, "first")
     eps, ratio = solved.point.ttft_ms / 1e3 * (1 + 1e-9), solved.point.tokens_per_s_per_gpu
+    slo = result.resolved.scenario.slo.ttft_ms
     separate = layout.split_fills
     if separate:
         other = "one fill pool for every turn"
         try:
-            bound = shared_ratio_bound(options, eps)
+            bound = shared_ratio_bound(options, eps, None if slo is None else max(eps, slo / 1e3))
         except TooManyPairs:
             return {"pool": "separate", "first_turn_share": share, "alternative_bound": None,
                     "why": f"separate (first turns are {share:.0%} of fills): the MILP found it better than {other} "

@@ -135,8 +135,9 @@ def csv_text(result: SolveResult) -> str:
     return out.getvalue()
 
 
-def plan_yaml(result: SolveResult, index: int, point: SolvedPoint) -> str:
-    data = point_dict(result, point)
+def plan_yaml(result: SolveResult, index: int, point: SolvedPoint, data: dict[str, Any] | None = None) -> str:
+    """The plan file of one point; `data`: its `point_dict` when already built (evaluations are not free)."""
+    data = data if data is not None else point_dict(result, point)
     head = (f"# Plan {index} of scenario '{result.resolved.scenario.name}' from `plan solve`.\n"
             f"# `plan evaluate SCENARIO --layout` reads this file (the layout below).\n")
     figures = {k: data[k] for k in ("ttft_ms", "tpot_ms", "tokens_per_s_per_gpu", "tokens_per_s_per_user", "gpus",
@@ -148,15 +149,17 @@ def plan_yaml(result: SolveResult, index: int, point: SolvedPoint) -> str:
     return head + yaml.safe_dump(body, sort_keys=False, default_flow_style=None, width=120)
 
 
-def write_outputs(result: SolveResult, folder: Path) -> list[Path]:
+def write_outputs(result: SolveResult, folder: Path, data: dict[str, Any] | None = None) -> list[Path]:
+    """front.json/csv/png and a plan file per point; `data`: the `result_dict` when already built."""
+    data = data if data is not None else result_dict(result)
     folder.mkdir(parents=True, exist_ok=True)
     written = [folder / "front.json", folder / "front.csv", folder / "front.png"]
-    written[0].write_text(json.dumps(result_dict(result), indent=2) + "\n", encoding="utf-8")
+    written[0].write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
     written[1].write_text(csv_text(result), encoding="utf-8")
     plot_front(result, written[2])
     for index, point in enumerate(result.front):
         path = folder / f"plan-{index}.yaml"
-        path.write_text(plan_yaml(result, index, point), encoding="utf-8")
+        path.write_text(plan_yaml(result, index, point, data["front"][index]), encoding="utf-8")
         written.append(path)
     return written
 

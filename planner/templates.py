@@ -12,6 +12,7 @@ decode pools, TTFT of mixed pools, fill latency of prefill pools).
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from typing import Literal
@@ -22,6 +23,7 @@ from costmodel.kv_tiers import StoreUse, store_use
 from costmodel.layout import Pool, PoolRole
 from costmodel.pricing import TablePricer, WorkTable
 from costmodel.resolve import ResolvedScenario
+from costmodel.scenario import KvStore
 from costmodel.serving import PoolPlan, PoolTiming, Turns, plan_pool, time_pool, turn_share, with_session_tiers
 
 POWERS_OF_TWO = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
@@ -29,6 +31,8 @@ BATCH_PER_RANK = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
 PREFILL_BATCH_PER_RANK = (1, 2, 4, 8)
 MAX_TP = 8  # tensor parallelism beyond one HGX board's worth stops paying for attention
 PIPELINE_DEPTHS = (1, 2, 4)
+
+UNBOUNDED = 2**31  # instance count standing for "no limit"
 
 # Shares of a disaggregated fill pool's full rate its KV tiers may be sized for (`Pool.tier_load`).
 TIER_LOADS = (1.0, 0.5, 0.25, 0.125)
@@ -55,10 +59,16 @@ class Candidate:
         plan = self.timing.plan
         return store_use(plan.request.tiers, plan.ctx.arch.kv_bytes_per_token(plan.ctx.fmt.kv_dtype), self.gpus)
 
+    def store_instances(self, store: KvStore | None) -> int:
+        """Most instances the shared KV store serves (`UNBOUNDED` when it asks nothing of one, or none is
+        given); 1e-12 of slack so that an exact fit is not lost to rounding."""
+        most = self.store_use.most_within(store)
+        return UNBOUNDED if math.isinf(most) else int(most * (1 + 1e-12))
+
     @property
     def requests_per_s(self) -> float:
         """Mixed: requests completed per second per instance; prefill: fills per second (capacity)."""
-        return self.pool.batch / self.timing.cycle_s
+        return self.timing.requests_per_s
 
 
 @dataclass

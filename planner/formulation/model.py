@@ -207,13 +207,15 @@ def _define_disaggregated(dm: DeploymentModel, options: DeploymentOptions, struc
     groups = [group for _, kinds in structures for group in kinds]
     rho, rho_decode = _define_utilisation(dm, groups)
     rate_max = max(_structure_rate_max(kinds) for _, kinds in structures)
+    shortest = shortest_fill_s(options)
+    decode_bounds = [_decode_rate_bound(shortest, c) for c in dm.decode]
     if len(groups) > 1:  # a first-turn pool's capacity / 1/T can be large: the decode side bounds X more tightly
-        rate_max = min(rate_max, max(_decode_rate_bound(options, c) for c in dm.decode))
+        rate_max = min(rate_max, max(decode_bounds))
     rate_var = model.add_var("rate", "rate", 0.0, rate_max, False, rate_max / RATE_STEPS)
     rate: Expr = {rate_var: 1.0}
     rates = _structure_rates(model, structures, rate_var, rate_max)
     fill_time = _define_fill_capacity(dm, structures, rates, rho)
-    x_decode = _copies(model, dm.decode, rate_max, "rate-decode", [_decode_rate_bound(options, c) for c in dm.decode])
+    x_decode = _copies(model, dm.decode, rate_max, "rate-decode", decode_bounds)
     model.add("rate-decode-sum", "rate", add_expr(dict.fromkeys(x_decode, 1.0), _scaled(rate, -1.0)), "==", 0.0)
     transfer_time: Expr = {}
     fill_latency: Expr = {}
@@ -293,9 +295,10 @@ def _structure_rates(model: LinearModel, structures: list[tuple[int, list[_Group
     return [{copy: 1.0} for copy in copies]
 
 
-def _decode_rate_bound(options: DeploymentOptions, config: _Config[DecodeOption]) -> float:
-    """X <= C / (fill + transfer + Z): the shortest possible cycle bounds the rate (tightens the LP)."""
-    return config.option.slots * config.count / (shortest_fill_s(options) + config.option.decoding_s)
+def _decode_rate_bound(shortest_s: float, config: _Config[DecodeOption]) -> float:
+    """X <= C / (fill + transfer + Z): the shortest possible cycle (`shortest_fill_s` + Z) bounds the rate
+    (tightens the LP)."""
+    return config.option.slots * config.count / (shortest_s + config.option.decoding_s)
 
 
 def _scaled(expr: Expr, factor: float) -> Expr:

@@ -12,14 +12,12 @@ store and the bytes/s it fetches from it (sized for its full rate, `costmodel.kv
 Prefill candidates are pruned by a dominance that is safe for every figure of the front: same GPUs, no
 longer fill latency, no less capacity, no lower `tier_load` and no more use of the shared KV store per
 request (any deployment with the dominated one does at least as well with the dominating one at the same
-counts). Decode
-candidates are not pruned: a lower TPOT shortens the time requests spend away from the prefill pool and so
-raises its queueing (a TTFT trade-off).
+counts). Decode candidates are not pruned: a lower TPOT shortens the time requests spend away from the
+prefill pool and so raises its queueing (a TTFT trade-off).
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 from costmodel.calibration import Calibration
@@ -172,7 +170,7 @@ def _fill_options(resolved: ResolvedScenario, candidates: list[Candidate],
     options = []
     for c in candidates:
         fitting = max_replicas(c.gpus, bins)
-        most = min(fitting, _store_instances(c, store))
+        most = min(fitting, c.store_instances(store))
         if fitting >= 1 and most < 1 and pruned is not None:
             pruned.count(STORE_TOO_SMALL)
         options.append(PrefillOption(c, c.gpus, c.timing.ttft_s, c.requests_per_s, most, c.store_use,
@@ -192,8 +190,3 @@ def _transfers(fills: list[PrefillOption], decode: list[DecodeOption],
                                               p.candidate.timing.plan.request, calibration)
     return transfer
 
-
-def _store_instances(candidate: Candidate, store: KvStore | None) -> int:
-    """Most instances the shared KV store serves (a bound the `kv_store` rows also state)."""
-    most = candidate.store_use.most_within(store)
-    return 2**31 if math.isinf(most) else int(most * (1 + 1e-12))
