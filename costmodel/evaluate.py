@@ -193,7 +193,8 @@ def _memory_reasons(plan: PoolPlan) -> list[str]:
         f"{plan.pool.role} pool: needs {memory.total / GB:.1f} GB per GPU (weights {memory.weights / GB:.1f}, "
         f"KV {memory.kv_cache / GB:.1f}, states {memory.states / GB:.1f}, workspace {memory.workspace / GB:.1f}, "
         f"reserve {memory.reserve / GB:.1f}) but HBM holds {memory.capacity / GB:.1f} GB; "
-        f"the largest batch that fits is {plan.max_batch}"
+        + (f"the largest batch that fits is {plan.max_batch}" if plan.max_batch
+           else "not even one sequence fits: use more GPUs per instance or a smaller format")
     ]
 
 

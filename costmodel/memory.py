@@ -11,6 +11,7 @@ Assumptions (sources beside each constant):
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from costmodel.architecture import Layer
@@ -136,8 +137,10 @@ def memory_use(ctx: PoolContext, batch: int, context_tokens: float, step_tokens_
     return max(uses, key=lambda use: use.total)
 
 
-def max_batch(ctx: PoolContext, context_tokens: float, step_tokens_per_rank: float, with_mtp: bool) -> int:
-    """Largest batch per instance whose KV and states fit next to the weights on every stage."""
+def batch_estimate(ctx: PoolContext, context_tokens: float, step_tokens_per_rank: float, with_mtp: bool) -> int:
+    """Largest batch per instance whose KV and states fit next to the weights and a workspace of
+    `step_tokens_per_rank` on every stage: a first guess for `largest_fitting` (it leaves out the workspace
+    that grows with the batch, the logits of each sequence and the fractional last rank)."""
     per_rank = []
     for stage in range(len(ctx.stages)):
         empty = stage_memory(ctx, stage, 0.0, context_tokens, step_tokens_per_rank, with_mtp)
@@ -145,3 +148,27 @@ def max_batch(ctx: PoolContext, context_tokens: float, step_tokens_per_rank: flo
         free = max(0.0, empty.capacity - empty.total)
         per_rank.append(int(free // (kv + states)) if kv + states > 0 else 10**9)
     return min(per_rank) * ctx.par.dp
+
+
+def largest_fitting(fits: Callable[[int], bool], guess: int, ceiling: int = 10**9) -> int:
+    """The largest batch n <= `ceiling` with fits(n), for a `fits` that is monotone (true up to some n, false
+    beyond: memory never shrinks as the batch grows); 0 when even one sequence does not fit. Gallops from
+    `guess` (exact in a few calls when the guess is close), then bisects."""
+    low, high = 0, max(1, min(guess, ceiling))  # invariant: fits(low) or low == 0; not fits(high) once found
+    step = 1
+    if fits(high):
+        low = high
+        while low < ceiling:
+            high = min(low + step, ceiling)
+            if not fits(high):
+                break
+            low, step = high, step * 2
+        else:
+            return low
+    while high - low > 1:
+        middle = (low + high) // 2
+        if fits(middle):
+            low = middle
+        else:
+            high = middle
+    return low

@@ -36,7 +36,7 @@ from typing import Literal
 from costmodel.calibration import Calibration
 from costmodel.kv_tiers import FETCHED_TIERS, TierPlan, plan_tiers, turn_context
 from costmodel.layout import Pool
-from costmodel.memory import MemoryUse, max_batch, memory_use
+from costmodel.memory import MemoryUse, batch_estimate, largest_fitting, memory_use
 from costmodel.modes import CacheTier, PoolContext, decode_work, layer_work, merged_work, midfill_work
 from costmodel.operators import StepShape
 from costmodel.pricing import Pricer
@@ -284,16 +284,21 @@ def time_pool(plan: PoolPlan, pricer: Pricer) -> PoolTiming:
 
 def pool_memory(ctx: PoolContext, pool: Pool, workload: Workload, request: RequestShape) -> tuple[MemoryUse, int]:
     """Memory per GPU at the pool's batch (the whole context of `request` held as KV), and the largest
-    batch that would fit."""
+    batch that fits, exactly: the same memory count at that batch fits, one more does not."""
     context = request.cached + request.new
     if pool.role in ("mixed", "decode"):
         context += workload.output_tokens
     with_mtp = workload.speculative.method == "mtp"
-    # Activations in flight per step: a full chunk where prefills run, else one decode step's tokens.
-    decode_tokens = pool.batch / ctx.par.dp * (1 + request.draft)
-    step_tokens = float(ENGINE_STEP_TOKENS) if pool.role != "decode" else decode_tokens
-    return (memory_use(ctx, pool.batch, context, step_tokens, with_mtp),
-            max_batch(ctx, context, step_tokens, with_mtp))
+
+    def step_tokens(batch: int) -> float:
+        """Activations in flight per step: a full chunk where prefills run, else one decode step's tokens."""
+        return batch / ctx.par.dp * (1 + request.draft) if pool.role == "decode" else float(ENGINE_STEP_TOKENS)
+
+    def use(batch: int) -> MemoryUse:
+        return memory_use(ctx, batch, context, step_tokens(batch), with_mtp)
+
+    guess = batch_estimate(ctx, context, step_tokens(pool.batch), with_mtp)
+    return use(pool.batch), largest_fitting(lambda batch: use(batch).fits, guess)
 
 
 def kv_transfer_s(prefill: PoolContext, decode: PoolContext, request: RequestShape,
