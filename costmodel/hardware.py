@@ -157,18 +157,38 @@ def _scalar_numeric_fields() -> tuple[str, ...]:
 NUMERIC_FIELDS: tuple[str, ...] = ("peak_flops_per_s", *_scalar_numeric_fields())
 
 
+# Physical ranges in SI units, by the kind of field, that every system (bundled or overridden) must lie in:
+# wide enough for any GPU of the next decade, narrow enough that no figure derived from them overflows or
+# divides to infinity (an HBM bandwidth of 1e-300 B/s gave an infinite TTFT).
+FLOPS_RANGE = (1e9, 1e18)  # FLOP/s per GPU; B200 fp4 dense is 9e15
+
+
+def physical_range(field: str) -> tuple[float, float]:
+    """(smallest, largest) allowed value of a numeric system field."""
+    if "bytes_per_s" in field:
+        return 1e6, 1e15  # 1 MB/s .. 1 PB/s; HBM3e is 8e12 per GPU
+    if "bytes" in field:
+        return 1e6, 1e17  # 1 MB .. 100 PB; a node's SSDs hold about 1e14
+    if field.endswith("_s"):
+        return 1e-9, 1.0  # latencies: 1 ns .. 1 s
+    if field.endswith("_w"):
+        return 1.0, 1e5
+    return 1, 65_536  # GPUs per node, rack or scale-up domain
+
+
 def _check_positive(spec: SystemSpec) -> None:
     for field in _scalar_numeric_fields():
-        value = getattr(spec, field)
-        if not (math.isfinite(value) and value > 0):
-            raise ValueError(f"{field} must be a positive finite number in SI units, got {value!r}")
+        value, (low, high) = getattr(spec, field), physical_range(field)
+        if not (math.isfinite(value) and low <= value <= high):
+            raise ValueError(f"{field} must lie between {low:g} and {high:g} (SI units), got {value!r}")
 
 
 def _check_flops(spec: SystemSpec) -> None:
+    low, high = FLOPS_RANGE
     for dtype, flops in spec.peak_flops_per_s.items():
-        if not (math.isfinite(flops) and flops > 0):
+        if not (math.isfinite(flops) and low <= flops <= high):
             raise ValueError(
-                f"peak_flops_per_s.{dtype.value} must be a positive FLOP/s figure, got {flops!r}"
+                f"peak_flops_per_s.{dtype.value} must be a FLOP/s figure between {low:g} and {high:g}, got {flops!r}"
             )
     # bf16 is the fallback compute format of every layer, so every GPU must state it.
     if Dtype.BF16 not in spec.peak_flops_per_s:

@@ -40,6 +40,31 @@ MEANINGS: dict[str, str] = {
 }
 
 
+# Largest value each key may take: far above any published model, low enough that building the layer list
+# and counting parameters stay cheap and no float overflows (num_hidden_layers: 10**30 overflowed).
+_LIMITS: dict[str, int] = {
+    "num_hidden_layers": 4096,
+    "num_nextn_predict_layers": 64,
+    "mtp_num_hidden_layers": 64,
+    "num_mtp_modules": 64,
+    "mtp_transformer_layers": 64,
+    "n_routed_experts": 65_536,
+    "num_experts": 65_536,
+    "num_local_experts": 65_536,
+    "n_shared_experts": 1024,
+    "num_shared_experts": 1024,
+    "hidden_size": 1_048_576,
+    "vocab_size": 100_000_000,
+    "max_position_embeddings": 1_000_000_000,
+    "model_max_length": 1_000_000_000,
+}
+_DEFAULT_LIMIT = 100_000_000  # widths, heads, ranks, windows
+
+
+def _limit(key: str) -> int:
+    return _LIMITS.get(key.split("[", 1)[0], _DEFAULT_LIMIT)
+
+
 class ConfigReader:
     """A config mapping plus the dotted prefix of where it sits (e.g. "text_config.")."""
 
@@ -70,8 +95,8 @@ class ConfigReader:
             value = int(value)
         if isinstance(value, bool) or not isinstance(value, int):
             raise self._bad(key, value, "an integer")
-        if value < minimum:
-            raise self._bad(key, value, f"an integer >= {minimum}")
+        if not minimum <= value <= _limit(key):
+            raise self._bad(key, value, f"an integer from {minimum} to {_limit(key):,}")
         return value
 
     def req_int(self, key: str, minimum: int = 1) -> int:

@@ -127,11 +127,16 @@ def _gqa(
             )
         head_dim = hidden // heads  # HF default when head_dim is absent
     bias = cfg.bool_or("attention_bias", False) or cfg.bool_or("qkv_bias", False)
+    kv_heads = cfg.int_or("num_key_value_heads", heads, minimum=1)  # absent -> MHA (HF default)
+    if heads % kv_heads:
+        raise ConfigError(f"{cfg.path('num_key_value_heads')} is {kv_heads}, which does not divide the {heads} "
+                          "query heads (each KV head serves a whole group); use a divisor",
+                          cfg.path("num_key_value_heads"))
     return Attention(
         kind="gqa",
         hidden_size=hidden,
         num_heads=heads,
-        num_kv_heads=cfg.int_or("num_key_value_heads", heads, minimum=1),  # absent -> MHA (HF default)
+        num_kv_heads=kv_heads,
         head_dim=head_dim,
         v_head_dim=head_dim,
         window=window,
@@ -232,8 +237,8 @@ def _kda_hybrid(cfg: ConfigReader, linear_cfg: ConfigReader, hidden: int, n: int
 
 def ffn_layers(cfg: ConfigReader, hidden: int, n: int, mtype: str, notes: list[str]) -> list[Ffn]:
     """One Ffn per decoder layer: dense, or MoE where the family's layer rule says so."""
-    found = cfg.first_int(_EXPERT_KEYS)
-    if found is None or found[1] == 0:
+    found = cfg.first_int(_EXPERT_KEYS, minimum=1)  # 0 experts is not "dense": omit the key for that
+    if found is None:
         return [_dense(cfg, hidden)] * n
     moe = _moe(cfg, hidden, found[1], mtype, notes)
     mask = moe_layer_mask(cfg, n)

@@ -3,6 +3,9 @@
 Scripts depend on these names; later placement details (stages, expert replicas, node and rack
 assignment) are added as optional fields and never rename these.
 
+Numbers are bounded as in `costmodel.scenario` (degrees and replicas at most MAX_GPUS, batch at most
+MAX_BATCH).
+
 GPU accounting: one instance holds tp x dp_attention x pp GPUs; its expert layers use the same GPUs
 as moe_tp x moe_ep per stage, so tp x dp_attention must equal moe_tp x moe_ep.
 """
@@ -13,7 +16,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field, model_validator
 
-from costmodel.scenario import PositiveInt, ServingMode, StrictModel
+from costmodel.scenario import MAX_BATCH, GpuCount, SchemaVersion, ServingMode, StrictModel
 
 PoolRole = Literal["mixed", "prefill", "midfill", "decode"]
 FILL_ROLES: tuple[PoolRole, ...] = ("mixed", "prefill", "midfill")  # pools that run fills
@@ -26,13 +29,15 @@ class Pool(StrictModel):
         description="mixed (aggregated serving), prefill, midfill or decode. A midfill pool (multi-turn sessions, "
         "disaggregated) runs the turns that follow a gap, the prefill pool then only sessions' first turns."
     )
-    replicas: PositiveInt = Field(1, description="Identical instances in this pool.")
-    tp: PositiveInt = Field(1, description="Attention tensor parallelism per attention-DP rank.")
-    dp_attention: PositiveInt = Field(1, description="Attention data-parallel ranks per instance.")
-    pp: PositiveInt = Field(1, description="Pipeline stages.")
-    moe_tp: PositiveInt = Field(1, description="Expert tensor parallelism.")
-    moe_ep: PositiveInt = Field(1, description="Expert parallelism.")
-    batch: PositiveInt = Field(description="Concurrent sequences per instance (all its attention-DP ranks together).")
+    replicas: GpuCount = Field(1, description="Identical instances in this pool.")
+    tp: GpuCount = Field(1, description="Attention tensor parallelism per attention-DP rank.")
+    dp_attention: GpuCount = Field(1, description="Attention data-parallel ranks per instance.")
+    pp: GpuCount = Field(1, description="Pipeline stages.")
+    moe_tp: GpuCount = Field(1, description="Expert tensor parallelism.")
+    moe_ep: GpuCount = Field(1, description="Expert parallelism.")
+    batch: Annotated[int, Field(gt=0, le=MAX_BATCH)] = Field(
+        description="Concurrent sequences per instance (all its attention-DP ranks together)."
+    )
     kv_store: bool = Field(
         False, description="Multi-turn sessions, the pool that holds idle contexts (mixed, prefill, or midfill when "
         "there is one): what its HBM, host DRAM and local SSD cannot hold waits in the cluster's shared KV store "
@@ -78,7 +83,7 @@ class Layout(StrictModel):
     """Pools of instances: one `mixed` pool when aggregated, a `prefill` and a `decode` pool when not (and,
     for multi-turn sessions, optionally a `midfill` pool for the turns after the first)."""
 
-    schema_version: Literal[1] = Field(1, description="Layout format version; this release reads 1.")
+    schema_version: SchemaVersion = Field(1, description="Layout format version; this release reads 1.")
     serving: ServingMode = Field(description="aggregated or disaggregated.")
     pools: Annotated[list[Pool], Field(min_length=1)] = Field(description="The pools of instances.")
 

@@ -19,6 +19,7 @@ from pydantic import ValidationError
 from costmodel.architecture import Architecture
 from costmodel.errors import CatalogError
 from costmodel.hf_config import parse_hf_config
+from costmodel.safe_load import InputLimitError, load_json, load_yaml, read_text
 
 _SUFFIXES = (".config.json", ".reconstructed.json")
 
@@ -96,14 +97,24 @@ def load_model(ref: str, base_dir: Path | None = None) -> Architecture:
     model_id = _catalog_id(ref)
     if model_id is not None:
         return _catalog_model(model_id)
-    path = Path(ref).expanduser()
-    if base_dir is not None and not path.is_absolute():
-        path = base_dir / path
-    if path.is_dir() and (path / "config.json").is_file():
-        path = path / "config.json"
-    if path.is_file():
-        return _load_file(path)
-    raise CatalogError(_unknown_message(ref))
+    path = _model_path(ref, base_dir)
+    if path is None:
+        raise CatalogError(_unknown_message(ref))
+    return _load_file(path)
+
+
+def _model_path(ref: str, base_dir: Path | None) -> Path | None:
+    """The model file `ref` names, or None when there is none. Never raises: `~nosuchuser` (RuntimeError), a
+    name too long for the file system (OSError) or a NUL byte (ValueError) simply name no file."""
+    try:
+        path = Path(ref).expanduser()
+        if base_dir is not None and not path.is_absolute():
+            path = base_dir / path
+        if path.is_dir() and (path / "config.json").is_file():
+            path = path / "config.json"
+        return path if path.is_file() else None
+    except (OSError, RuntimeError, ValueError):
+        return None
 
 
 def _load_file(path: Path) -> Architecture:
@@ -129,11 +140,13 @@ def _name_from_path(path: Path) -> str:
 
 
 def _read_mapping(path: Path) -> dict[str, Any]:
+    """A user's model file, read within the input limits of `costmodel.safe_load`."""
     try:
-        text = path.read_text(encoding="utf-8")
-        data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError, yaml.YAMLError) as exc:
-        raise CatalogError(f"cannot read model file {path}: {exc}") from None
+        text = read_text(path)
+        data = load_json(text) if path.suffix == ".json" else load_yaml(text)
+    except (InputLimitError, yaml.YAMLError) as exc:
+        where = f":{exc.line}" if isinstance(exc, InputLimitError) and exc.line else ""
+        raise CatalogError(f"cannot read model file {path}{where}: {exc}") from None
     if not isinstance(data, dict):
         raise CatalogError(f"{path}: expected a mapping at the top level, got {type(data).__name__}")
     return data

@@ -13,7 +13,7 @@ from costmodel.hardware import SystemSpec, load_system, with_overrides
 from costmodel.layout import Layout, Pool
 from costmodel.models import load_model
 from costmodel.precision import Dtype
-from costmodel.scenario import Cluster, Scenario
+from costmodel.scenario import MAX_GPUS, Cluster, Scenario
 
 
 @dataclass(frozen=True)
@@ -71,6 +71,7 @@ def resolve(scenario: Scenario, base_dir: Path | None = None) -> ResolvedScenari
     check_context(resolved)
     check_speculative(resolved)
     check_search_degrees(resolved)
+    check_redundant_experts(resolved)
     return resolved
 
 
@@ -91,9 +92,9 @@ def _resolve_cluster(cluster: Cluster) -> ClusterPartition:
     except CatalogError as exc:
         raise ScenarioError(str(exc), "cluster.overrides") from None
     if cluster.racks is not None:
-        return ClusterPartition(system, cluster.racks * system.gpus_per_rack)
+        return _bounded(ClusterPartition(system, cluster.racks * system.gpus_per_rack), "cluster.racks")
     if cluster.nodes is not None:
-        return ClusterPartition(system, cluster.nodes * system.gpus_per_node)
+        return _bounded(ClusterPartition(system, cluster.nodes * system.gpus_per_node), "cluster.nodes")
     gpus = cluster.gpus or 0
     if gpus > system.gpus_per_node and gpus % system.gpus_per_node:
         raise ScenarioError(
@@ -102,6 +103,12 @@ def _resolve_cluster(cluster: Cluster) -> ClusterPartition:
             "cluster.gpus",
         )
     return ClusterPartition(system, gpus)
+
+
+def _bounded(partition: ClusterPartition, field: str) -> ClusterPartition:
+    if partition.gpus > MAX_GPUS:
+        raise ScenarioError(f"{partition.gpus} GPUs is more than the {MAX_GPUS} a cluster may have; use fewer", field)
+    return partition
 
 
 def compute_dtype(storage: Dtype, system: SystemSpec) -> Dtype:
@@ -145,6 +152,16 @@ def check_search_degrees(resolved: ResolvedScenario) -> None:
                 f"degrees {too_big} exceed the cluster's {resolved.gpus} GPUs; remove them",
                 f"search.{name}",
             )
+
+
+def check_redundant_experts(resolved: ResolvedScenario) -> None:
+    """Extra slots beyond one per routed expert would only copy every expert again: refuse them (the
+    placement's work grows with the slots)."""
+    redundant, experts = resolved.scenario.search.redundant_experts, resolved.architecture.num_experts
+    if redundant > (experts or 0):
+        have = f"the {experts} routed experts" if experts else f"{resolved.architecture.name}, which has no experts"
+        raise ScenarioError(f"{redundant} redundant slots is more than {have}; use at most {experts or 0}",
+                            "search.redundant_experts")
 
 
 def check_layout(resolved: ResolvedScenario, layout: Layout) -> None:

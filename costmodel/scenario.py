@@ -7,13 +7,18 @@ importing the planner (layering rule of the architecture guide).
 
 Units: token counts in tokens, times in the unit their name ends with (`_ms`, `_s`), rates per second.
 Every field carries a `description`; `plan schema` prints them as JSON Schema.
+
+Bounds: every number has a physically meaningful range (below), checked before any work, so that no input
+makes a figure infinite or NaN, overflows, or makes the planner's work grow without limit; NaN and infinity
+are refused everywhere. The ranges are far beyond any real deployment: MAX_GPUS GPUs in one cluster,
+MAX_TOKENS tokens in one request (the model's own context is checked too), a year of think or pause time.
 """
 
 from __future__ import annotations
 
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
 
 DtypeName = Literal["bf16", "fp8", "fp4", "int4"]
 KvDtypeName = Literal["bf16", "fp8"]
@@ -22,15 +27,37 @@ SolverName = Literal["cpsat", "highs", "cbc"]
 EngineName = Literal["trtllm", "vllm", "sglang", "generic"]
 CacheTier = Literal["hbm", "host_dram", "ssd"]
 
+MAX_GPUS = 32_768  # GPUs in one cluster (455 NVL72 racks); the planner's work grows with it
+MAX_TOKENS = 10_000_000  # tokens per request or turn; above any model's context (checked on its own)
+MAX_BATCH = 1_048_576  # concurrent sequences per instance
+MAX_SECONDS = 3.2e7  # a year: think and pause times, solver time limits
+MAX_RATE = 1e9  # requests or sessions per second
+MIN_RATE = 1e-6  # a smaller rate would make "deployments needed" figures underflow to nothing
+MAX_BYTES = 1e18  # an exabyte of KV store
+MAX_SEED = 2**31 - 1  # solvers take a signed 32-bit seed
+MAX_THREADS = 256  # solver threads; CP-SAT refuses a model with far more workers, HiGHS aborts
+
 PositiveInt = Annotated[int, Field(gt=0)]
+GpuCount = Annotated[int, Field(gt=0, le=MAX_GPUS)]
+TokenCount = Annotated[int, Field(gt=0, le=MAX_TOKENS)]
 _BOTH_MODES: tuple[ServingMode, ...] = ("aggregated", "disaggregated")
-Degrees = Annotated[list[PositiveInt], Field(min_length=1)]
+Degrees = Annotated[list[GpuCount], Field(min_length=1, max_length=32)]
+
+
+def _not_bool(value: object) -> object:
+    """`true` equals 1 in Python, and strict mode lets it through a Literal[1]: refuse it by name."""
+    if isinstance(value, bool):
+        raise ValueError(f"schema_version is a number, not {str(value).lower()}; write 1")
+    return value
+
+
+SchemaVersion = Annotated[Literal[1], BeforeValidator(_not_bool)]
 
 
 class StrictModel(BaseModel):
     """Frozen, strict, and closed: a misspelt key is an error, never silently ignored."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=True, allow_inf_nan=False)
 
 
 class Precision(StrictModel):
@@ -55,9 +82,12 @@ class KvStore(StrictModel):
     holds the idle contexts of multi-turn sessions which the fill pool's own HBM, host DRAM and local SSD
     cannot. No system in the catalog comes with one, so it has no default: give it to plan with one."""
 
-    capacity_bytes: float = Field(gt=0, description="Bytes the store can hold for KV, all of it usable.")
+    capacity_bytes: float = Field(
+        ge=1e6, le=MAX_BYTES, description="Bytes the store can hold for KV, all of it usable."
+    )
     bandwidth_bytes_per_s: float = Field(
-        gt=0, description="Read bandwidth the store sustains to the whole cluster, bytes/s (its aggregate limit; "
+        ge=1e6, le=1e16,
+        description="Read bandwidth the store sustains to the whole cluster, bytes/s (its aggregate limit; "
         "each GPU reads it through its own NIC)."
     )
 
@@ -66,15 +96,19 @@ class Cluster(StrictModel):
     """One GPU system type and how many of it. Give exactly one of `gpus`, `nodes` or `racks`."""
 
     system: str = Field(description="System catalog name, e.g. h200-sxm or gb200-nvl72 (`plan catalog systems`).")
-    gpus: PositiveInt | None = Field(None, description="Number of GPUs (a whole number of nodes, or part of one node).")
-    nodes: PositiveInt | None = Field(None, description="Number of nodes (trays of `gpus_per_node` GPUs).")
-    racks: PositiveInt | None = Field(None, description="Number of racks (`gpus_per_rack` GPUs each).")
-    overrides: dict[str, float | int | str] = Field(
+    gpus: GpuCount | None = Field(
+        None, description=f"Number of GPUs (a whole number of nodes, or part of one node); at most {MAX_GPUS}."
+    )
+    nodes: GpuCount | None = Field(None, description="Number of nodes (trays of `gpus_per_node` GPUs).")
+    racks: GpuCount | None = Field(None, description="Number of racks (`gpus_per_rack` GPUs each).")
+    overrides: dict[str, float | int | str | dict[str, float]] = Field(
         default_factory=dict,
         description="Replace any system field by name, in SI units "
         "(e.g. {hbm_capacity_bytes: 1.2e11, nic_bandwidth_bytes_per_s: 1.0e11}); host DRAM and local SSD, the "
         "KV tiers of multi-turn sessions, are host_dram_bytes_per_node, ssd_capacity_bytes_per_node and "
-        "ssd_bandwidth_bytes_per_s_per_node.",
+        "ssd_bandwidth_bytes_per_s_per_node; peak_flops_per_s takes a mapping by format ({fp8: 2.0e+15}), merged "
+        "into the system's. Values must lie in physical ranges (bandwidths 1e6-1e15 B/s, capacities 1e6-1e17 B, "
+        "latencies 1e-9-1 s, FLOP/s 1e9-1e18).",
     )
     kv_store: KvStore | None = Field(None, description="Optional shared KV store (multi-turn sessions).")
 
@@ -104,26 +138,29 @@ class TurnLength(StrictModel):
     """One kind of turn of a session and how often it occurs."""
 
     share: float = Field(gt=0, le=1, description="Fraction of turns of this kind (the shares add up to 1).")
-    input_tokens: PositiveInt = Field(description="New input tokens of such a turn.")
-    output_tokens: PositiveInt = Field(description="Generated tokens of such a turn.")
+    input_tokens: TokenCount = Field(description="New input tokens of such a turn.")
+    output_tokens: TokenCount = Field(description="Generated tokens of such a turn.")
 
 
 class Sessions(StrictModel):
     """Multi-turn sessions (agents, long chats): each turn appends new input to the session's context,
     which waits between turns in some KV tier (HBM, host DRAM, SSD) or is recomputed."""
 
-    arrival_rate_per_s: float = Field(gt=0, description="New sessions per second across the cluster.")
-    turns: PositiveInt = Field(description="Turns per session.")
+    arrival_rate_per_s: float = Field(
+        ge=MIN_RATE, le=MAX_RATE, description="New sessions per second across the cluster."
+    )
+    turns: int = Field(gt=0, le=100_000, description="Turns per session.")
     system_prompt_tokens: int = Field(
-        0, ge=0, description="Context before the first turn (system prompt, repository map), tokens."
+        0, ge=0, le=MAX_TOKENS, description="Context before the first turn (system prompt, repository map), tokens."
     )
     think_time_s: float = Field(
-        5.0, ge=0.0, description="Mean gap between a turn's answer and the next turn (tool calls, reading), s."
+        5.0, ge=0.0, le=MAX_SECONDS,
+        description="Mean gap between a turn's answer and the next turn (tool calls, reading), s."
     )
     pause_probability: float = Field(
         0.0, ge=0.0, le=1.0, description="Chance that the gap after a turn is a pause instead of a think."
     )
-    pause_s: float = Field(3600.0, gt=0, description="Mean pause duration, s.")
+    pause_s: float = Field(3600.0, gt=0, le=MAX_SECONDS, description="Mean pause duration, s.")
     turn_lengths: Annotated[list[TurnLength], Field(min_length=1, max_length=16)] | None = Field(
         None,
         description="A small distribution of turn lengths (input and output tokens with their shares); the "
@@ -150,10 +187,11 @@ class Sessions(StrictModel):
 class Workload(StrictModel):
     """What each request looks like and how many are in flight."""
 
-    input_tokens: PositiveInt = Field(description="New input tokens per request (excluding `cached_tokens`).")
-    output_tokens: PositiveInt = Field(description="Generated tokens per request.")
+    input_tokens: TokenCount = Field(description="New input tokens per request (excluding `cached_tokens`).")
+    output_tokens: TokenCount = Field(description="Generated tokens per request.")
     cached_tokens: int = Field(
-        0, ge=0, description="Earlier context already held as KV (multi-turn); > 0 makes the fill a midfill."
+        0, ge=0, le=MAX_TOKENS,
+        description="Earlier context already held as KV (multi-turn); > 0 makes the fill a midfill."
     )
     cached_tier: CacheTier = Field(
         "hbm", description="Where the cached context lives before the turn: hbm, host_dram or ssd."
@@ -161,11 +199,11 @@ class Workload(StrictModel):
     prefix_hit_rate: float = Field(
         0.0, ge=0.0, le=1.0, description="Fraction of `input_tokens` found in a shared prefix cache (not recomputed)."
     )
-    concurrency: PositiveInt | None = Field(
+    concurrency: Annotated[int, Field(gt=0, le=1_000_000_000)] | None = Field(
         None, description="Closed loop: requests in flight across the cluster. None = the planner chooses."
     )
     arrival_rate_per_s: float | None = Field(
-        None, gt=0, description="Open loop: request arrival rate across the cluster, requests/s."
+        None, ge=MIN_RATE, le=MAX_RATE, description="Open loop: request arrival rate across the cluster, requests/s."
     )
     routing_skew: float = Field(
         0.0,
@@ -220,8 +258,12 @@ class Workload(StrictModel):
 class Slo(StrictModel):
     """Service-level targets on mean latencies. Omit one to leave it unconstrained."""
 
-    ttft_ms: float | None = Field(None, gt=0, description="Largest mean time to first token, ms.")
-    tpot_ms: float | None = Field(None, gt=0, description="Largest mean time per output token after the first, ms.")
+    ttft_ms: float | None = Field(
+        None, gt=0, le=1e3 * MAX_SECONDS, description="Largest mean time to first token, ms."
+    )
+    tpot_ms: float | None = Field(
+        None, gt=0, le=1e3 * MAX_SECONDS, description="Largest mean time per output token after the first, ms."
+    )
 
 
 class Search(StrictModel):
@@ -232,9 +274,13 @@ class Search(StrictModel):
         description="Serving modes to consider.",
     )
     solver: SolverName = Field("cpsat", description="MILP backend: cpsat (OR-Tools), highs or cbc.")
-    time_limit_s: float = Field(60.0, gt=0, description="Wall-clock limit of the whole solve, s.")
-    seed: int = Field(0, ge=0, description="Random seed; same scenario and seed give the same plans.")
-    threads: PositiveInt | None = Field(None, description="Solver threads; None = 1 (deterministic).")
+    time_limit_s: float = Field(60.0, gt=0, le=MAX_SECONDS, description="Wall-clock limit of the whole solve, s.")
+    seed: int = Field(
+        0, ge=0, le=MAX_SEED, description="Random seed (0 to 2^31 - 1); same scenario and seed give the same plans."
+    )
+    threads: Annotated[int, Field(gt=0, le=MAX_THREADS)] | None = Field(
+        None, description=f"Solver threads, 1 to {MAX_THREADS}; None = 1 (deterministic)."
+    )
     front_resolution: float = Field(
         0.0, ge=0.0, lt=0.5,
         description="Relative TTFT step between front points: 0 finds every non-dominated point; 0.01 keeps "
@@ -245,9 +291,13 @@ class Search(StrictModel):
     pp: Degrees | None = Field(None, description="Allowed pipeline depths.")
     moe_tp: Degrees | None = Field(None, description="Allowed expert tensor-parallel degrees.")
     moe_ep: Degrees | None = Field(None, description="Allowed expert-parallel degrees.")
-    max_batch: PositiveInt | None = Field(None, description="Largest batch per instance the planner may pick.")
+    max_batch: Annotated[int, Field(gt=0, le=MAX_BATCH)] | None = Field(
+        None, description="Largest batch per instance the planner may pick."
+    )
     redundant_experts: int = Field(
-        0, ge=0, description="Extra expert slots per expert-parallel group for replicas of hot experts."
+        0, ge=0, le=4096,
+        description="Extra expert slots per expert-parallel group for replicas of hot experts (at most the model's "
+        "routed experts).",
     )
     split_hybrid_groups: bool = Field(
         False, description="Allow pipeline stage boundaries inside a hybrid layer group."
@@ -261,10 +311,10 @@ class Search(StrictModel):
 class Scenario(StrictModel):
     """A deployment question: this model, on this cluster, for this workload, under these targets."""
 
-    schema_version: Literal[1] = Field(description="Scenario format version; this release reads 1.")
-    name: str = Field(min_length=1, description="Short name, used in reports and output files.")
+    schema_version: SchemaVersion = Field(description="Scenario format version; this release reads 1.")
+    name: str = Field(min_length=1, max_length=200, description="Short name, used in reports and output files.")
     model: str = Field(
-        min_length=1,
+        min_length=1, max_length=4096,
         description="Catalog id or alias (`plan catalog models`), or a path to a Hugging Face config.json or "
         "a model YAML written by `plan import-hf`, relative to the scenario file.",
     )

@@ -5,6 +5,8 @@ walk it with a pydantic error location to find the line. Two deliberate departur
 `yaml.safe_load`:
 - `1e12` is read as a float (YAML 1.1 needs `1.0e+12`; users write SI values the short way);
 - a key given twice in one mapping is an error, not a silent overwrite.
+Input limits (regular UTF-8 files of bounded size, nesting depth, alias expansion, plain keys) are those of
+`costmodel.safe_load`; breaking one is an InputError with the line, like any syntax error.
 """
 
 from __future__ import annotations
@@ -16,6 +18,8 @@ from typing import Any
 
 import yaml
 
+from costmodel.safe_load import TOO_LONG_NUMBER, InputLimitError, LimitedSafeLoader, check_node_tree
+from costmodel.safe_load import read_text as read_limited_text
 from planner.errors import InputError
 
 _FLOAT_PATTERN = re.compile(
@@ -28,8 +32,8 @@ _FLOAT_PATTERN = re.compile(
 )
 
 
-class _Loader(yaml.SafeLoader):
-    """Safe loader with short-form floats and duplicate-key detection."""
+class _Loader(LimitedSafeLoader):
+    """Safe loader with short-form floats, duplicate-key detection and the input limits."""
 
 
 _Loader.yaml_implicit_resolvers = {
@@ -94,25 +98,34 @@ def _child(node: yaml.Node | None, part: str | int) -> yaml.Node | None:
 
 
 def parse_text(text: str, path: Path | None = None) -> SourceDocument:
-    """Parse YAML (JSON is a subset) text; syntax errors become an InputError with the line."""
+    """Parse YAML (JSON is a subset) text; syntax errors and broken limits become an InputError with the line."""
+    loader = _Loader(text)
     try:
-        root = yaml.compose(text, Loader=_Loader)
-        data = _Loader(text).get_single_data() if root is not None else None
+        root = loader.get_single_node()
+        if root is not None:
+            check_node_tree(root)
+        data = loader.construct_document(root) if root is not None else None
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         line = mark.line + 1 if mark is not None else None
         raise InputError.single(path, line, "", f"not valid YAML: {exc.problem or exc}") from None
     except yaml.YAMLError as exc:
         raise InputError.single(path, None, "", f"not valid YAML: {exc}") from None
+    except ValueError:  # an integer of more than 4,300 digits
+        raise InputError.single(path, None, "", TOO_LONG_NUMBER) from None
+    finally:
+        loader.dispose()
     return SourceDocument(path=path, data=data, root=root)
 
 
-def read_document(path: Path) -> SourceDocument:
-    """Read and parse a YAML or JSON file; a missing or unreadable file is an InputError."""
+def read_text(path: Path) -> str:
+    """A regular UTF-8 file within the size limit; anything else is an InputError naming the file."""
     try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise InputError.single(path, None, "", "file not found; check the path") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InputError.single(path, None, "", f"cannot read the file: {exc}") from None
-    return parse_text(text, path)
+        return read_limited_text(path)
+    except InputLimitError as exc:
+        raise InputError.single(path, exc.line, "", str(exc)) from None
+
+
+def read_document(path: Path) -> SourceDocument:
+    """Read and parse a YAML or JSON file; a missing, unreadable or oversized file is an InputError."""
+    return parse_text(read_text(path), path)

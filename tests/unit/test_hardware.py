@@ -160,7 +160,9 @@ def test_overrides_reject_unknown_field() -> None:
 @pytest.mark.parametrize(
     ("overrides", "message"),
     [
-        ({"hbm_bandwidth_bytes_per_s": -1.0}, "hbm_bandwidth_bytes_per_s must be a positive"),
+        ({"hbm_bandwidth_bytes_per_s": -1.0}, "hbm_bandwidth_bytes_per_s must lie between"),
+        ({"hbm_bandwidth_bytes_per_s": 1e-300}, "hbm_bandwidth_bytes_per_s must lie between"),
+        ({"peak_flops_per_s": {"fp8": float("inf")}}, "peak_flops_per_s.fp8 must be a FLOP/s figure"),
         ({"gpus_per_rack": 30}, "multiple of gpus_per_node"),
         ({"scaleup_domain_gpus": 16, "gpus_per_rack": 24}, "must divide gpus_per_rack"),
         ({"scaleup_peer_bandwidth_bytes_per_s": 1e11}, "must equal scaleup_bandwidth_bytes_per_s"),

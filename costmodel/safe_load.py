@@ -1,0 +1,167 @@
+"""Limits on what an input file may hold, so that a broken or hostile file is a clear error instead of a
+hang, a crash or exhausted memory.
+
+- Regular files only (`/dev/zero`, a FIFO or a directory would block or never end), at most
+  `MAX_FILE_BYTES`, decoded as UTF-8 with the line and column of the first bad byte.
+- YAML: nesting at most `MAX_DEPTH` levels (the composer recurses: 3,000 levels overflow Python's stack),
+  aliases adding at most `MAX_ALIAS_NODES` nodes when expanded (a "billion laughs" document is a few
+  hundred bytes that expand to 10^9 nodes), no alias inside its own anchor, and mapping keys that are plain
+  scalars (`? [a, b]: 1` cannot name a field).
+- JSON: no NaN or Infinity, no number that overflows a float, the same depth.
+
+Used by the planner's scenario and layout reader and by the model catalog for user-given model files.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import stat
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+MAX_FILE_BYTES = 16 * 2**20  # bundled configs are ~10 kB; a plan file with every expert bank ~1 MB
+MAX_DEPTH = 64  # the deepest real document (a plan file's placement) nests 6 levels
+MAX_ALIAS_NODES = 10_000  # nodes that aliases may add once expanded; real files use a handful
+TOO_LONG_NUMBER = "a number has more digits than Python reads (4,300); give a realistic value"
+
+
+class InputLimitError(ValueError):
+    """An input that breaks one of the limits, or cannot be read; `line` is 1-based when known."""
+
+    def __init__(self, message: str, line: int | None = None) -> None:
+        super().__init__(message)
+        self.line = line
+
+
+def read_text(path: Path) -> str:
+    """The UTF-8 text of a regular file of at most MAX_FILE_BYTES."""
+    try:
+        info = path.stat()
+        if not stat.S_ISREG(info.st_mode):
+            kind = "a directory" if stat.S_ISDIR(info.st_mode) else "not a regular file"
+            raise InputLimitError(f"{kind}; give the path of a YAML or JSON file")
+        if info.st_size > MAX_FILE_BYTES:
+            raise InputLimitError(f"{info.st_size:,} bytes, larger than the {MAX_FILE_BYTES:,} an input may be")
+        with path.open("rb") as stream:
+            data = stream.read(MAX_FILE_BYTES + 1)
+    except FileNotFoundError:
+        raise InputLimitError("file not found; check the path") from None
+    except (OSError, ValueError) as exc:  # ValueError: an embedded NUL in the path
+        if isinstance(exc, InputLimitError):
+            raise
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise InputLimitError(f"cannot read the file: {reason}") from None
+    if len(data) > MAX_FILE_BYTES:
+        raise InputLimitError(f"larger than the {MAX_FILE_BYTES:,} bytes an input may be")
+    return decode_utf8(data)
+
+
+def decode_utf8(data: bytes) -> str:
+    """`data` as UTF-8; a bad byte is reported with its line and column."""
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        column = exc.start - (data.rfind(b"\n", 0, exc.start) + 1) + 1
+        raise InputLimitError(
+            f"byte 0x{data[exc.start]:02x} at column {column} is not UTF-8; save the file as UTF-8", line
+        ) from None
+
+
+class LimitedSafeLoader(yaml.SafeLoader):
+    """yaml.SafeLoader whose composer refuses nesting deeper than MAX_DEPTH (checked while composing, before
+    the recursion gets deep)."""
+
+    _depth = 0
+
+    def compose_node(self, parent: yaml.Node | None, index: int) -> yaml.Node | None:
+        if self._depth >= MAX_DEPTH:
+            raise yaml.composer.ComposerError(
+                None, None, f"nested deeper than {MAX_DEPTH} levels; flatten the document",
+                self.peek_event().start_mark,  # type: ignore[no-untyped-call]
+            )
+        self._depth += 1
+        try:
+            return super().compose_node(parent, index)
+        finally:
+            self._depth -= 1
+
+
+def check_node_tree(root: yaml.Node) -> None:
+    """Refuse complex keys, self-containing aliases, and documents that aliases expand beyond the budgets
+    (as a yaml.MarkedYAMLError at the offending node)."""
+    sizes: dict[int, int] = {}
+    active: set[int] = set()
+
+    def fail(node: yaml.Node, problem: str) -> yaml.MarkedYAMLError:
+        return yaml.composer.ComposerError(None, None, problem, node.start_mark)
+
+    def size(node: yaml.Node, depth: int) -> int:
+        key = id(node)
+        if depth > MAX_DEPTH:
+            raise fail(node, f"nested deeper than {MAX_DEPTH} levels once aliases are expanded; flatten the document")
+        if key in sizes:
+            return sizes[key]
+        if key in active:
+            raise fail(node, "an alias refers to a node that contains it; remove the alias")
+        active.add(key)
+        children: list[yaml.Node] = []
+        if isinstance(node, yaml.SequenceNode):
+            children = list(node.value)
+        elif isinstance(node, yaml.MappingNode):
+            for key_node, value_node in node.value:
+                if not isinstance(key_node, yaml.ScalarNode):
+                    raise fail(key_node, "a mapping key must be a plain name or number, not a list or mapping")
+                children += [key_node, value_node]
+        total = 1 + sum(size(child, depth + 1) for child in children)
+        active.discard(key)
+        sizes[key] = total
+        return total
+
+    expanded = size(root, 1)
+    if expanded - len(sizes) > MAX_ALIAS_NODES:
+        raise fail(root, f"aliases expand the document by {expanded - len(sizes):,} nodes, more than the "
+                         f"{MAX_ALIAS_NODES:,} allowed; write the values out or use fewer aliases")
+
+
+def load_yaml(text: str) -> Any:
+    """yaml.safe_load within the limits; errors are yaml.YAMLError or InputLimitError."""
+    loader = LimitedSafeLoader(text)
+    try:
+        root = loader.get_single_node()
+        if root is None:
+            return None
+        check_node_tree(root)
+        return loader.construct_document(root)
+    except ValueError:  # an integer of more than 4,300 digits
+        raise InputLimitError(TOO_LONG_NUMBER) from None
+    finally:
+        loader.dispose()
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise InputLimitError(f"the number {text[:40]} is too large for a float")
+    return value
+
+
+def _no_constant(name: str) -> Any:
+    raise InputLimitError(f"{name} is not a number JSON allows; give a finite value")
+
+
+def load_json(text: str) -> Any:
+    """json.loads without NaN, Infinity or float overflow; deep nesting is an InputLimitError."""
+    try:
+        return json.loads(text, parse_float=_finite_float, parse_constant=_no_constant)
+    except RecursionError:
+        raise InputLimitError("nested too deeply to read; flatten the document") from None
+    except InputLimitError:
+        raise
+    except json.JSONDecodeError as exc:
+        raise InputLimitError(f"not valid JSON: {exc.msg} (column {exc.colno})", exc.lineno) from None
+    except ValueError:  # an integer of more than 4,300 digits
+        raise InputLimitError(TOO_LONG_NUMBER) from None
