@@ -30,10 +30,15 @@ Mapping rules, CSV -> our schemas:
   whatever tp is, which would break tp x dp_attention == moe_tp x moe_ep. There is no expert layer to lay
   out, so the pool gets moe_tp = tp x dp_attention, moe_ep = 1 (what `check_layout` asks of dense models),
   recorded when this changes the CSV's values.
-- Skipped, with the reason (`load_measurements_with_skips`): rows of MoE models whose pools break
-  tp x dp_attention == moe_tp x moe_ep, or whose batch leaves an attention-DP rank idle, and rows that
-  `costmodel.resolve` rejects (e.g. DeepSeek-R1 on GB200 at tp 12/20/24/28/36/48/52/72, which do not
-  divide its 128 attention heads: no engine splits heads that way, so the CSV's tp cannot be the layout).
+- Attention DP the CSV leaves implicit (recorded): a tp that neither divides the head count nor is a
+  multiple of it (DeepSeek-R1 on GB200 at tp 12/20/24/28/36/48/52/72 over 128 heads) is the world size that
+  SGLang (`--tp N --dp N --enable-dp-attention`) and TRT-LLM (`enable_attention_dp`) report: read as
+  attention DP N of tp 1. On MoE models whose tp x attention_dp and moe_tp x moe_ep disagree, vLLM's
+  defaults fill the side left out: expert GPUs beyond tp are data-parallel attention ranks (`--data-parallel-size`
+  shares experts tensor-sharded over all ranks), and empty expert degrees mean moe_tp = tp x attention_dp.
+- A batch below attention_dp is kept (recorded): the idle ranks join only the expert layers.
+- Skipped, with the reason (`load_measurements_with_skips`): rows whose degrees contradict each other in a
+  way no engine default explains, and rows that `costmodel.resolve` rejects. None in the shared CSV today.
 - Scenario: {schema_version: 1, name: row id, model, precision, cluster: {system, gpus}, workload:
   {input_tokens: isl, output_tokens: osl, concurrency}, engine}; gpus = the layout's GPUs rounded up to
   whole nodes (`gpus_per_node`), or the exact count below one node.
@@ -186,11 +191,12 @@ def _measurement(row: _Row) -> Measurement:
     serving = _SERVING.get(row.text("mode"))
     if serving is None:
         raise ValueError(f"row {row.id}: unknown mode {row.text('mode')!r}; expected agg or disagg")
-    dense = load_model(model).num_experts is None
+    arch = load_model(model)
+    shape = _ModelShape(arch.num_experts is None, min(layer.attention.num_heads for layer in arch.layers))
     if serving == "aggregated":
-        layout, concurrency = _aggregated(row, dense, notes)
+        layout, concurrency = _aggregated(row, shape, notes)
     else:
-        layout, concurrency = _disaggregated(row, dense, notes)
+        layout, concurrency = _disaggregated(row, shape, notes)
     layout_model = Layout.model_validate(layout)
     isl, osl = row.integer("isl"), row.integer("osl")
     if not isl or not osl:
@@ -266,7 +272,7 @@ def _cluster_gpus(system: str, layout_gpus: int) -> int:
     return -(-layout_gpus // per_node) * per_node
 
 
-def _aggregated(row: _Row, dense: bool, notes: list[str]) -> tuple[dict[str, Any], int]:
+def _aggregated(row: _Row, shape: _ModelShape, notes: list[str]) -> tuple[dict[str, Any], int]:
     per_rank = row.integer("batch_size")
     if not per_rank:
         raise _Skip("aggregated row without batch_size")
@@ -279,11 +285,11 @@ def _aggregated(row: _Row, dense: bool, notes: list[str]) -> tuple[dict[str, Any
         notes.append(
             f"concurrency {concurrency} != batch_size x attention_dp_size = {batch}: kept the measured concurrency"
         )
-    pools = [_pool(row, "", "mixed", 1, batch, dense, notes)]
+    pools = [_pool(row, "", "mixed", 1, batch, shape, notes)]
     return {"schema_version": 1, "serving": "aggregated", "pools": pools}, concurrency
 
 
-def _disaggregated(row: _Row, dense: bool, notes: list[str]) -> tuple[dict[str, Any], int]:
+def _disaggregated(row: _Row, shape: _ModelShape, notes: list[str]) -> tuple[dict[str, Any], int]:
     prefill_replicas, decode_replicas = _replicas(row, "prefill", notes), _replicas(row, "decode", notes)
     concurrency = row.integer("concurrency")
     per_rank = row.integer("decode_batch_size")
@@ -309,8 +315,8 @@ def _disaggregated(row: _Row, dense: bool, notes: list[str]) -> tuple[dict[str, 
         notes.append(f"prefill_batch_size missing: assumed 1 per attention-DP rank, batch {prefill_dp}")
         prefill_per_rank = 1
     pools = [
-        _pool(row, "prefill_", "prefill", prefill_replicas, prefill_per_rank * prefill_dp, dense, notes),
-        _pool(row, "decode_", "decode", decode_replicas, decode_batch, dense, notes),
+        _pool(row, "prefill_", "prefill", prefill_replicas, prefill_per_rank * prefill_dp, shape, notes),
+        _pool(row, "decode_", "decode", decode_replicas, decode_batch, shape, notes),
     ]
     return {"schema_version": 1, "serving": "disaggregated", "pools": pools}, concurrency
 
@@ -323,21 +329,45 @@ def _replicas(row: _Row, role: str, notes: list[str]) -> int:
     return workers
 
 
-def _pool(row: _Row, prefix: str, role: str, replicas: int, batch: int, dense: bool,
+@dataclass(frozen=True)
+class _ModelShape:
+    dense: bool  # no routed experts
+    heads: int  # attention heads (the fewest of any layer)
+
+
+def _pool(row: _Row, prefix: str, role: str, replicas: int, batch: int, shape: _ModelShape,
           notes: list[str]) -> dict[str, Any]:
     tp, dp, pp = (row.degree(prefix + c) for c in ("tp_size", "attention_dp_size", "pp_size"))
     moe_tp, moe_ep = row.degree(prefix + "moe_tp_size"), row.degree(prefix + "moe_ep_size")
-    if dense and (moe_tp, moe_ep) != (tp * dp, 1):
+    if dp == 1 and shape.heads % tp and tp % shape.heads:
+        # SGLang (--tp N --dp N --enable-dp-attention) and TRT-LLM (enable_attention_dp) report the world size
+        # as tp; no engine splits heads unevenly, so such a tp is attention-DP ranks of tp 1 each.
+        notes.append(f"{role} pool: tp {tp} does not split the {shape.heads} heads: read as attention DP {tp}, tp 1")
+        tp, dp = 1, tp
+    if shape.dense and (moe_tp, moe_ep) != (tp * dp, 1):
         notes.append(
             f"{role} pool: dense model, moe_tp x moe_ep = {moe_tp} x {moe_ep} replaced by "
             f"tp x attention_dp = {tp * dp} x 1"
         )
         moe_tp, moe_ep = tp * dp, 1
-    if tp * dp != moe_tp * moe_ep:
-        raise _Skip(
-            f"{role} pool: tp x attention_dp = {tp} x {dp} != moe_tp x moe_ep = {moe_tp} x {moe_ep}"
-        )
+    tp, dp, moe_tp = _matched_groups(role, tp, dp, moe_tp, moe_ep, notes)
     if batch < dp:
-        raise _Skip(f"{role} pool: batch {batch} < attention_dp {dp} leaves ranks idle")
+        notes.append(f"{role} pool: batch {batch} < attention_dp {dp}: {dp - batch} ranks hold no sequence")
     return {"role": role, "replicas": replicas, "tp": tp, "dp_attention": dp, "pp": pp,
             "moe_tp": moe_tp, "moe_ep": moe_ep, "batch": batch}
+
+
+def _matched_groups(role: str, tp: int, dp: int, moe_tp: int, moe_ep: int, notes: list[str]) -> tuple[int, int, int]:
+    """(tp, dp, moe_tp) with tp x dp == moe_tp x moe_ep, from vLLM's defaults where the CSV leaves a side out:
+    data-parallel ranks share experts tensor-sharded over all of them unless expert parallelism is on."""
+    attention, experts = tp * dp, moe_tp * moe_ep
+    if attention == experts:
+        return tp, dp, moe_tp
+    if dp == 1 and experts > attention and experts % tp == 0:
+        notes.append(f"{role} pool: moe_tp x moe_ep = {experts} GPUs but tp {tp}: read as attention DP {experts // tp}")
+        return tp, experts // tp, moe_tp
+    if moe_ep == 1 and moe_tp == 1:
+        notes.append(f"{role} pool: expert degrees empty beside tp x attention_dp = {attention}: read as moe_tp "
+                     f"{attention}")
+        return tp, dp, attention
+    raise _Skip(f"{role} pool: tp x attention_dp = {tp} x {dp} != moe_tp x moe_ep = {moe_tp} x {moe_ep}")

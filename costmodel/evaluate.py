@@ -14,7 +14,7 @@ from costmodel.modes import PoolContext, split_stages
 from costmodel.operators import Formats, Parallel
 from costmodel.precision import Dtype, bytes_per_element
 from costmodel.pricing import DirectPricer, Pricer
-from costmodel.resolve import ResolvedScenario, check_session_pools, compute_dtype
+from costmodel.resolve import ResolvedScenario, check_session_pools, compute_dtype, layout_warnings
 from costmodel.scenario import Workload
 from costmodel.serving import (
     FillStation,
@@ -48,9 +48,12 @@ class Prediction:
     utilisation: dict[str, float] = field(default_factory=dict)
     pools: tuple[dict[str, Any], ...] = field(default_factory=tuple)
     kv_tiers: dict[str, Any] | None = None  # multi-turn sessions: see costmodel.kv_report
+    warnings: tuple[str, ...] = ()  # layouts that run but waste GPUs (`costmodel.resolve.layout_warnings`)
 
     def to_dict(self) -> dict[str, Any]:
-        extra = {} if self.kv_tiers is None else {"kv_tiers": self.kv_tiers}
+        extra: dict[str, Any] = {} if self.kv_tiers is None else {"kv_tiers": self.kv_tiers}
+        if self.warnings:
+            extra["warnings"] = list(self.warnings)
         return {
             "ttft_ms": self.ttft_ms,
             "tpot_ms": self.tpot_ms,
@@ -153,6 +156,7 @@ def predict(plan: LayoutPlan, pricer: Pricer) -> Prediction:
         pools=tuple(_pool_report(timing) for timing in timings),
         kv_tiers=kv_tier_report(fill, ttft, ttft_parts.get("kv_transfer", 0.0), rate, plan.resolved.scenario,
                                 _latency_share(fill, timings, plan.resolved.scenario.workload)),
+        warnings=layout_warnings(plan.resolved, plan.layout),
     )
 
 

@@ -63,11 +63,6 @@ class Pool(StrictModel):
             raise ValueError("tier_load applies to disaggregated prefill and midfill pools; leave it at 1")
         if self.kv_store and self.role == "decode":
             raise ValueError("kv_store applies to the pools that run fills (mixed, prefill, midfill), not to decode")
-        if self.batch < self.dp_attention:
-            raise ValueError(
-                f"batch {self.batch} leaves some of the {self.dp_attention} attention-DP ranks idle; "
-                f"use batch >= dp_attention"
-            )
         return self
 
     @property

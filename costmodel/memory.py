@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from costmodel.architecture import Layer
 from costmodel.modes import HEAD_BYTES, PoolContext
-from costmodel.operators import Parallel, kv_share
+from costmodel.operators import Parallel, head_ranks, kv_share
 from costmodel.precision import STATE_BYTES_PER_ELEMENT, Dtype, bytes_per_element
 
 GIB = 2**30
@@ -59,10 +59,10 @@ class MemoryUse:
 def _attention_weight_params(layer: Layer, par: Parallel) -> float:
     attn = layer.attention
     if attn.kind != "mla":
-        return attn.params() / par.tp
+        return attn.params() / head_ranks(attn, par.tp)
     replicated = attn.hidden_size * ((attn.q_lora_rank or 0) + attn.kv_lora_rank + attn.qk_rope_head_dim)
     replicated += attn.indexer_params()
-    return replicated + (attn.params() - replicated) / par.tp
+    return replicated + (attn.params() - replicated) / head_ranks(attn, par.tp)
 
 
 def stage_weight_bytes(ctx: PoolContext, stage: int, with_mtp: bool) -> float:
@@ -91,7 +91,7 @@ def kv_bytes_per_sequence(ctx: PoolContext, stage: int, context_tokens: float) -
     for layer, count in ctx.stage_counts[stage]:
         attn = layer.attention
         kv += count * attn.kv_bytes_per_token(ctx.fmt.kv_dtype) * context_tokens * kv_share(attn, ctx.par.tp)
-        states += count * _state_bytes(layer, context_tokens, ctx) / ctx.par.tp
+        states += count * _state_bytes(layer, context_tokens, ctx) / head_ranks(attn, ctx.par.tp)
     return kv, states
 
 
@@ -129,10 +129,16 @@ def stage_memory(ctx: PoolContext, stage: int, seqs_per_rank: float, context_tok
     )
 
 
+def seqs_per_rank(batch: float, dp: int) -> float:
+    """Sequences on the busiest attention-DP rank: batch / dp, and one when the batch is below dp (a prefill
+    pool running fewer requests than it has ranks)."""
+    return max(batch / dp, min(batch, 1.0))
+
+
 def memory_use(ctx: PoolContext, batch: int, context_tokens: float, step_tokens_per_rank: float,
                with_mtp: bool) -> MemoryUse:
     """Memory per GPU of the most loaded stage for `batch` sequences in flight per instance."""
-    uses = [stage_memory(ctx, stage, batch / ctx.par.dp, context_tokens, step_tokens_per_rank, with_mtp)
+    uses = [stage_memory(ctx, stage, seqs_per_rank(batch, ctx.par.dp), context_tokens, step_tokens_per_rank, with_mtp)
             for stage in range(len(ctx.stages))]
     return max(uses, key=lambda use: use.total)
 

@@ -94,7 +94,7 @@ def layer_work(ctx: PoolContext, layer: Layer, shape: StepShape) -> StepWork:
     work.transfers += all_reduce("tp_allreduce", par.tp, payload, ctx.system)  # after attention
     work.transfers += all_reduce("tp_allreduce", par.tp, payload, ctx.system)  # after the FFN
     if layer.ffn.kind == "moe":
-        group_tokens = shape.tokens * par.dp
+        group_tokens = shape.group_tokens(par.dp)
         imbalance = load_imbalance(layer.ffn.num_experts, layer.ffn.top_k, par.moe_ep, group_tokens,
                                    ctx.skew, ctx.redundant_experts)
         work.ops += routed_expert_ops(layer.ffn, group_tokens, par, ctx.fmt, imbalance, ctx.redundant_experts)
@@ -132,10 +132,11 @@ def prefill_work(ctx: PoolContext, stage: int, seqs: float, new_tokens: float) -
 
 
 def midfill_work(ctx: PoolContext, stage: int, seqs: float, new_tokens: float, cached: float,
-                 fetch: tuple[tuple[CacheTier, float], ...] = ()) -> StepWork:
+                 fetch: tuple[tuple[CacheTier, float], ...] = (), active_ranks: float | None = None) -> StepWork:
     """Midfill: new tokens appended to `cached` tokens of context, of which `fetch` gives the tokens per
-    sequence fetched first from each slower tier (the rest is in HBM)."""
-    work = stage_work(ctx, stage, StepShape("fill", seqs, new_tokens, cached))
+    sequence fetched first from each slower tier (the rest is in HBM); `active_ranks` attention-DP ranks
+    hold sequences (None: all)."""
+    work = stage_work(ctx, stage, StepShape("fill", seqs, new_tokens, cached, active_ranks))
     for tier, tokens in fetch:
         work.transfers += cache_fetch(ctx, stage, seqs * tokens, tier)
     return work
@@ -151,10 +152,11 @@ def cache_fetch(ctx: PoolContext, stage: int, tokens: float, tier: CacheTier) ->
     return [Transfer("kv_fetch_" + tier, path, tokens * per_token, 1.0, "p2p")]
 
 
-def decode_work(ctx: PoolContext, stage: int, seqs: float, context: float, tokens_per_seq: float = 1.0) -> StepWork:
+def decode_work(ctx: PoolContext, stage: int, seqs: float, context: float, tokens_per_seq: float = 1.0,
+                active_ranks: float | None = None) -> StepWork:
     """One decode step: decode attention (every sequence's KV read) and decode experts (the weights of
     every expert the batch touches), plus the dense parts and collectives."""
-    return stage_work(ctx, stage, StepShape("decode", seqs, tokens_per_seq, context))
+    return stage_work(ctx, stage, StepShape("decode", seqs, tokens_per_seq, context, active_ranks))
 
 
 def merged_work(first: StepWork, second: StepWork) -> StepWork:

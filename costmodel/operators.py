@@ -8,7 +8,9 @@ Conventions (each a modelling choice, stated once):
   attended key; causal fill attends on average to `context + new/2` keys;
 - tensor parallelism (tp) splits heads and the N or K side of projections; MLA's down-projections
   (q_a, kv_a) and its latent KV are replicated on every tp rank (the latent has no head axis);
-- GQA KV is split by KV head up to `num_kv_heads` ranks, replicated beyond;
+- GQA KV is split by KV head up to `num_kv_heads` ranks, replicated beyond; query heads (and their
+  projections) likewise up to `num_heads` ranks: a tp larger than the head count replicates heads (each
+  head computed on tp / heads ranks), as engines do when attention runs at a smaller tp than the experts;
 - linear attention (KDA, Gated DeltaNet) reads and writes its fp32 state once per step and costs
   about 4 x heads x d_k x d_v FLOPs per token (state update plus output; chunked fill is of the same order);
 - a sparse-attention indexer (DeepSeek V3.2, GLM-5) scores every cached key with fp8 index heads and
@@ -65,10 +67,17 @@ class StepShape:
     seqs: float
     new_tokens: float
     context: float
+    # Attention-DP ranks that hold sequences (None: all dp). A prefill pool whose batch is below dp runs one
+    # request on each of `batch` ranks; the others join only the expert layers, with no tokens.
+    active_ranks: float | None = None
 
     @property
     def tokens(self) -> float:
         return self.seqs * self.new_tokens
+
+    def group_tokens(self, dp: int) -> float:
+        """Tokens the whole attention-DP group sends to its shared expert layer in this step."""
+        return self.tokens * (dp if self.active_ranks is None else self.active_ranks)
 
     def attended(self, cap: float | None = None) -> float:
         """Average keys each new token attends to, under an optional window cap."""
@@ -99,6 +108,12 @@ def attention_ops(attn: Attention, shape: StepShape, par: Parallel, fmt: Formats
     return _gqa_ops(attn, shape, par, fmt)
 
 
+def head_ranks(attn: Attention, tp: int) -> int:
+    """Ranks the heads are split over: tp, or the head count when tp exceeds it (heads replicated)."""
+    heads = attn.linear_v_heads if attn.kind == "linear" else attn.num_heads
+    return min(tp, max(heads, 1))
+
+
 def kv_share(attn: Attention, tp: int) -> float:
     """Share of a layer's KV one tp rank holds and reads: MLA's latent is replicated on every rank; GQA
     KV heads are split up to num_kv_heads ranks and replicated beyond."""
@@ -109,12 +124,13 @@ def kv_share(attn: Attention, tp: int) -> float:
 
 def _gqa_ops(attn: Attention, shape: StepShape, par: Parallel, fmt: Formats) -> list[Op]:
     cap = attn.window or attn.chunk
-    heads = attn.num_heads / par.tp
+    split = head_ranks(attn, par.tp)
+    heads = attn.num_heads / split
     core_flops = 2.0 * shape.tokens * shape.attended(cap) * heads * (attn.head_dim + attn.v_head_dim)
     kv_per_token = attn.token_kv_elements() * bytes_per_element(fmt.kv_dtype)
     kv_bytes = shape.seqs * shape.kv_read_tokens(cap) * kv_per_token * kv_share(attn, par.tp)
     return [
-        _gemm("attention_projections", shape.tokens, attn.params() / par.tp, fmt.weight_bytes, fmt, fmt.weight_compute),
+        _gemm("attention_projections", shape.tokens, attn.params() / split, fmt.weight_bytes, fmt, fmt.weight_compute),
         _attention("attention_core", core_flops, kv_bytes, fmt),
     ]
 
@@ -129,7 +145,8 @@ def _mla_ops(attn: Attention, shape: StepShape, par: Parallel, fmt: Formats) -> 
     replicated = _mla_replicated_params(attn)
     indexer = attn.indexer_params()
     sharded = attn.params() - replicated - indexer
-    heads = attn.num_heads / par.tp
+    split = head_ranks(attn, par.tp)
+    heads = attn.num_heads / split
     cap = attn.index_topk
     if shape.phase == "decode":  # absorbed: attend in the latent space
         per_key = 2 * attn.kv_lora_rank + attn.qk_rope_head_dim
@@ -142,7 +159,7 @@ def _mla_ops(attn: Attention, shape: StepShape, par: Parallel, fmt: Formats) -> 
     latent_bytes = attn.token_kv_elements() * bytes_per_element(fmt.kv_dtype)
     kv_bytes = shape.seqs * shape.kv_read_tokens(cap) * latent_bytes
     ops = [
-        _gemm("attention_projections", shape.tokens, replicated + sharded / par.tp, fmt.weight_bytes, fmt,
+        _gemm("attention_projections", shape.tokens, replicated + sharded / split, fmt.weight_bytes, fmt,
               fmt.weight_compute),
         _attention("attention_core", core_flops, kv_bytes, fmt),
     ]
@@ -161,12 +178,13 @@ def _indexer_op(attn: Attention, shape: StepShape, par: Parallel, fmt: Formats, 
 
 
 def _linear_ops(attn: Attention, shape: StepShape, par: Parallel, fmt: Formats) -> list[Op]:
-    state = attn.linear_state_elements() / par.tp
-    heads = attn.linear_v_heads / par.tp
+    split = head_ranks(attn, par.tp)
+    state = attn.linear_state_elements() / split
+    heads = attn.linear_v_heads / split
     flops = 4.0 * shape.tokens * heads * attn.linear_k_head_dim * attn.linear_v_head_dim
     state_bytes = 2.0 * shape.seqs * state * STATE_BYTES_PER_ELEMENT  # read and write back
     return [
-        _gemm("attention_projections", shape.tokens, attn.params() / par.tp, fmt.weight_bytes, fmt, fmt.weight_compute),
+        _gemm("attention_projections", shape.tokens, attn.params() / split, fmt.weight_bytes, fmt, fmt.weight_compute),
         _attention("linear_attention_state", flops, state_bytes, fmt),
     ]
 
@@ -189,7 +207,7 @@ def activation_traffic_op(ffn: Ffn, shape: StepShape, par: Parallel, fmt: Format
     if ffn.kind == "dense":
         elements += GATED_ACTIVATION_PASSES * shape.tokens * ffn.intermediate_size / par.tp
     else:
-        pairs = shape.tokens * par.dp * ffn.top_k / (par.moe_tp * par.moe_ep)
+        pairs = shape.group_tokens(par.dp) * ffn.top_k / (par.moe_tp * par.moe_ep)
         width = ffn.expert_hidden_size or hidden
         elements += pairs * (PERMUTE_PASSES * width + GATED_ACTIVATION_PASSES * ffn.expert_intermediate_size)
         elements += GATED_ACTIVATION_PASSES * shape.tokens * ffn.shared_intermediate_size / par.tp

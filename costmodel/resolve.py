@@ -199,10 +199,16 @@ def check_session_pools(resolved: ResolvedScenario, layout: Layout) -> None:
                                         f"pools.{index}.{field}")
 
 
+def _head_counts(architecture: Architecture) -> list[int]:
+    return sorted({layer.attention.num_heads for layer in architecture.layers})
+
+
 def _check_pool(architecture: Architecture, pool: Pool, where: str) -> None:
-    heads = max(layer.attention.num_heads for layer in architecture.layers)
-    if heads % pool.tp:
-        raise ScenarioError(f"tp {pool.tp} does not divide the {heads} attention heads", f"{where}.tp")
+    for heads in _head_counts(architecture):
+        # Engines split heads evenly, or replicate each head on tp / heads ranks when tp exceeds the count.
+        if heads % pool.tp and pool.tp % heads:
+            raise ScenarioError(f"tp {pool.tp} does not divide the {heads} attention heads and is not a multiple "
+                                f"of them (heads replicated); use a divisor of {heads}", f"{where}.tp")
     if pool.pp > architecture.num_layers:
         raise ScenarioError(
             f"pp {pool.pp} exceeds the model's {architecture.num_layers} layers", f"{where}.pp"
@@ -218,3 +224,19 @@ def _check_pool(architecture: Architecture, pool: Pool, where: str) -> None:
         raise ScenarioError(
             f"moe_ep {pool.moe_ep} exceeds the {experts} routed experts", f"{where}.moe_ep"
         )
+
+
+def layout_warnings(resolved: ResolvedScenario, layout: Layout) -> tuple[str, ...]:
+    """Layouts engines run but that waste GPUs, with what to change."""
+    warnings = []
+    heads = _head_counts(resolved.architecture)[0]
+    for pool in layout.pools:
+        if pool.tp > heads:
+            warnings.append(f"{pool.role} pool: tp {pool.tp} exceeds the {heads} attention heads, so each head is "
+                            f"computed on {pool.tp // heads} ranks; dp_attention gives those GPUs their own "
+                            "sequences instead")
+        if pool.batch < pool.dp_attention:
+            warnings.append(f"{pool.role} pool: batch {pool.batch} leaves {pool.dp_attention - pool.batch} of the "
+                            f"{pool.dp_attention} attention-DP ranks without a sequence: they only join the "
+                            "expert layers")
+    return tuple(warnings)

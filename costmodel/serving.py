@@ -36,7 +36,7 @@ from typing import Literal
 from costmodel.calibration import Calibration
 from costmodel.kv_tiers import FETCHED_TIERS, TierPlan, plan_tiers, turn_context
 from costmodel.layout import Pool
-from costmodel.memory import MemoryUse, batch_estimate, largest_fitting, memory_use
+from costmodel.memory import MemoryUse, batch_estimate, largest_fitting, memory_use, seqs_per_rank
 from costmodel.modes import CacheTier, PoolContext, decode_work, layer_work, merged_work, midfill_work
 from costmodel.operators import StepShape
 from costmodel.pricing import Pricer
@@ -150,24 +150,25 @@ def plan_pool(ctx: PoolContext, pool: Pool, workload: Workload, tiers: TierPlan 
     memory, largest = pool_memory(ctx, pool, workload, request)
     if tiers is not None:
         request = RequestShape.of(workload, tiers, turns)
-    seqs = pool.batch / ctx.par.dp
+    seqs = seqs_per_rank(pool.batch, ctx.par.dp)
+    active = min(float(pool.batch), float(ctx.par.dp))  # attention-DP ranks holding requests
     fill = decode = mixed = None
     fill_chunks = mixed_steps = own_steps = 0.0
     if pool.role in ("prefill", "midfill"):
         total = max(seqs * request.new, 1.0)
         chunk = min(float(ENGINE_STEP_TOKENS), total)
         fill = _stages(ctx, lambda s: midfill_work(ctx, s, chunk / request.new, request.new, request.cached,
-                                                   request.fetch))
+                                                   request.fetch, active))
         fill_chunks = total / chunk
     if pool.role in ("mixed", "decode"):
-        decode = _stages(ctx, lambda s: _decode_stage(ctx, s, seqs / ctx.par.pp, request))
+        decode = _stages(ctx, lambda s: _decode_stage(ctx, s, seqs / ctx.par.pp, request, active))
     if pool.role == "mixed":
         budget = max(ENGINE_STEP_TOKENS - seqs * (1 + request.draft), ENGINE_STEP_TOKENS / 4)
         chunk = min(budget, seqs * request.new)
         mixed = _stages(ctx, lambda s: merged_work(
-            _decode_stage(ctx, s, seqs / ctx.par.pp, request),
+            _decode_stage(ctx, s, seqs / ctx.par.pp, request, active),
             midfill_work(ctx, s, chunk / request.new / ctx.par.pp, request.new, request.cached,
-                         request.fetch)))
+                         request.fetch, active)))
         mixed_steps = seqs * request.new / chunk
         own_steps = max(1.0, request.new / chunk)
     return PoolPlan(ctx, pool, request, memory, largest, fill, decode, mixed, fill_chunks, mixed_steps, own_steps,
@@ -210,11 +211,13 @@ def _stages(ctx: PoolContext, build: Callable[[int], StepWork]) -> list[StepWork
     return [build(stage) for stage in range(len(ctx.stages))]
 
 
-def _decode_stage(ctx: PoolContext, stage: int, seqs: float, request: RequestShape) -> StepWork:
-    work = decode_work(ctx, stage, seqs, request.mid_context, 1.0 + request.draft)
+def _decode_stage(ctx: PoolContext, stage: int, seqs: float, request: RequestShape,
+                  active: float | None = None) -> StepWork:
+    work = decode_work(ctx, stage, seqs, request.mid_context, 1.0 + request.draft, active)
     if request.draft and stage == len(ctx.stages) - 1 and ctx.arch.mtp_layer is not None:
         for _ in range(request.draft):  # sequential MTP drafting passes, one token each
-            work.extend(layer_work(ctx, ctx.arch.mtp_layer, StepShape("decode", seqs, 1.0, request.mid_context)))
+            shape = StepShape("decode", seqs, 1.0, request.mid_context, active)
+            work.extend(layer_work(ctx, ctx.arch.mtp_layer, shape))
     return work
 
 

@@ -18,31 +18,45 @@ from planner.sourcefile import SourceDocument
 
 
 def evaluate_cases(path: Path) -> Iterator[dict[str, Any]]:
-    """One result per non-empty line, in order; a bad line yields an error object, never a crash."""
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except OSError as exc:
-        raise InputError.single(path, None, "", f"cannot read the file: {exc}") from None
-    for number, line in enumerate(lines, start=1):
-        if line.strip():
-            yield _evaluate_line(path, number, line)
+    """One result per non-empty line, in order; a bad line yields an error object, never a crash. Lines are
+    decoded one by one, so a stray non-UTF-8 byte spoils only its own line."""
+    data = read_text(path).encode("utf-8", "surrogateescape") if False else _read_bytes(path)
+    for number, raw in enumerate(data.split(b"\n"), start=1):
+        if raw.strip():
+            yield evaluate_line(path, number, raw)
 
 
-def _evaluate_line(path: Path, number: int, line: str) -> dict[str, Any]:
+def _read_bytes(path: Path) -> bytes:
+    """The file's bytes, within the input limits (a regular file, at most MAX_FILE_BYTES)."""
+    read_text(path, check_utf8=False)
+    return path.read_bytes()
+
+
+def evaluate_line(path: Path, number: int, raw: bytes) -> dict[str, Any]:
+    """The prediction of one `{"scenario": ..., "layout": ...}` line, or `{"line": n, "error": ...}`.
+
+    Expected failures say what to change; anything else (a bug) is reported on its line too, so that one
+    poison line never ends the batch."""
     try:
-        case = json.loads(line)
-        if not isinstance(case, dict) or set(case) != {"scenario", "layout"}:
-            raise InputError.single(path, number, "", 'each line must be {"scenario": {...}, "layout": {...}}')
-        resolved = scenario_from_data(case["scenario"], base_dir=path.parent)
-        layout = layout_from_document(SourceDocument(None, case["layout"], None), resolved)
-        return {"line": number, **evaluate(resolved, layout).to_dict()}
-    except json.JSONDecodeError as exc:
-        return {"line": number, "error": f"not valid JSON: {exc.msg} (column {exc.colno})"}
+        return {"line": number, **_evaluate_case(path, number, raw)}
+    except InputLimitError as exc:
+        return {"line": number, "error": str(exc)}
     except InputError as exc:
         return {"line": number, "error": "; ".join(p.field + ": " + p.message if p.field else p.message
                                                    for p in exc.problems)}
     except CostModelError as exc:
         return {"line": number, "error": str(exc)}
+    except (RecursionError, MemoryError, ValueError, ArithmeticError) as exc:
+        return {"line": number, "error": f"cannot evaluate this case ({type(exc).__name__}: {exc})"}
+
+
+def _evaluate_case(path: Path, number: int, raw: bytes) -> dict[str, Any]:
+    case = load_json(decode_utf8(raw))
+    if not isinstance(case, dict) or set(case) != {"scenario", "layout"}:
+        raise InputError.single(path, number, "", 'each line must be {"scenario": {...}, "layout": {...}}')
+    resolved = scenario_from_data(case["scenario"], base_dir=path.parent)
+    layout = layout_from_document(SourceDocument(None, case["layout"], None), resolved)
+    return finite_or_error(evaluate(resolved, layout).to_dict())
 
 
 def print_prediction(prediction: Prediction) -> None:
@@ -60,6 +74,8 @@ def print_prediction(prediction: Prediction) -> None:
                   f"HBM bandwidth {used['hbm_bandwidth']:.0%}, compute {used['compute']:.0%}")
     for reason in prediction.reasons:
         console.print(f"[red]{reason}[/red]")
+    for warning in prediction.warnings:
+        console.print(f"[yellow]warning: {warning}[/yellow]")
     if prediction.kv_tiers is not None:
         _print_kv_tiers(console, prediction.kv_tiers)
     for pool in prediction.pools:

@@ -3,13 +3,15 @@ more of every resource is never predicted slower (issue 13)."""
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from costmodel.evaluate import evaluate, plan_layout
 from costmodel.layout import Layout
 from costmodel.resolve import ResolvedScenario
-from planner.scenario import scenario_from_data
+from planner.errors import InputError
+from planner.scenario import layout_from_text, scenario_from_data
 
 _CACHE: dict[tuple[object, ...], ResolvedScenario] = {}
 
@@ -69,3 +71,44 @@ def test_evaluate_names_a_batch_that_fits() -> None:
     hint = prediction.pools[0]["max_batch"]
     assert f"the largest batch that fits is {hint}" in prediction.reasons[0]
     assert evaluate(resolved, _layout("mixed", 1, 8, 1, 8, hint)).feasible
+
+
+def _disaggregated(prefill: dict[str, int], decode_batch: int = 64) -> Layout:
+    return Layout.model_validate({"serving": "disaggregated", "pools": [
+        {"role": "prefill", **prefill},
+        {"role": "decode", "tp": 1, "dp_attention": 8, "moe_ep": 8, "batch": decode_batch}]})
+
+
+def test_prefill_pool_with_fewer_requests_than_ranks_runs_one_per_rank() -> None:
+    """An attention-DP prefill worker with one request: its fill takes one request's time on one rank, the
+    expert layer sees one request's tokens, and the idle ranks are reported."""
+    resolved = _scenario("deepseek-v3", "h200-sxm", "fp8", 4096, 512)
+    one = evaluate(resolved, _disaggregated({"tp": 1, "dp_attention": 8, "moe_ep": 8, "batch": 1}))
+    eight = evaluate(resolved, _disaggregated({"tp": 1, "dp_attention": 8, "moe_ep": 8, "batch": 8}))
+    fill_one, fill_eight = one.pools[0]["fill"]["step_ms"], eight.pools[0]["fill"]["step_ms"]
+    assert fill_one <= fill_eight  # same attention work per busy rank, fewer expert tokens
+    assert fill_one / 1 >= fill_eight / 8  # but less throughput per request
+    assert any("7 of the 8 attention-DP ranks" in w for w in one.warnings)
+    assert not eight.warnings
+
+
+def test_tp_beyond_the_head_count_replicates_heads() -> None:
+    """Llama-3.1-8B has 32 query and 8 KV heads: tp 64 computes each head on two ranks, so attention
+    weights per GPU stop shrinking at tp 32; tp 48 splits no engine can make is refused."""
+    resolved = scenario_from_data({
+        "schema_version": 1, "name": "p", "model": "llama3.1-8b", "precision": {"weights": "bf16"},
+        "cluster": {"system": "gb200-nvl72", "gpus": 72}, "workload": {"input_tokens": 2048, "output_tokens": 128}})
+
+    def attention_ms(tp: int) -> float:
+        layout = Layout.model_validate({"serving": "aggregated", "pools": [
+            {"role": "mixed", "tp": tp, "moe_tp": tp, "batch": 16}]})
+        prediction = evaluate(resolved, layout)
+        assert prediction.feasible
+        return float(prediction.pools[0]["decode"]["by_operator_ms"]["attention_projections"])
+
+    assert attention_ms(64) == attention_ms(32) < attention_ms(16)
+    layout = Layout.model_validate({"serving": "aggregated", "pools": [{"role": "mixed", "tp": 64, "moe_tp": 64,
+                                                                       "batch": 16}]})
+    assert any("tp 64 exceeds the 32 attention heads" in w for w in evaluate(resolved, layout).warnings)
+    with pytest.raises(InputError, match="tp 48 does not divide the 32 attention heads"):
+        layout_from_text("serving: aggregated\npools:\n  - {role: mixed, tp: 48, moe_tp: 48, batch: 16}\n", resolved)

@@ -65,16 +65,17 @@ def _write_csv(tmp_path: Path, *rows: dict[str, str]) -> Path:
 # --- the real CSV -------------------------------------------------------------------------------------
 
 
-def test_every_row_is_usable_or_skipped_with_a_reason(loaded: tuple[list[Measurement], list[tuple[str, str]]]) -> None:
+def test_every_row_is_usable(loaded: tuple[list[Measurement], list[tuple[str, str]]]) -> None:
     usable, skipped = loaded
-    assert len(usable) + len(skipped) == 1550
-    assert len(usable) == 1496
-    reasons = dict(skipped)
-    assert {row for row, reason in skipped if "!= moe_tp x moe_ep" in reason} == RULE_BREAKS
-    heads = [reason for row, reason in skipped if row not in RULE_BREAKS]
-    assert len(heads) == 49
-    assert all(r.endswith("does not divide the 128 attention heads") for r in heads), heads
-    assert all("deepseek_r1_gb200" in row for row in reasons if row not in RULE_BREAKS)
+    assert (len(usable), skipped) == (1550, [])
+    by_id = {m.id: m for m in usable}
+    for row in RULE_BREAKS:  # vLLM's defaults fill the side the CSV left out
+        pool = by_id[row].layout["pools"][0]
+        assert pool["tp"] * pool["dp_attention"] == pool["moe_tp"] * pool["moe_ep"]
+        assert any("read as" in note for note in by_id[row].assumptions)
+    uneven = [m for m in usable if any("does not split the 128 heads" in note for note in m.assumptions)]
+    assert len(uneven) == 49 and all("deepseek_r1_gb200" in m.id for m in uneven)
+    assert all(pool["tp"] == 1 for m in uneven for pool in m.layout["pools"] if pool["dp_attention"] > 1)
 
 
 def test_usable_rows_keep_file_order(loaded: tuple[list[Measurement], list[tuple[str, str]]]) -> None:
@@ -102,13 +103,13 @@ def test_row_counts_per_group(loaded: tuple[list[Measurement], list[tuple[str, s
     counts = {key: dict(Counter(m.group(key) for m in loaded[0])) for key in ("model", "system", "engine", "serving")}
     assert counts == {
         "model": {
-            "MiniMaxAI/MiniMax-M2.5": 163, "Qwen/Qwen3-235B-A22B-FP8": 79, "Qwen/Qwen3-32B": 141,
-            "deepseek-ai/DeepSeek-R1": 517, "deepseek-ai/DeepSeek-V3": 150,
+            "MiniMaxAI/MiniMax-M2.5": 163, "Qwen/Qwen3-235B-A22B-FP8": 84, "Qwen/Qwen3-32B": 141,
+            "deepseek-ai/DeepSeek-R1": 566, "deepseek-ai/DeepSeek-V3": 150,
             "meta-llama/Meta-Llama-3.1-70B": 168, "meta-llama/Meta-Llama-3.1-8B": 91, "openai/gpt-oss-120b": 187,
         },
-        "system": {"b200-sxm": 634, "gb200-nvl72": 169, "h100-sxm": 352, "h200-sxm": 341},
-        "engine": {"sglang": 361, "trtllm": 752, "vllm": 383},
-        "serving": {"aggregated": 1061, "disaggregated": 435},
+        "system": {"b200-sxm": 634, "gb200-nvl72": 218, "h100-sxm": 353, "h200-sxm": 345},
+        "engine": {"sglang": 382, "trtllm": 780, "vllm": 388},
+        "serving": {"aggregated": 1085, "disaggregated": 465},
     }
 
 
@@ -175,10 +176,27 @@ def test_dense_model_expert_fields_follow_tp(tmp_path: Path) -> None:
 
 
 def test_moe_rule_break_is_skipped(tmp_path: Path) -> None:
-    row = AGG_ROW | {"id": "bad", "model_path": "Qwen/Qwen3-235B-A22B-FP8", "moe_tp_size": "4"}
+    row = AGG_ROW | {"id": "bad", "model_path": "Qwen/Qwen3-235B-A22B-FP8", "moe_tp_size": "3"}
     usable, skipped = load_measurements_with_skips(_write_csv(tmp_path, row))
     assert usable == []
-    assert skipped == [("bad", "mixed pool: tp x attention_dp = 2 x 1 != moe_tp x moe_ep = 4 x 1")]
+    assert skipped == [("bad", "mixed pool: tp x attention_dp = 2 x 1 != moe_tp x moe_ep = 3 x 1")]
+
+
+def test_expert_gpus_beyond_tp_are_attention_dp(tmp_path: Path) -> None:
+    """vLLM --data-parallel-size 2 --tensor-parallel-size 2: experts tensor-sharded over all 4 GPUs."""
+    row = AGG_ROW | {"id": "dp", "model_path": "Qwen/Qwen3-235B-A22B-FP8", "moe_tp_size": "4"}
+    (m,) = load_measurements(_write_csv(tmp_path, row))
+    assert m.layout["pools"][0] | {"batch": 0} == {"role": "mixed", "replicas": 1, "tp": 2, "dp_attention": 2, "pp": 1,
+                                                   "moe_tp": 4, "moe_ep": 1, "batch": 0}
+
+
+def test_uneven_tp_is_attention_dp(tmp_path: Path) -> None:
+    """SGLang and TRT-LLM report the world size as tp under attention DP; 36 cannot split 128 heads."""
+    row = AGG_ROW | {"id": "w", "model_path": "deepseek-ai/DeepSeek-R1", "system": "gb200", "tp_size": "36",
+                     "moe_tp_size": "1", "moe_ep_size": "36", "batch_size": "72"}
+    (m,) = load_measurements(_write_csv(tmp_path, row))
+    pool = m.layout["pools"][0]
+    assert (pool["tp"], pool["dp_attention"], pool["moe_ep"], pool["batch"]) == (1, 36, 36, 72)
 
 
 def test_missing_concurrency_and_node_rounding(tmp_path: Path) -> None:
