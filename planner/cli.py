@@ -184,6 +184,31 @@ def schema(what: str) -> None:
     _echo_json(json_schema(what))
 
 
+@cli.command("export")
+@click.argument("plan_file", metavar="PLAN", type=click.Path(path_type=Path))
+@click.option("--engine", required=True, type=click.Choice(["trtllm", "sglang", "vllm", "dynamo"]),
+              help="Serving engine (versions pinned: `plan export --help` of each module, README).")
+@click.option("--out", "out_dir", type=click.Path(path_type=Path, file_okay=False),
+              help="Write the launch script and config files here (default: print the files).")
+@click.option("--scenario", type=click.Path(path_type=Path), help="Scenario file (default: the one in PLAN).")
+@click.option("--backend", type=click.Choice(["trtllm", "sglang", "vllm"]),
+              help="Dynamo's worker engine (default: the scenario's engine, else trtllm).")
+def export_command(plan_file: Path, engine: str, out_dir: Path | None, scenario: Path | None,
+                   backend: str | None) -> None:
+    """Launch commands and configs of ENGINE for a plan-<i>.yaml from `plan solve --out`."""
+    from planner.export import export_plan, load_plan
+
+    if backend is not None and engine != "dynamo":
+        raise click.UsageError("--backend applies to --engine dynamo only")
+    exported = export_plan(load_plan(plan_file, scenario), engine, backend)
+    if out_dir is None:
+        for name, text in exported.files.items():
+            click.echo(f"# ===== {name}\n{text}", nl=False)
+        return
+    for path in exported.write(out_dir):
+        click.echo(f"wrote {path}", err=True)
+
+
 def _echo_json(data: Any) -> None:
     click.echo(json.dumps(data, indent=2, sort_keys=False))
 

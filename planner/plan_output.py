@@ -146,7 +146,13 @@ def plan_yaml(result: SolveResult, index: int, point: SolvedPoint, data: dict[st
     body = {"figures": figures, "layout": data["layout"], "placement": data["placement"],
             "expert_banks": expert_banks(result, degrees)}
     body.update({key: data[key] for key in ("kv_tiers", "midfill") if key in data})  # multi-turn sessions
+    body["scenario"] = scenario_dict(result)  # `plan export` reads the plan alone
     return head + yaml.safe_dump(body, sort_keys=False, default_flow_style=None, width=120)
+
+
+def scenario_dict(result: SolveResult) -> dict[str, Any]:
+    """The scenario as given (fields left out stay out), so a plan file carries what it was solved for."""
+    return result.resolved.scenario.model_dump(mode="json", exclude_unset=True)
 
 
 def write_outputs(result: SolveResult, folder: Path, data: dict[str, Any] | None = None) -> list[Path]:

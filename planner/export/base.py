@@ -1,0 +1,277 @@
+"""What every engine exporter shares: the plan read back, one view per pool, commands and files out.
+
+A plan file (`plan-<i>.yaml` from `plan solve --out`) is read as a plain dict so that keys added to it
+later do not break the export; only `layout`, `placement` and `expert_banks` are required. The scenario
+gives the model id, formats, workload lengths and the system (GPUs per node).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import shlex
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from costmodel.resolve import ResolvedScenario
+from planner.errors import InputError
+
+# Engine versions the exports are written for: those ai-dynamo 1.6.1 is released against (its `sglang`,
+# `vllm` and `trtllm` extras), so one version per engine holds whether it runs alone or under Dynamo.
+ENGINE_VERSIONS: dict[str, tuple[str, str]] = {
+    "trtllm": ("tensorrt-llm", "1.3.0rc29"),
+    "sglang": ("sglang", "0.5.21"),
+    "vllm": ("vllm", "0.31.0"),
+    "dynamo": ("ai-dynamo", "1.6.1"),
+}
+ENGINES = ("trtllm", "sglang", "vllm", "dynamo")
+FILL_CHUNK_TOKENS = 8192  # the cost model's chunked-prefill size (costmodel.serving), also the engines' default
+HBM_OUTSIDE_POOLS = 0.10  # share of HBM engines keep outside their pools (the cost model's memory rule)
+HOST = "0.0.0.0"
+PORT = 8000
+_PLACEHOLDER = re.compile(r"^\$\{[A-Z_][A-Z0-9_]*\}$")  # a shell variable the user sets per node
+
+
+@dataclass(frozen=True)
+class Pool:
+    """One pool of the plan with what every engine needs to launch it."""
+
+    index: int
+    role: str  # mixed | prefill | midfill | decode
+    replicas: int
+    tp: int
+    dp_attention: int
+    pp: int
+    moe_tp: int
+    moe_ep: int
+    batch: int
+    gpus_per_instance: int
+    nodes_per_instance: int  # nodes one instance spans
+    gpus_per_node: int  # GPUs of one instance on each node it spans
+    banks: dict[str, Any] | None  # expert banks of this pool's expert-parallel degree, None when absent
+    stages: list[dict[str, Any]]
+
+    @property
+    def gpus_per_stage(self) -> int:
+        return self.tp * self.dp_attention
+
+    @property
+    def engine_role(self) -> str:
+        """The role an engine knows: a midfill pool runs as a prefill server."""
+        return {"mixed": "aggregated", "midfill": "prefill"}.get(self.role, self.role)
+
+    @property
+    def name(self) -> str:
+        return self.role if self.role != "mixed" else "agg"
+
+
+@dataclass(frozen=True)
+class Command:
+    """One process to start: the program, its arguments, and comments to print above it."""
+
+    program: tuple[str, ...]
+    args: tuple[str, ...]
+    comments: tuple[str, ...] = ()
+
+    def shell(self) -> str:
+        quoted = [f'"{w}"' if _PLACEHOLDER.match(w) else shlex.quote(w) for w in self.args]
+        return " \\\n    ".join([shlex.join(self.program), *_pairs(quoted)])
+
+
+def _pairs(words: list[str]) -> list[str]:
+    """Keep each flag on one line with its value."""
+    lines: list[str] = []
+    for word in words:
+        if lines and not word.startswith("-") and lines[-1].startswith("-") and " " not in lines[-1]:
+            lines[-1] += " " + word
+        else:
+            lines.append(word)
+    return lines
+
+
+@dataclass
+class Export:
+    """An engine's export: files by name, the commands (for tests), and what it could not express."""
+
+    engine: str
+    files: dict[str, str] = field(default_factory=dict)
+    commands: dict[str, list[Command]] = field(default_factory=dict)  # per pool name
+    configs: dict[str, dict[str, Any]] = field(default_factory=dict)  # structured copies of config files
+    unexpressed: list[str] = field(default_factory=list)
+
+    def write(self, folder: Path) -> list[Path]:
+        written = []
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            for name, text in self.files.items():
+                path = folder / name
+                path.write_text(text, encoding="utf-8")
+                if name.endswith(".sh"):
+                    path.chmod(0o755)
+                written.append(path)
+        except OSError as exc:
+            raise InputError.single(folder, None, "--out", f"cannot write there: {exc.strerror}") from None
+        return written
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A plan file and its scenario, read for export."""
+
+    path: Path
+    data: dict[str, Any]
+    resolved: ResolvedScenario
+    pools: tuple[Pool, ...]
+
+    @property
+    def serving(self) -> str:
+        return str(self.data["layout"]["serving"])
+
+    @property
+    def model(self) -> str:
+        """The Hugging Face id (aliases resolved): what engines download or find in their model cache."""
+        return self.resolved.architecture.name
+
+    @property
+    def label(self) -> str:
+        return f"{self.path.stem} of scenario '{self.resolved.scenario.name}'"
+
+
+def read_plan(path: Path, data: Any, resolved: ResolvedScenario) -> Plan:
+    """Check the parts of a plan file the export reads and build one `Pool` per layout pool."""
+    if not isinstance(data, dict) or not isinstance(data.get("layout"), dict):
+        raise InputError.single(path, None, "layout", "not a plan file from `plan solve --out` (no layout)")
+    pools = _list(path, data["layout"], "layout.pools")
+    placed = _list(path, data.get("placement") or {}, "placement.pools")
+    if len(placed) != len(pools):
+        raise InputError.single(path, None, "placement.pools",
+                                f"{len(placed)} placed pools for {len(pools)} layout pools; re-run `plan solve --out`")
+    banks = data.get("expert_banks") or {}
+    per_node = resolved.system.gpus_per_node
+    out = []
+    for index, (pool, place) in enumerate(zip(pools, placed, strict=True)):
+        try:
+            gpus = int(place["gpus_per_instance"])
+            numbers = {key: int(pool[key]) for key in ("replicas", "tp", "dp_attention", "pp", "moe_tp", "moe_ep",
+                                                       "batch")}
+            out.append(Pool(index=index, role=str(pool["role"]), gpus_per_instance=gpus,
+                            nodes_per_instance=math.ceil(gpus / per_node), gpus_per_node=min(gpus, per_node),
+                            banks=banks.get(str(numbers["moe_ep"])), stages=list(place.get("stages") or []),
+                            **numbers))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise InputError.single(path, None, f"layout.pools.{index}", f"missing or bad field: {exc}") from None
+    return Plan(path=path, data=data, resolved=resolved, pools=tuple(out))
+
+
+def _list(path: Path, data: Any, name: str) -> list[dict[str, Any]]:
+    value = data.get(name.split(".")[-1]) if isinstance(data, dict) else None
+    if not isinstance(value, list) or not value or not all(isinstance(v, dict) for v in value):
+        raise InputError.single(path, None, name, "expected a non-empty list of pools")
+    return value
+
+
+def max_context_tokens(plan: Plan) -> tuple[int, str | None]:
+    """Longest sequence a request can reach, capped at the model's positions (the note says when capped)."""
+    workload = plan.resolved.scenario.workload
+    longest = workload.input_tokens + workload.cached_tokens + workload.output_tokens
+    sessions = workload.sessions
+    if sessions is not None:
+        kinds = [(t.input_tokens, t.output_tokens) for t in sessions.turn_lengths or []]
+        turn = max([i + o for i, o in kinds] or [workload.input_tokens + workload.output_tokens])
+        longest = sessions.system_prompt_tokens + sessions.turns * turn
+    limit = plan.resolved.architecture.max_position_embeddings
+    if longest > limit:
+        return limit, f"sequences may reach {longest:,} tokens; capped at the model's {limit:,} positions"
+    return longest, None
+
+
+def kv_dtype(plan: Plan) -> str:
+    return str(plan.resolved.kv_cache.value)
+
+
+def memory_fraction() -> float:
+    """Share of HBM the engine may give to weights and KV: all but what the cost model keeps outside."""
+    return round(1.0 - HBM_OUTSIDE_POOLS, 2)
+
+
+def expert_slots(pool: Pool) -> list[int] | None:
+    """Logical expert id of every physical slot, rank by rank, each rank padded to the same slot count.
+
+    Engines need equal slots per rank; a rank with fewer banks gets extra copies of its own experts
+    (cycled), which only adds replicas. None when the plan has no banks for this pool.
+    """
+    if pool.banks is None or pool.moe_ep <= 1:
+        return None
+    ranks = [list(map(int, experts)) for experts in pool.banks["gpu_experts"]]
+    width = max(len(r) for r in ranks)
+    slots: list[int] = []
+    for experts in ranks:
+        slots += experts + [experts[i % len(experts)] for i in range(width - len(experts))]
+    return slots
+
+
+def moe_layer_indices(plan: Plan) -> list[int]:
+    return [i for i, layer in enumerate(plan.resolved.architecture.layers) if layer.ffn.kind == "moe"]
+
+
+def pool_comments(plan: Plan, pool: Pool) -> list[str]:
+    """The plan's own numbers for a pool, printed above its command."""
+    lines = [f"{pool.role} pool: {pool.replicas} instance(s) of {pool.gpus_per_instance} GPUs "
+             f"(tp {pool.tp} x attention-DP {pool.dp_attention} x pp {pool.pp}; experts moe_tp {pool.moe_tp} x "
+             f"moe_ep {pool.moe_ep}); batch {pool.batch} sequences per instance"]
+    if pool.nodes_per_instance > 1:
+        lines.append(f"one instance spans {pool.nodes_per_instance} nodes of {pool.gpus_per_node} GPUs: run the "
+                     "command on each, NODE_RANK 0..n-1, HEAD_ADDR the address of node 0")
+    if pool.role == "midfill":
+        lines.append("midfill pool: serves the turns that follow a gap; no engine routes by turn, so the router "
+                     "must send those turns here (not expressible as an engine flag)")
+    for stage in pool.stages:
+        lines.append(f"pipeline stage {stage.get('stage')}: layers {stage.get('layers')} on GPUs "
+                     f"{stage.get('gpu_offset')} of the instance (engines split layers evenly too)")
+    return lines
+
+
+def plan_comments(plan: Plan) -> list[str]:
+    """Figures and session tiers of the whole plan, for the head of each file."""
+    figures = plan.data.get("figures") or {}
+    lines = [f"{plan.label}: {plan.serving}, model {plan.model}",
+             "figures: " + ", ".join(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}"
+                                     for k, v in figures.items())]
+    tiers = plan.data.get("kv_tiers")
+    if isinstance(tiers, dict):
+        stored = tiers.get("stored_gb") or {}
+        lines.append("KV tiers of the fill pool (not expressible as engine flags: size host/SSD caches by hand): "
+                     + ", ".join(f"{tier} {gb:,.0f} GB" for tier, gb in stored.items()))
+    midfill = plan.data.get("midfill")
+    if isinstance(midfill, dict) and "why" in midfill:
+        lines.append(f"midfill: {midfill['why']}")
+    return lines
+
+
+class _NoAliases(yaml.SafeDumper):
+    """Repeated lists (one expert map per layer) written out in full: engines' YAML readers differ on aliases."""
+
+    def ignore_aliases(self, data: Any) -> bool:
+        return True
+
+
+def _block_text(dumper: yaml.SafeDumper, text: str) -> yaml.ScalarNode:
+    return dumper.represent_scalar("tag:yaml.org,2002:str", text, style="|" if "\n" in text else None)
+
+
+_NoAliases.add_representer(str, _block_text)  # a config file inside a ConfigMap stays readable
+
+
+def dump_yaml(data: Any, *, flow: bool | None = None) -> str:
+    return yaml.dump(data, Dumper=_NoAliases, sort_keys=False, default_flow_style=flow, width=120)
+
+
+def dump_yaml_all(documents: list[Any]) -> str:
+    return yaml.dump_all(documents, Dumper=_NoAliases, sort_keys=False, default_flow_style=False, width=120)
+
+
+def comment_block(lines: list[str], mark: str = "#") -> str:
+    return "".join(f"{mark} {line}\n" for line in lines)

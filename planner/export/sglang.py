@@ -1,0 +1,113 @@
+"""SGLang: `python -m sglang.launch_server` per pool, expert placement as `--init-expert-location` JSON.
+
+SGLang's `--tp-size` is the GPU count of one pipeline stage; attention data parallelism splits it into
+`--dp-size` groups (`--enable-dp-attention`), experts into `--ep-size` banks (expert TP is what is left).
+The initial expert location is `{"physical_to_logical_map": [[expert of each slot] per layer]}`, slots
+rank by rank, `ep_num_redundant_experts` the slots beyond the logical experts.
+"""
+
+from __future__ import annotations
+
+import json
+
+from planner.export.base import (
+    FILL_CHUNK_TOKENS,
+    HOST,
+    PORT,
+    Command,
+    Export,
+    Plan,
+    Pool,
+    comment_block,
+    expert_slots,
+    kv_dtype,
+    max_context_tokens,
+    memory_fraction,
+    plan_comments,
+    pool_comments,
+)
+
+PROGRAM = ("python3", "-m", "sglang.launch_server")
+DISAGG_BACKEND = "nixl"
+BOOTSTRAP_PORT = 8998
+
+
+def server_args(plan: Plan, pool: Pool, placement_file: str | None) -> list[str]:
+    """SGLang server flags of one pool (also what `python -m dynamo.sglang` takes)."""
+    context, _ = max_context_tokens(plan)
+    args = ["--model-path", plan.model, "--trust-remote-code",
+            "--tp-size", str(pool.gpus_per_stage), "--pp-size", str(pool.pp),
+            "--max-running-requests", str(pool.batch), "--context-length", str(context),
+            "--chunked-prefill-size", str(FILL_CHUNK_TOKENS), "--mem-fraction-static", str(memory_fraction())]
+    if kv_dtype(plan) == "fp8":
+        args += ["--kv-cache-dtype", "fp8_e4m3"]
+    if pool.dp_attention > 1:
+        args += ["--dp-size", str(pool.dp_attention), "--enable-dp-attention"]
+    if pool.moe_ep > 1:
+        args += ["--ep-size", str(pool.moe_ep), "--moe-a2a-backend", "deepep"]
+    slots = expert_slots(pool)
+    if slots is not None and placement_file is not None:
+        experts = plan.resolved.architecture.num_experts or 0
+        args += ["--init-expert-location", placement_file, "--ep-num-redundant-experts", str(len(slots) - experts)]
+    if pool.engine_role != "aggregated":
+        args += ["--disaggregation-mode", pool.engine_role, "--disaggregation-transfer-backend", DISAGG_BACKEND]
+        if pool.engine_role == "prefill":
+            args += ["--disaggregation-bootstrap-port", str(BOOTSTRAP_PORT)]
+    if pool.nodes_per_instance > 1:
+        args += ["--nnodes", str(pool.nodes_per_instance), "--node-rank", "${NODE_RANK}",
+                 "--dist-init-addr", "${HEAD_ADDR}:5000"]
+    return args
+
+
+def placement_json(plan: Plan, pool: Pool) -> dict[str, list[list[int]]] | None:
+    """The same slot map on every layer: SGLang's map has one row per decoder layer (dense ones unused)."""
+    slots = expert_slots(pool)
+    if slots is None:
+        return None
+    return {"physical_to_logical_map": [slots for _ in range(plan.resolved.architecture.num_layers)]}
+
+
+def placement_name(pool: Pool) -> str:
+    return f"sglang-expert-location-{pool.name}.json"
+
+
+def export(plan: Plan) -> Export:
+    out = Export("sglang")
+    script = ["#!/usr/bin/env bash", "# SGLang launch commands (sglang==0.5.21) written by `plan export`.",
+              comment_block(plan_comments(plan)).rstrip()]
+    _, capped = max_context_tokens(plan)
+    if capped:
+        script.append(comment_block([capped]).rstrip())
+    for pool in plan.pools:
+        placement = placement_json(plan, pool)
+        name = placement_name(pool) if placement is not None else None
+        if placement is not None and name is not None:
+            out.files[name] = json.dumps(placement, separators=(",", ":")) + "\n"
+        args = [*server_args(plan, pool, name), "--host", HOST, "--port", str(PORT + pool.index)]
+        comments = pool_comments(plan, pool) + _unexpressed(pool)
+        out.unexpressed += _unexpressed(pool)
+        command = Command(PROGRAM, tuple(args), tuple(comments))
+        out.commands[pool.name] = [command]
+        script += ["", comment_block(comments).rstrip(), f"# start {pool.replicas} such instance(s), one per "
+                   f"group of {pool.gpus_per_instance} GPUs", command.shell()]
+    if plan.serving == "disaggregated":
+        script += ["", comment_block(_router_note(plan)).rstrip()]
+    out.files["launch-sglang.sh"] = "\n".join(script) + "\n"
+    return out
+
+
+def _unexpressed(pool: Pool) -> list[str]:
+    notes = []
+    if pool.moe_tp > 1 and pool.moe_ep > 1:
+        notes.append(f"expert TP {pool.moe_tp} inside each of {pool.moe_ep} banks follows from --tp-size / --ep-size")
+    if pool.banks is not None and pool.moe_ep > 1 and len({len(g) for g in pool.banks["gpu_experts"]}) > 1:
+        notes.append("ranks hold unequal bank counts in the plan; shorter ranks are padded with copies of their own "
+                     "experts (SGLang needs equal slots per rank)")
+    return notes
+
+
+def _router_note(plan: Plan) -> list[str]:
+    roles = ", ".join(p.name for p in plan.pools)
+    return [f"disaggregated: put a router in front of the pools ({roles}), e.g. `python3 -m "
+            "sglang_router.launch_router --pd-disaggregation --prefill http://PREFILL:8000 "
+            f"{BOOTSTRAP_PORT} --decode http://DECODE:8001` (sglang-router is a separate package; not checked)"]

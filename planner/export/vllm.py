@@ -1,0 +1,114 @@
+"""vLLM: `vllm serve` per pool.
+
+vLLM runs attention data-parallel as `--data-parallel-size` engines of `--tensor-parallel-size` GPUs each;
+`--enable-expert-parallel` then spreads the experts over all of them (EP = TP x DP, no expert TP). vLLM
+has no file for an initial expert placement: EPLB (`--enable-eplb`) rebalances at run time from measured
+loads, given the plan's redundant slots. An instance over several nodes runs `--data-parallel-size-local`
+engines per node, the other nodes `--headless`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+from planner.export.base import (
+    FILL_CHUNK_TOKENS,
+    HOST,
+    PORT,
+    Command,
+    Export,
+    Plan,
+    Pool,
+    comment_block,
+    expert_slots,
+    kv_dtype,
+    max_context_tokens,
+    memory_fraction,
+    plan_comments,
+    pool_comments,
+)
+
+PROGRAM = ("vllm", "serve")
+NIXL = {"kv_connector": "NixlConnector", "kv_role": "kv_both"}
+DP_RPC_PORT = 13345
+
+
+def engine_args(plan: Plan, pool: Pool) -> list[str]:
+    """vLLM engine flags of one pool (also what `python -m dynamo.vllm` takes)."""
+    context, _ = max_context_tokens(plan)
+    args = ["--trust-remote-code", "--tensor-parallel-size", str(pool.tp), "--pipeline-parallel-size", str(pool.pp),
+            "--data-parallel-size", str(pool.dp_attention),
+            "--max-num-seqs", str(math.ceil(pool.batch / pool.dp_attention)),
+            "--max-num-batched-tokens", str(FILL_CHUNK_TOKENS), "--max-model-len", str(context),
+            "--gpu-memory-utilization", str(memory_fraction())]
+    if kv_dtype(plan) == "fp8":
+        args += ["--kv-cache-dtype", "fp8"]
+    if pool.moe_ep > 1:
+        backend = "deepep_low_latency" if pool.engine_role == "decode" else "deepep_high_throughput"
+        args += ["--enable-expert-parallel", "--all2all-backend", backend]
+        slots = expert_slots(pool)
+        if slots is not None:
+            redundant = len(slots) - (plan.resolved.architecture.num_experts or 0)
+            args += ["--enable-eplb", "--eplb-config", json.dumps({"num_redundant_experts": redundant})]
+    if pool.engine_role != "aggregated":
+        args += ["--kv-transfer-config", json.dumps(NIXL)]
+    return args
+
+
+def _node_args(plan: Plan, pool: Pool) -> tuple[list[str], list[str]] | None:
+    """Head-node and other-node flags for an instance over several nodes, None when it fits one."""
+    if pool.nodes_per_instance <= 1:
+        return None
+    local = pool.gpus_per_node // (pool.tp * pool.pp) if pool.gpus_per_node % (pool.tp * pool.pp) == 0 else 0
+    if local == 0:
+        return None
+    common = ["--data-parallel-size-local", str(local), "--data-parallel-address", "${HEAD_ADDR}",
+              "--data-parallel-rpc-port", str(DP_RPC_PORT)]
+    return common, [*common, "--data-parallel-start-rank", "${DP_START_RANK}", "--headless"]
+
+
+def commands(plan: Plan, pool: Pool) -> list[Command]:
+    comments = pool_comments(plan, pool) + unexpressed(pool)
+    args = [plan.model, *engine_args(plan, pool), "--host", HOST, "--port", str(PORT + pool.index)]
+    nodes = _node_args(plan, pool)
+    if nodes is None:
+        return [Command(PROGRAM, tuple(args), tuple(comments))]
+    head, rest = nodes
+    local = int(head[1])
+    return [Command(PROGRAM, (*args, *head), (*comments, "node 0 of the instance (serves the API)")),
+            Command(PROGRAM, (*args, *rest), (f"nodes 1..{pool.nodes_per_instance - 1}: DP_START_RANK = "
+                                                f"NODE_RANK x {local}",))]
+
+
+def unexpressed(pool: Pool) -> list[str]:
+    notes = []
+    if pool.moe_ep > 1 and pool.moe_ep != pool.tp * pool.dp_attention:
+        notes.append(f"expert TP {pool.moe_tp} x EP {pool.moe_ep}: vLLM's expert parallelism spans all "
+                     f"{pool.tp * pool.dp_attention} GPUs of a stage (EP {pool.tp * pool.dp_attention}, no expert TP)")
+    if pool.banks is not None and pool.moe_ep > 1:
+        notes.append("the plan's expert banks: vLLM loads no initial placement (EPLB rebalances from measured "
+                     "loads); the banks are in the plan file")
+    if pool.nodes_per_instance > 1 and pool.gpus_per_node % (pool.tp * pool.pp):
+        notes.append(f"tp x pp = {pool.tp * pool.pp} GPUs do not divide a node's {pool.gpus_per_node}: run the "
+                     "instance with --distributed-executor-backend ray over a Ray cluster of its nodes")
+    return notes
+
+
+def export(plan: Plan) -> Export:
+    out = Export("vllm")
+    script = ["#!/usr/bin/env bash", "# vLLM launch commands (vllm==0.31.0) written by `plan export`.",
+              comment_block(plan_comments(plan)).rstrip()]
+    _, capped = max_context_tokens(plan)
+    if capped:
+        script.append(comment_block([capped]).rstrip())
+    for pool in plan.pools:
+        out.unexpressed += unexpressed(pool)
+        out.commands[pool.name] = commands(plan, pool)
+        for command in out.commands[pool.name]:
+            script += ["", comment_block(list(command.comments)).rstrip(), command.shell()]
+    if plan.serving == "disaggregated":
+        script += ["", comment_block(["disaggregated: the NIXL connector moves KV between pools; put a "
+                                      "prefill/decode proxy in front (vLLM ships examples; not checked)"]).rstrip()]
+    out.files["launch-vllm.sh"] = "\n".join(script) + "\n"
+    return out
