@@ -32,7 +32,7 @@ def aggregated_point(resolved: ResolvedScenario, candidate: Candidate) -> FrontP
     layout = Layout(serving="aggregated", pools=[with_replicas(candidate, count)])
     rate_per_gpu = candidate.requests_per_s * resolved.scenario.workload.output_tokens / candidate.gpus
     return FrontPoint(candidate.timing.ttft_s * 1e3, candidate.timing.tpot_s * 1e3, rate_per_gpu,
-                      count * candidate.gpus, layout)
+                      count * candidate.gpus, layout, resolved.gpus, resolved.scenario.search.gpu_accounting)
 
 
 def disaggregated_point(resolved: ResolvedScenario, calibration: Calibration, fills: list[tuple[Candidate, int]],
@@ -49,7 +49,8 @@ def disaggregated_point(resolved: ResolvedScenario, calibration: Calibration, fi
     gpus = sum(n * c.gpus for c, n in fills) + decodes * decode.gpus
     layout = Layout(serving="disaggregated", pools=[*(with_replicas(c, n) for c, n in fills),
                                                     with_replicas(decode, decodes)])
-    return FrontPoint(ttft * 1e3, tpot * 1e3, rate * workload.output_tokens / gpus, gpus, layout)
+    return FrontPoint(ttft * 1e3, tpot * 1e3, rate * workload.output_tokens / gpus, gpus, layout, resolved.gpus,
+                      resolved.scenario.search.gpu_accounting)
 
 
 def meets_slo(resolved: ResolvedScenario, point: FrontPoint) -> bool:

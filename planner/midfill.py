@@ -63,7 +63,7 @@ def midfill_choice(result: SolveResult, solved: SolvedPoint) -> dict[str, Any] |
     if sessions is None or layout.serving != "disaggregated" or result.options is None:
         return None
     options, share = result.options, turn_share(result.resolved.scenario.workload, "first")
-    eps, ratio = solved.point.ttft_ms / 1e3 * (1 + 1e-9), solved.point.tokens_per_s_per_gpu
+    eps, ratio = solved.point.ttft_ms / 1e3 * (1 + 1e-9), solved.point.tokens_per_s_per_gpu_used
     slo = result.resolved.scenario.slo.ttft_ms
     separate = layout.split_fills
     if separate:
@@ -85,6 +85,7 @@ def midfill_choice(result: SolveResult, solved: SolvedPoint) -> dict[str, Any] |
     if bound is None:
         tail = f"no deployment with {other} reaches this TTFT"
     else:
-        tail = f"{other} reaches at most {bound:.1f} tok/s/GPU at this TTFT (bound before packing), {ratio:.1f} here"
+        tail = (f"{other} reaches at most {bound:.1f} tok/s per GPU used at this TTFT (bound before packing), "
+                f"{ratio:.1f} here")
     return {"pool": kind, "first_turn_share": share, "alternative_bound": bound,
             "why": f"{kind} (first turns are {share:.0%} of fills): {tail}"}

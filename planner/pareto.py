@@ -5,23 +5,52 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Literal
 
 from costmodel.layout import Layout
+
+GpuAccounting = Literal["cluster", "used"]
 
 
 @dataclass(frozen=True)
 class FrontPoint:
-    """One deployment on (or offered for) the front, with its exact cost-model figures."""
+    """One deployment on (or offered for) the front, with its exact cost-model figures.
+
+    GPU accounting (`search.gpu_accounting`): under `cluster` the ranked throughput divides the
+    deployment's tokens/s by every GPU of the stated cluster (the user owns them; idle ones earn nothing),
+    under `used` by the GPUs the deployment holds. Both figures are always available."""
 
     ttft_ms: float
     tpot_ms: float
-    tokens_per_s_per_gpu: float
+    tokens_per_s_per_gpu_used: float
     gpus: int
     layout: Layout
+    cluster_gpus: int = 0  # GPUs of the stated cluster; 0: unknown (taken as `gpus`)
+    accounting: GpuAccounting = "used"
 
     @property
     def tokens_per_s_per_user(self) -> float:
         return 1e3 / self.tpot_ms
+
+    @property
+    def tokens_per_s(self) -> float:
+        """The deployment's output tokens per second."""
+        return self.tokens_per_s_per_gpu_used * self.gpus
+
+    @property
+    def tokens_per_s_per_cluster_gpu(self) -> float:
+        return self.tokens_per_s / (self.cluster_gpus or self.gpus)
+
+    @property
+    def idle_gpus(self) -> int:
+        return max(0, self.cluster_gpus - self.gpus)
+
+    @property
+    def tokens_per_s_per_gpu(self) -> float:
+        """The ranked figure: per cluster GPU under `cluster` accounting, per GPU used under `used`."""
+        if self.accounting == "cluster":
+            return self.tokens_per_s_per_cluster_gpu
+        return self.tokens_per_s_per_gpu_used
 
     def sort_key(self) -> tuple[float, float, int, str]:
         """Deterministic order: TTFT, then throughput (higher first), then fewer GPUs, then the layout."""

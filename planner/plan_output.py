@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import csv
 import io
-import json
 import math
 from pathlib import Path
 from typing import Any
@@ -18,17 +17,35 @@ import yaml
 from costmodel.evaluate import evaluate, pool_context
 from costmodel.kv_tiers import FETCHED_TIERS, TIERS
 from costmodel.layout import Layout
+from planner.finite import dumps
 from planner.midfill import midfill_choice
+from planner.out_dir import OutputFolder
 from planner.placement import assign, domain_bins
 from planner.solve import SolveResult
 from planner.sweep import SolvedPoint
 
-CSV_COLUMNS = ("index", "serving", "ttft_ms", "tpot_ms", "tokens_per_s_per_gpu", "tokens_per_s_per_user", "gpus",
-               "status", "gap", "pools")
+CSV_COLUMNS = ("index", "serving", "ttft_ms", "tpot_ms", "tokens_per_s_per_gpu", "tokens_per_s_per_gpu_used",
+               "tokens_per_s_per_cluster_gpu", "tokens_per_s_per_user", "gpus", "idle_gpus", "status", "gap", "pools")
 
 
 def _gap(value: float) -> float | None:
     return None if math.isinf(value) else round(value, 9)
+
+
+def coverage_dict(result: SolveResult) -> dict[str, Any] | None:
+    """The front's certified resolution: every exact front point lies within `certified_ttft_ms` of TTFT of
+    a returned point with at least its throughput; `uncovered` are the TTFT ranges a longer solve could
+    still add points in, each with the most tokens/s per GPU a point there could have."""
+    coverage = result.coverage
+    if coverage is None:
+        return None
+    return {"resolution": result.settings.resolution, "ttft_range_ms": [round(coverage.low_ms, 6),
+                                                                        round(coverage.top_ms, 6)],
+            "step_ms": round(coverage.step_ms, 6), "certified_ttft_ms": round(coverage.certified_ms, 6),
+            "hypervolume_ratio_at_least": round(coverage.hypervolume_ratio_at_least, 9),
+            "uncovered": [{"ttft_ms": [round(a, 6), round(b, 6)],
+                           "tokens_per_s_per_gpu_at_most": None if math.isnan(v) else v}
+                          for a, b, v in coverage.uncovered_ms]}
 
 
 def layout_dict(layout: Layout) -> dict[str, Any]:
@@ -93,7 +110,10 @@ def point_dict(result: SolveResult, point: SolvedPoint) -> dict[str, Any]:
     extra = ({} if tiers is None else {"kv_tiers": tiers}) | ({} if midfill is None else {"midfill": midfill})
     return {
         "ttft_ms": p.ttft_ms, "tpot_ms": p.tpot_ms, "tokens_per_s_per_gpu": p.tokens_per_s_per_gpu,
-        "tokens_per_s_per_user": p.tokens_per_s_per_user, "gpus": p.gpus, "serving": p.layout.serving,
+        "tokens_per_s_per_gpu_used": p.tokens_per_s_per_gpu_used,
+        "tokens_per_s_per_cluster_gpu": p.tokens_per_s_per_cluster_gpu,
+        "tokens_per_s_per_user": p.tokens_per_s_per_user, "gpus": p.gpus, "idle_gpus": p.idle_gpus,
+        "serving": p.layout.serving,
         "status": point.status.value, "gap": _gap(point.gap), "layout": layout_dict(p.layout),
         "placement": placement(result, point), **extra,
     }
@@ -103,7 +123,11 @@ def result_dict(result: SolveResult) -> dict[str, Any]:
     sweep = result.sweep
     return {
         "status": result.status,
+        "termination": result.termination,
         "scenario": result.resolved.scenario.name,
+        "gpu_accounting": result.resolved.scenario.search.gpu_accounting,
+        "cluster_gpus": result.resolved.gpus,
+        "coverage": coverage_dict(result),
         "front": [point_dict(result, p) for p in result.front],
         "expert_banks": expert_banks(result),
         "solver": {"backend": result.settings.backend, "time_s": round(result.time_s, 3), "gap": _gap(result.gap),
@@ -113,14 +137,16 @@ def result_dict(result: SolveResult) -> dict[str, Any]:
                        "variables": len(sweep.largest_model.variables),
                        "constraints": len(sweep.largest_model.constraints)},
                    "threads": result.settings.threads, "seed": result.settings.seed,
-                   "timed_out": sweep.timed_out, "errors": sweep.errors},
+                   "timed_out": sweep.timed_out, "termination": sweep.termination, "errors": sweep.errors},
         "candidates": result.candidates,
     }
 
 
 def pools_summary(layout: Layout) -> str:
-    return " + ".join(f"{p.replicas}x {p.role}[tp{p.tp} dp{p.dp_attention} pp{p.pp} ep{p.moe_ep} b{p.batch}]"
-                      for p in layout.pools)
+    """Each pool's instances, parallelism and batch, e.g. `9 x mixed tp1 dp8 ep8 b512`."""
+    return " + ".join(f"{p.replicas} x {p.role} tp{p.tp} dp{p.dp_attention}"
+                      + (f" pp{p.pp}" if p.pp > 1 else "") + (f" mtp{p.moe_tp}" if p.moe_tp > 1 else "")
+                      + f" ep{p.moe_ep} b{p.batch}" for p in layout.pools)
 
 
 def csv_text(result: SolveResult) -> str:
@@ -130,8 +156,10 @@ def csv_text(result: SolveResult) -> str:
     for index, solved in enumerate(result.front):
         p = solved.point
         writer.writerow([index, p.layout.serving, f"{p.ttft_ms:.6g}", f"{p.tpot_ms:.6g}",
-                         f"{p.tokens_per_s_per_gpu:.6g}", f"{p.tokens_per_s_per_user:.6g}", p.gpus, solved.status.value,
-                         "" if math.isinf(solved.gap) else f"{solved.gap:.3g}", pools_summary(p.layout)])
+                         f"{p.tokens_per_s_per_gpu:.6g}", f"{p.tokens_per_s_per_gpu_used:.6g}",
+                         f"{p.tokens_per_s_per_cluster_gpu:.6g}", f"{p.tokens_per_s_per_user:.6g}", p.gpus,
+                         p.idle_gpus, solved.status.value, "" if math.isinf(solved.gap) else f"{solved.gap:.3g}",
+                         pools_summary(p.layout)])
     return out.getvalue()
 
 
@@ -140,7 +168,8 @@ def plan_yaml(result: SolveResult, index: int, point: SolvedPoint, data: dict[st
     data = data if data is not None else point_dict(result, point)
     head = (f"# Plan {index} of scenario '{result.resolved.scenario.name}' from `plan solve`.\n"
             f"# `plan evaluate SCENARIO --layout` reads this file (the layout below).\n")
-    figures = {k: data[k] for k in ("ttft_ms", "tpot_ms", "tokens_per_s_per_gpu", "tokens_per_s_per_user", "gpus",
+    figures = {k: data[k] for k in ("ttft_ms", "tpot_ms", "tokens_per_s_per_gpu", "tokens_per_s_per_gpu_used",
+                                    "tokens_per_s_per_cluster_gpu", "tokens_per_s_per_user", "gpus", "idle_gpus",
                                     "status", "gap")}
     degrees = {pool.moe_ep for pool in point.point.layout.pools}
     body = {"figures": figures, "layout": data["layout"], "placement": data["placement"],
@@ -155,19 +184,21 @@ def scenario_dict(result: SolveResult) -> dict[str, Any]:
     return result.resolved.scenario.model_dump(mode="json", exclude_unset=True)
 
 
-def write_outputs(result: SolveResult, folder: Path, data: dict[str, Any] | None = None) -> list[Path]:
-    """front.json/csv/png and a plan file per point; `data`: the `result_dict` when already built."""
+def write_outputs(result: SolveResult, folder: Path | OutputFolder, data: dict[str, Any] | None = None) -> list[Path]:
+    """front.json/csv/png and a plan file per point, all moved into the folder at once (`planner.out_dir`:
+    the earlier front's plan files removed); `data`: the `result_dict` when already built."""
     data = data if data is not None else result_dict(result)
-    folder.mkdir(parents=True, exist_ok=True)
-    written = [folder / "front.json", folder / "front.csv", folder / "front.png"]
-    written[0].write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
-    written[1].write_text(csv_text(result), encoding="utf-8")
-    plot_front(result, written[2])
-    for index, point in enumerate(result.front):
-        path = folder / f"plan-{index}.yaml"
-        path.write_text(plan_yaml(result, index, point, data["front"][index]), encoding="utf-8")
-        written.append(path)
-    return written
+    out = folder if isinstance(folder, OutputFolder) else OutputFolder.prepare(folder)
+    try:
+        out.path("front.json").write_text(dumps(data, indent=2) + "\n", encoding="utf-8")
+        out.path("front.csv").write_text(csv_text(result), encoding="utf-8")
+        plot_front(result, out.path("front.png"))
+        for index, point in enumerate(result.front):
+            text = plan_yaml(result, index, point, data["front"][index])
+            out.path(f"plan-{index}.yaml").write_text(text, encoding="utf-8")
+        return out.commit()
+    finally:
+        out.discard()
 
 
 def plot_front(result: SolveResult, path: Path) -> None:
@@ -203,19 +234,30 @@ def print_table(result: SolveResult, console: Any, model_stats: bool) -> None:
 
     table = Table(title=f"Pareto front: {result.resolved.scenario.name} ({result.resolved.gpus} x "
                         f"{result.resolved.system.name})")
-    for column in ("#", "serving", "TTFT ms", "TPOT ms", "tok/s/GPU", "tok/s/user", "GPUs", "gap", "pools"):
+    for column in ("#", "serving", "TTFT ms", "TPOT ms", "tok/s/GPU cluster", "tok/s/GPU used", "tok/s/user",
+                   "GPUs", "gap", "pools"):
         table.add_column(column, justify="left" if column in ("serving", "pools") else "right")
     for index, solved in enumerate(result.front):
         p = solved.point
         gap = "-" if math.isinf(solved.gap) else f"{solved.gap:.2%}"
+        gpus = f"{p.gpus}" + (f" ({p.idle_gpus} idle)" if p.idle_gpus else "")
         table.add_row(str(index), p.layout.serving, f"{p.ttft_ms:.1f}", f"{p.tpot_ms:.2f}",
-                      f"{p.tokens_per_s_per_gpu:.1f}", f"{p.tokens_per_s_per_user:.1f}", str(p.gpus), gap,
-                      pools_summary(p.layout))
+                      f"{p.tokens_per_s_per_cluster_gpu:.1f}", f"{p.tokens_per_s_per_gpu_used:.1f}",
+                      f"{p.tokens_per_s_per_user:.1f}", gpus, gap, pools_summary(p.layout))
     console.print(table)
     sweep = result.sweep
-    console.print(f"status {result.status}; largest gap {result.gap:.2%}; {result.settings.backend}, "
-                  f"{len(sweep.reports)} MILP solves in {result.time_s:.1f} s"
-                  + ("; stopped early (time limit or backend error)" if sweep.timed_out else ""))
+    accounting = result.resolved.scenario.search.gpu_accounting
+    console.print(f"ranked by tokens/s per {'cluster GPU' if accounting == 'cluster' else 'GPU used'} "
+                  f"(search.gpu_accounting: {accounting})")
+    console.print(f"status {result.status} ({result.termination}); largest gap {result.gap:.2%}; "
+                  f"{result.settings.backend}, {len(sweep.reports)} MILP solves in {result.time_s:.1f} s")
+    coverage = result.coverage
+    if coverage is not None:
+        uncovered = "".join(f"; not yet searched: TTFT {a:.1f}-{b:.1f} ms" for a, b, _ in coverage.uncovered_ms[:3])
+        console.print(f"certified: every deployment of the exact front is within {coverage.certified_ms:.1f} ms "
+                      f"TTFT of a point above with at least its throughput; hypervolume within "
+                      f"{1 - coverage.hypervolume_ratio_at_least:.2%} of the exact front's "
+                      f"(resolution {result.settings.resolution}){uncovered}")
     for error in sweep.errors:
         console.print(f"[yellow]backend error, front cut short: {error}[/yellow]")
     if result.resolved.scenario.workload.sessions is not None:

@@ -20,7 +20,7 @@ from planner.experts import ExpertPlacement, place_experts
 from planner.formulation.model import build_model
 from planner.formulation.options import DeploymentOptions, deployment_options
 from planner.solvers import SolveStatus, backend
-from planner.sweep import SolvedPoint, SweepResult, SweepSettings, sweep
+from planner.sweep import Coverage, Resolution, SolvedPoint, SweepResult, SweepSettings, Termination, sweep
 from planner.templates import generate
 
 EXPERT_TIME_S = 0.5  # CP-SAT deterministic time per expert-parallel degree: the swap search does most of the work
@@ -33,7 +33,7 @@ class SolveSettings:
     threads: int = 1
     seed: int = 0
     pair_screening: bool = True  # off: no pair-table bounds; the MILP chooses among what the cheap rules keep
-    resolution: float = 0.0  # relative TTFT step between front points (search.front_resolution)
+    resolution: Resolution = "auto"  # TTFT step between front points, share of the range (search.front_resolution)
     on_point: Callable[[SolvedPoint, int], None] | None = None  # progress callback
 
 
@@ -48,6 +48,7 @@ class SolveResult:
     experts: dict[int, ExpertPlacement] = field(default_factory=dict)  # by expert-parallel degree
     options: DeploymentOptions | None = None
     prepare_s: float = 0.0  # candidates and options, before the first MILP
+    fastest_ttft_s: float = 0.0  # no deployment has a lower TTFT (the fastest fill of any layout)
 
     @property
     def first_feasible_s(self) -> float | None:
@@ -57,8 +58,19 @@ class SolveResult:
 
     @property
     def status(self) -> str:
+        """Outcome: optimal only when every point is proven and the sweep completed (why it stopped:
+        `termination`)."""
         proven = all(p.status == SolveStatus.OPTIMAL for p in self.front) and not self.sweep.timed_out
         return SolveStatus.OPTIMAL.value if proven else SolveStatus.FEASIBLE.value
+
+    @property
+    def termination(self) -> Termination:
+        return self.sweep.termination
+
+    @property
+    def coverage(self) -> Coverage | None:
+        """The front's certified TTFT resolution and what a longer solve could still add."""
+        return self.sweep.coverage(self.fastest_ttft_s)
 
     @property
     def gap(self) -> float:
@@ -84,9 +96,10 @@ def solve(resolved: ResolvedScenario, settings: SolveSettings, calibration: Cali
         raise diagnose.no_candidates(resolved, candidates)
     prepare_s = time.perf_counter() - start
     left = max(0.1, settings.time_limit_s - prepare_s)
+    fastest = candidates.fastest_ms.get("ttft", 0.0) / 1e3
     result = sweep(resolved, calibration, options,
                    SweepSettings(backend(settings.backend), left, settings.threads, settings.seed,
-                                 settings.pair_screening, settings.resolution, settings.on_point))
+                                 settings.pair_screening, settings.resolution, settings.on_point), fastest)
     front = result.front
     if not front:
         if result.timed_out:
@@ -94,7 +107,8 @@ def solve(resolved: ResolvedScenario, settings: SolveSettings, calibration: Cali
                                         "raise --time-limit")
         raise diagnose.no_deployment(resolved)
     counts = {str(role): len(c) for role, c in candidates.by_role.items()}
-    solved = SolveResult(resolved, settings, front, result, 0.0, counts, options=options, prepare_s=prepare_s)
+    solved = SolveResult(resolved, settings, front, result, 0.0, counts, options=options, prepare_s=prepare_s,
+                         fastest_ttft_s=fastest)
     solved.experts = _expert_placements(resolved, front, settings)
     solved.time_s = time.perf_counter() - start
     return solved

@@ -1,26 +1,37 @@
-"""The Pareto front by epsilon-constraint on TTFT, each step a Dinkelbach loop of deployment MILPs.
+"""The Pareto front by epsilon-constraint on TTFT: at each cap, the best deployment by one MILP (cluster
+accounting) or a Dinkelbach loop of MILPs (used accounting).
 
-Step: maximise tokens/s per GPU subject to TTFT <= eps. The ratio osl X / G is maximised by Dinkelbach's
-method: solve max osl X - q G, set q to the exact ratio of the deployment found, repeat until the MILP
-proves no deployment beats q (objective <= 0 within tolerance). The deployment is then re-evaluated
-with the exact cost model, which gives the point's figures. The next step caps TTFT one grid unit
-below the point's TTFT: 1 us, or `resolution` x TTFT if coarser (then the front is a resolution-
-approximate Pareto set: a skipped point is within that relative TTFT of a kept one with at least its
-throughput). A step that finds the same throughput at a lower TTFT shows the previous point weakly
-dominated, and the final filter drops it (this is the lexicographic second solve: it costs no extra
-MILP because the next step solves it). Stops when no deployment meets the cap.
+A step solves: maximise the ranked throughput subject to TTFT <= eps. Under `cluster` accounting that is
+the deployment's tokens/s (the cluster's GPU count is a constant): one MILP. Under `used` accounting it is
+the ratio osl X / G, maximised by Dinkelbach's method: solve max osl X - q G, set q to the exact ratio of
+the deployment found, repeat until the MILP proves no deployment beats q. Either way the deployment is
+re-evaluated with the exact cost model, which gives the point's figures.
 
-Gaps. If the last MILP of a step stopped on time with bound B on max osl X - q G, then no deployment
-within the cap beats U = q + B / G_min tokens/s per GPU (G_min: the smallest deployment the model holds);
-the point's gap is (U - its tokens/s per GPU) / U.
+A solved cap c with best point (t, v) resolves the TTFT interval [t, c]: every deployment with TTFT in it
+has throughput <= v, so (t, v) covers it. The sweep resolves the range from the top (the TTFT SLO, else
+the best-throughput point's TTFT) down in steps: after a point at t the next cap is t - step, step being
+`resolution` x the top (or 1 us, `exact`). Every exact front point then lies within `step` of TTFT of a
+returned point with at least its throughput: the front's certified resolution.
+
+Anytime order: after the first point, caps at 7/8, 6/8, ... 1/8 of the top are solved first (a coarse
+front over the whole range), then each point's next step, breadth-first. A cap inside a resolved interval
+needs no solve. Stopped by the time limit, the uncovered TTFT ranges are reported: a deployment in a gap
+(a, b) has at most the throughput of the resolved point at b, so the returned front is within b - a of TTFT
+of the exact one there (`SweepResult.coverage`).
+
+Gaps. If a step's last MILP stopped on time with bound B, no deployment within the cap beats
+B / G_cluster (cluster) or q + B / G_min (used; G_min: the smallest deployment the model holds) per GPU;
+the point's gap is (U - its figure) / U.
 """
 
 from __future__ import annotations
 
 import math
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from typing import Literal
 
 from costmodel.calibration import Calibration
 from costmodel.resolve import ResolvedScenario
@@ -29,8 +40,9 @@ from planner.formulation.linear import LinearModel
 from planner.formulation.model import DeploymentModel, InvalidSolution, Selection, build_model
 from planner.formulation.options import DeploymentOptions
 from planner.formulation.pairs import PAIR_LIMIT, PairTable
-from planner.formulation.screening import screen
-from planner.pareto import FrontPoint, non_dominated
+from planner.formulation.screening import screen, screen_cluster
+from planner.formulation.units import UnitTable, selection_of, unit_table
+from planner.pareto import FrontPoint, hypervolume, non_dominated
 from planner.placement import domain_bins, fits
 from planner.solvers import Backend, SolveOptions, SolveReport, SolveStatus
 
@@ -38,6 +50,21 @@ GRID_S = 1e-6  # TTFT grid of the epsilon steps
 RATIO_TOL = 1e-7  # Dinkelbach stops when the MILP cannot beat q by more than this (relative)
 MAX_DINKELBACH = 30  # safeguard; convergence is superlinear, typically 2-4 solves
 SAMPLE_PAIRS = 1_000_000  # pairs of the small-unit table that seeds incumbents on large instances
+AUTO_POINTS = 60  # `auto` resolution: at most 60 points ...
+AUTO_HV_TOL = 5e-4  # ... or the front certified within 0.05% of the exact front's hypervolume
+COARSE_CAPS = 8  # anytime: caps at 7/8 ... 1/8 of the range before the fine steps
+
+Resolution = float | Literal["auto", "exact"]
+Termination = Literal["completed", "time_limit", "backend_error"]
+
+
+def resolution_step(resolution: Resolution) -> float:
+    """The TTFT step as a share of the range (0: exact, 1 us steps)."""
+    if resolution == "exact":
+        return 0.0
+    if resolution == "auto":
+        return 0.0  # no fixed step: windows are bisected by the hypervolume they can hide
+    return float(resolution)
 
 
 @dataclass(frozen=True)
@@ -45,7 +72,35 @@ class SolvedPoint:
     point: FrontPoint
     selection: Selection
     status: SolveStatus
-    gap: float  # relative, on tokens/s per GPU
+    gap: float  # relative, on the ranked tokens/s per GPU
+
+
+@dataclass(frozen=True)
+class Coverage:
+    """What the front certifies. Windows are the TTFT ranges between resolved intervals: a deployment with
+    TTFT in window (a, b) has at most the throughput of the resolved point at b, so it is within b - a of
+    TTFT of a returned point with at least its throughput (`certified_ms`: the widest window), and the
+    hypervolume it could add is at most (b - a) x (that throughput - the best below a)."""
+
+    top_ms: float
+    low_ms: float
+    step_ms: float
+    certified_ms: float
+    hypervolume_ratio_at_least: float  # of the returned front to the exact one (reference: top, 0)
+    uncovered_ms: list[tuple[float, float, float]]  # windows wider than the step: (from, to, throughput bound)
+
+
+@dataclass(frozen=True)
+class Window:
+    low_s: float
+    high_s: float
+    above: float  # throughput of the resolved point at high_s: no point in the window has more
+    below: float  # the best throughput at or below low_s (0: none)
+
+    @property
+    def loss(self) -> float:
+        """Most hypervolume (s x tokens/s per GPU) the window can hide."""
+        return (self.high_s - self.low_s) * max(0.0, self.above - self.below)
 
 
 @dataclass
@@ -53,14 +108,59 @@ class SweepResult:
     points: list[SolvedPoint] = field(default_factory=list)
     reports: list[SolveReport] = field(default_factory=list)
     largest_model: LinearModel | None = None
-    timed_out: bool = False  # stopped early: time limit (or a backend error, listed in `errors`)
+    termination: Termination = "completed"
     errors: list[str] = field(default_factory=list)
     first_feasible_s: float | None = None
+    resolved: list[tuple[float, float]] = field(default_factory=list)  # (point TTFT, cap) in s
+    floor_s: float = 0.0  # no deployment has a TTFT at or below this (an infeasible cap)
+    top_s: float = 0.0
+    step_s: float = 0.0
+
+    @property
+    def timed_out(self) -> bool:
+        return self.termination != "completed"
 
     @property
     def front(self) -> list[SolvedPoint]:
+        """The non-dominated points, each once (caps of the coarse pass and the steps can find the same one)."""
         kept = {id(p) for p in non_dominated([s.point for s in self.points])}
-        return [s for s in sorted(self.points, key=lambda s: s.point.sort_key()) if id(s.point) in kept]
+        front: list[SolvedPoint] = []
+        for solved in sorted(self.points, key=lambda s: s.point.sort_key()):
+            if id(solved.point) in kept:
+                kept.discard(id(solved.point))
+                front.append(solved)
+        return front
+
+    def windows(self, fastest_s: float) -> list[Window]:
+        """The TTFT ranges between resolved intervals, above `fastest_s` (no deployment is faster)."""
+        low = max(self.floor_s, fastest_s)
+        spans = sorted((t, c) for t, c in self.resolved if c > low)
+        values = sorted((s.point.ttft_ms / 1e3, s.point.tokens_per_s_per_gpu) for s in self.points)
+        result, edge = [], low
+        for t, c in spans:
+            if t - edge > GRID_S * 1e-3:
+                above = max(v for time_s, v in values if time_s <= t * (1 + 1e-12))
+                below = max((v for time_s, v in values if time_s <= edge), default=0.0)
+                result.append(Window(edge, t, above, below))
+            edge = max(edge, c)
+        return result
+
+    def hypervolume_s(self) -> float:
+        """Hypervolume of the front up to TTFT `top_s` (s x tokens/s per GPU)."""
+        return hypervolume([s.point for s in self.front], self.top_s * 1e3) / 1e3
+
+    def coverage(self, fastest_s: float) -> Coverage | None:
+        if not self.points:
+            return None
+        windows = self.windows(fastest_s)
+        volume = self.hypervolume_s()
+        loss = sum(w.loss for w in windows)
+        ratio = volume / (volume + loss) if volume + loss > 0 else 1.0
+        certified = max([self.step_s] + [w.high_s - w.low_s for w in windows])
+        wide = [(w.low_s * 1e3, w.high_s * 1e3, w.above) for w in windows
+                if w.high_s - w.low_s > self.step_s * (1 + 1e-6) + GRID_S]
+        return Coverage(self.top_s * 1e3, max(self.floor_s, fastest_s) * 1e3, self.step_s * 1e3, certified * 1e3,
+                        ratio, wide)
 
 
 @dataclass(frozen=True)
@@ -70,20 +170,28 @@ class SweepSettings:
     threads: int = 1
     seed: int = 0
     pair_screening: bool = True
-    resolution: float = 0.0  # relative TTFT step between front points; 0: every point (1 us grid)
+    resolution: Resolution = "auto"
     on_point: Callable[[SolvedPoint, int], None] | None = None  # progress: each point found, and the count
 
 
 class _Sweeper:
     def __init__(self, resolved: ResolvedScenario, calibration: Calibration, options: DeploymentOptions,
-                 settings: SweepSettings) -> None:
+                 settings: SweepSettings, fastest_s: float = 0.0) -> None:
         self.resolved, self.calibration, self.options, self.settings = resolved, calibration, options, settings
+        self.options_fastest_s = fastest_s
         self.deadline = time.perf_counter() + settings.time_limit_s
         self.start = time.perf_counter()
         self.result = SweepResult()
         self.first_cap = self._first_cap()
-        self.pairs = self._pair_table() if settings.pair_screening else None
-        self.sample = self._sample_table() if settings.pair_screening and self.pairs is None else None
+        self.cluster = resolved.scenario.search.gpu_accounting == "cluster"
+        self.units: UnitTable | None = None
+        self.pairs: PairTable | None = None
+        self.sample: PairTable | None = None
+        if self.cluster:
+            self.units = unit_table(options, self.first_cap)
+        elif settings.pair_screening:
+            self.pairs = self._pair_table()
+            self.sample = self._sample_table() if self.pairs is None else None
 
     def _sample_table(self) -> PairTable | None:
         """Too many pairs for the table: a table of small units (the fewest instances per pool that keep
@@ -110,44 +218,104 @@ class _Sweeper:
         return PairTable(self.options, everything.prefill, everything.decode)
 
     def run(self) -> SweepResult:
-        eps, q = self.first_cap, 0.0
-        previous: Selection | None = None
-        while True:
-            solved = self._best_within(eps, q, self._incumbent(eps, previous))
-            if solved is None:
-                return self.result
-            self.result.points.append(solved)
-            if self.settings.on_point is not None:
-                self.settings.on_point(solved, len(self.result.points))
-            if self.result.first_feasible_s is None:
-                self.result.first_feasible_s = time.perf_counter() - self.start
-            if self.result.timed_out:
-                return self.result
-            eps = self._next_cap(solved.point.ttft_ms / 1e3)
-            q, previous = solved.point.tokens_per_s_per_gpu, solved.selection
+        first = self._solve_cap(self.first_cap, None)
+        if first is None:
+            return self.result
+        top = self.first_cap if self.first_cap is not None else first.point.ttft_ms / 1e3
+        self.result.top_s = top
+        if self.settings.resolution != "auto":
+            self.result.step_s = max(GRID_S, resolution_step(self.settings.resolution) * top)
+        coarse = [top * j / COARSE_CAPS for j in range(COARSE_CAPS - 1, 0, -1)]
+        queue = deque(cap for cap in coarse if cap < first.point.ttft_ms / 1e3)
+        if self.settings.resolution != "auto":
+            queue.append(self._next_cap(first))
+        previous = first.selection
+        while queue and not self.result.timed_out:
+            cap = queue.popleft()
+            if self._covered(cap):
+                continue
+            solved = self._solve_cap(cap, previous)
+            if solved is not None:
+                previous = solved.selection
+                if self.settings.resolution != "auto":
+                    queue.append(self._next_cap(solved))
+        if self.settings.resolution == "auto":
+            self._refine(previous)
+        return self.result
 
-    def _next_cap(self, ttft_s: float) -> float:
-        """One grid step below the point's TTFT: 1 us, or the front resolution (relative) if coarser."""
-        step = max(GRID_S, ttft_s * self.settings.resolution)
-        return math.ceil(ttft_s / GRID_S - 1e-6) * GRID_S - step
+    def _refine(self, previous: Selection) -> None:
+        """`auto` resolution: bisect the window that can hide the most hypervolume until the front is
+        certified within AUTO_HV_TOL of the exact one's hypervolume, or holds AUTO_POINTS points."""
+        fastest = self.options_fastest_s
+        for _ in range(4 * AUTO_POINTS):
+            if self.result.timed_out or len(self.result.front) >= AUTO_POINTS:
+                return
+            windows = [w for w in self.result.windows(fastest) if w.high_s - w.low_s > 2 * GRID_S]
+            loss = sum(w.loss for w in windows)
+            if not windows or loss <= AUTO_HV_TOL * self.result.hypervolume_s():
+                return
+            widest = max(windows, key=lambda w: w.loss)
+            cap = math.floor((widest.low_s + widest.high_s) / 2 / GRID_S) * GRID_S
+            solved = self._solve_cap(max(cap, widest.low_s + GRID_S), previous)
+            if solved is not None:
+                previous = solved.selection
+
+    def _next_cap(self, solved: SolvedPoint) -> float:
+        """One step below the point's TTFT (on the 1 us grid)."""
+        ttft_s = solved.point.ttft_ms / 1e3
+        return math.ceil(ttft_s / GRID_S - 1e-6) * GRID_S - self.result.step_s
+
+    def _covered(self, cap: float) -> bool:
+        """No new point can come from this cap: it is at or below the floor, or inside a resolved interval."""
+        if cap <= self.result.floor_s:
+            return True
+        return any(t - GRID_S * 1e-3 <= cap <= c for t, c in self.result.resolved)
+
+    def _solve_cap(self, eps: float | None, previous: Selection | None) -> SolvedPoint | None:
+        """The best deployment within the cap, recorded (None when none exists or time ran out)."""
+        incumbent = self._incumbent(eps, previous)
+        solved = self._cluster_best(eps, incumbent) if self.cluster else self._best_within(eps, 0.0, incumbent)
+        if solved is None:
+            if not self.result.timed_out and eps is not None:
+                self.result.floor_s = max(self.result.floor_s, eps)
+            return None
+        self.result.points.append(solved)
+        if solved.status == SolveStatus.OPTIMAL:  # proven: nothing within the cap beats it
+            self.result.resolved.append((solved.point.ttft_ms / 1e3, math.inf if eps is None else eps))
+        if self.settings.on_point is not None:
+            self.settings.on_point(solved, len(self.result.points))
+        if self.result.first_feasible_s is None:
+            self.result.first_feasible_s = time.perf_counter() - self.start
+        return solved
 
     def _incumbent(self, eps: float | None, previous: Selection | None) -> SolvedPoint | None:
-        """A good deployment within the cap to start Dinkelbach from (and hint): the best aggregated
-        one, and the best configuration pair by closed-form figures: of the pair table (or, on large
-        instances, of the small-unit table and of every count of the previous point's two candidates)."""
-        screened = screen(self.options, eps, 0.0, False)
-        found = [SolvedPoint(m.point, Selection(mixed=m), SolveStatus.FEASIBLE, math.inf) for m in screened.mixed]
+        """A good deployment within the cap to start from (and hint): the best aggregated one, and the best
+        disaggregated one by closed-form figures (cluster: the unit table's best within the cap; used: the
+        pair table's, or the small-unit table's and every count of the previous point's two candidates)."""
+        mixed = [m for m in self.options.mixed if eps is None or m.point.ttft_ms / 1e3 <= eps]
+        found = [SolvedPoint(m.point, Selection(mixed=m), SolveStatus.FEASIBLE, math.inf) for m in mixed]
+        for selection in self._closed_form_picks(eps, previous):
+            point = self._point(selection, eps)
+            if point is not None:
+                found.append(SolvedPoint(point, selection, SolveStatus.FEASIBLE, math.inf))
+        return max(found, key=lambda s: s.point.tokens_per_s_per_gpu, default=None)
+
+    def _closed_form_picks(self, eps: float | None, previous: Selection | None) -> list[Selection]:
+        if self.cluster:
+            entry = None if self.units is None else self.units.best_within(eps)
+            if entry is None or self.units is None:
+                return []
+            p, count_p, d, count_d = selection_of(self.units, self.options, entry)
+            return [Selection(prefill=p, prefills=count_p, decode=d, decodes=count_d)]
+        picks = []
         tables = [self.pairs] if self.pairs is not None else [self.sample, self._neighbours(previous)]
         for table in tables:
             where = table.best_ratio(eps) if table is not None else None
             if table is None or where is None:
                 continue
             (p, count_p), (d, count_d) = table.arrays.prefill[where[0]], table.arrays.decode[where[1]]
-            selection = Selection(prefill=p, prefills=count_p, decode=d, decodes=count_d)
-            point = self._point(selection, eps)
-            if point is not None:
-                found.append(SolvedPoint(point, selection, SolveStatus.FEASIBLE, math.inf))
-        return max(found, key=lambda s: s.point.tokens_per_s_per_gpu, default=None)
+            picks.append(Selection(prefill=p, prefills=count_p, decode=d, decodes=count_d))
+        return picks
 
     def _neighbours(self, previous: Selection | None) -> PairTable | None:
         if previous is None or previous.prefill is None or previous.decode is None:
@@ -155,23 +323,57 @@ class _Sweeper:
         p, d = previous.prefill, previous.decode
         return PairTable(self.options, [(p, n) for n in range(1, p.most + 1)], [(d, n) for n in range(1, d.most + 1)])
 
-    def _best_within(self, eps: float | None, q: float, incumbent: SolvedPoint | None) -> SolvedPoint | None:
-        """The best deployment with TTFT <= eps (None when there is none or time ran out first).
+    def _cluster_best(self, eps: float | None, incumbent: SolvedPoint | None) -> SolvedPoint | None:
+        """Cluster accounting: one MILP maximising the deployment's tokens/s within the cap, over the
+        configurations that may beat the incumbent (`screen_cluster`); a solution that does not pack is
+        cut off and the MILP solved again."""
+        target = 0.0 if incumbent is None else incumbent.point.tokens_per_s
+        screened = screen_cluster(self.options, self.units, eps, target)
+        dm = build_model(self.options, eps, 0.0, screened=screened)
+        self._note_size(dm)
+        if incumbent is not None:
+            dm.hint(incumbent.selection)
+        best = incumbent
+        while True:
+            report = self._solve(dm)
+            if not report.status.has_solution:
+                return self._no_better(best, report)
+            try:
+                solved = self._exact(dm, report, eps)
+            except InvalidSolution as exc:
+                return self._backend_error(best, str(exc))
+            if solved is None:
+                dm.exclude(dm.selection(report.values))
+                continue
+            if best is None or solved.point.tokens_per_s > best.point.tokens_per_s:
+                best = solved
+            if report.status == SolveStatus.OPTIMAL:
+                return replace(best, status=SolveStatus.OPTIMAL, gap=0.0)
+            self.result.termination = "time_limit"
+            bound = max(report.bound, best.point.tokens_per_s) / self.resolved.gpus
+            return replace(best, status=SolveStatus.FEASIBLE,
+                           gap=max(0.0, bound - best.point.tokens_per_s_per_gpu) / bound)
 
-        Dinkelbach: q starts at the incumbent's exact ratio (or, without one, at the previous point's,
-        which is above this step's optimum); once q is the exact ratio of a deployment within the cap,
-        the MILP's optimum is >= 0, and a proof that it is ~0 proves q optimal."""
+    def _note_size(self, dm: DeploymentModel) -> None:
+        if self.result.largest_model is None or len(dm.model.variables) > len(self.result.largest_model.variables):
+            self.result.largest_model = dm.model
+
+    def _best_within(self, eps: float | None, q: float, incumbent: SolvedPoint | None) -> SolvedPoint | None:
+        """Used accounting: the best deployment with TTFT <= eps (None when there is none or time ran out
+        first), by Dinkelbach: q starts at the incumbent's exact ratio; once q is the exact ratio of a
+        deployment within the cap, the MILP's optimum is >= 0, and a proof that it is ~0 proves q optimal."""
         best = incumbent
         excluded: list[Selection] = []
         q_feasible = incumbent is not None
         if incumbent is not None:
             q = incumbent.point.tokens_per_s_per_gpu
+        report: SolveReport | None = None
+        dm: DeploymentModel | None = None
         for _ in range(MAX_DINKELBACH):
             dm = build_model(self.options, eps, q, q_feasible, self.pairs, self.settings.pair_screening)
             for selection in excluded:
                 dm.exclude(selection)
-            if self.result.largest_model is None or len(dm.model.variables) > len(self.result.largest_model.variables):
-                self.result.largest_model = dm.model
+            self._note_size(dm)
             if best is not None:
                 dm.hint(best.selection)
             report = self._solve(dm)
@@ -180,9 +382,7 @@ class _Sweeper:
             try:
                 solved = self._exact(dm, report, eps)
             except InvalidSolution as exc:  # stop here with what is proven so far; say so
-                self.result.errors.append(f"{self.settings.backend.name}: {exc}")
-                self.result.timed_out = True
-                return None if best is None else replace(best, status=SolveStatus.FEASIBLE, gap=math.inf)
+                return self._backend_error(best, str(exc))
             if solved is None:
                 excluded.append(dm.selection(report.values))
                 continue
@@ -192,17 +392,32 @@ class _Sweeper:
                                or report.status == SolveStatus.FEASIBLE):
                 return self._finish(best, report, q, dm)
             q, q_feasible = best.point.tokens_per_s_per_gpu, True
-        return best
+        if best is None or report is None or dm is None:
+            return best
+        # iterations ran out without a proof: the last MILP's bound still caps what could beat q
+        unproven = replace(report, status=SolveStatus.FEASIBLE)
+        return self._finish(best, unproven, q, dm)
 
     def _no_better(self, best: SolvedPoint | None, report: SolveReport) -> SolvedPoint | None:
         """The MILP found nothing: within the cap no deployment (or none beating the incumbent, whose
         configurations the screening keeps) exists, or time ran out, or the backend failed."""
         if report.status == SolveStatus.ERROR:
-            self.result.errors.append(f"{self.settings.backend.name}: {report.message}")
+            return self._backend_error(best, report.message)
         if report.status != SolveStatus.INFEASIBLE:
-            self.result.timed_out = True
-            return None if best is None else replace(best, status=SolveStatus.FEASIBLE, gap=math.inf)
+            self.result.termination = "time_limit"
+            return None if best is None else replace(best, status=SolveStatus.FEASIBLE, gap=self._unknown_gap(best))
         return None if best is None else replace(best, status=SolveStatus.OPTIMAL, gap=0.0)
+
+    def _backend_error(self, best: SolvedPoint | None, message: str) -> SolvedPoint | None:
+        self.result.errors.append(f"{self.settings.backend.name}: {message}")
+        self.result.termination = "backend_error"
+        return None if best is None else replace(best, status=SolveStatus.FEASIBLE, gap=self._unknown_gap(best))
+
+    @staticmethod
+    def _unknown_gap(best: SolvedPoint) -> float:
+        """The MILP stopped (time limit, backend error) with no bound: nothing is proven about what beats
+        this point, a gap of 1 (100%), stated as a number rather than left out."""
+        return 1.0
 
     def _finish(self, best: SolvedPoint, report: SolveReport, q: float, dm: DeploymentModel) -> SolvedPoint:
         """Optimal, or (time limit) feasible with the relative gap (bound - best) / bound, where a
@@ -210,7 +425,7 @@ class _Sweeper:
         ratio exceeds q + B / G_min (G_min: the smallest deployment left in the model)."""
         if report.status == SolveStatus.OPTIMAL:
             return replace(best, status=SolveStatus.OPTIMAL, gap=0.0)
-        self.result.timed_out = True  # the backend stopped on its time limit: all time is spent
+        self.result.termination = "time_limit"
         bound = q + max(0.0, report.bound) / dm.fewest_gpus()
         gap = max(0.0, bound - best.point.tokens_per_s_per_gpu) / bound
         return replace(best, status=SolveStatus.FEASIBLE, gap=gap)
@@ -247,5 +462,6 @@ class _Sweeper:
 
 
 def sweep(resolved: ResolvedScenario, calibration: Calibration, options: DeploymentOptions,
-          settings: SweepSettings) -> SweepResult:
-    return _Sweeper(resolved, calibration, options, settings).run()
+          settings: SweepSettings, fastest_s: float = 0.0) -> SweepResult:
+    """The front (`fastest_s`: no deployment has a lower TTFT, where the coverage starts)."""
+    return _Sweeper(resolved, calibration, options, settings, fastest_s).run()

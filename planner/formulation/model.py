@@ -40,7 +40,7 @@ from typing import Generic, TypeVar
 from planner.formulation.linear import Expr, LinearModel, add_expr
 from planner.formulation.options import DecodeOption, DeploymentOptions, MixedOption, PrefillOption
 from planner.formulation.pairs import PairTable
-from planner.formulation.screening import screen
+from planner.formulation.screening import Screened, screen
 
 RATE_STEPS = 2**20  # CP-SAT resolution of rates and utilisation: 1e-6 of their range
 
@@ -161,16 +161,20 @@ class _Group:
 
 
 def build_model(options: DeploymentOptions, eps_s: float | None, q: float, q_feasible: bool = False,
-                pairs: PairTable | None = None, pair_bound: bool = False) -> DeploymentModel:
+                pairs: PairTable | None = None, pair_bound: bool = False,
+                screened: Screened | None = None) -> DeploymentModel:
     """The MILP of the module docstring at TTFT cap `eps_s` (None: no cap) and ratio `q`; `q_feasible`
-    says that q is the exact ratio of a deployment within the cap (it allows bound screening)."""
+    says that q is the exact ratio of a deployment within the cap (it allows bound screening). With
+    `screened`, the configurations are those (cluster accounting screens them with `screen_cluster`);
+    q = 0 then makes the objective the deployment's tokens/s."""
     dm = DeploymentModel(LinearModel())
-    screened = screen(options, eps_s, q, q_feasible, pairs, pair_bound)
+    if screened is None:
+        screened = screen(options, eps_s, q, q_feasible, pairs, pair_bound)
     model = dm.model
     for index, option in enumerate(screened.mixed):
         var = model.binary(f"mixed{index}", "choice")
         dm.mixed.append((var, option))
-        model.objective[var] = option.point.gpus * (option.point.tokens_per_s_per_gpu - q)
+        model.objective[var] = option.point.tokens_per_s - q * option.point.gpus
     one: Expr = {var: 1.0 for var, _ in dm.mixed}
     structures: list[tuple[int, list[_Group]]] = []
     if screened.prefill and screened.decode:

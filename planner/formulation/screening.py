@@ -29,6 +29,7 @@ import numpy as np
 
 from planner.formulation.options import DecodeOption, DeploymentOptions, MixedOption, PrefillOption
 from planner.formulation.pairs import ConfigArrays, PairTable, pair_figures, transfer_matrix
+from planner.formulation.units import UnitTable
 
 BOUND_TOL = 1e-9  # relative: keep configurations that tie with the incumbent
 EPS_TOL = 1e-12  # relative slack of the TTFT screens: sums in another order differ in the last bits
@@ -199,7 +200,7 @@ def _bounded(options: DeploymentOptions, prefill: list[tuple[PrefillOption, int]
 
 def _split_bounded(options: DeploymentOptions, first: list[tuple[PrefillOption, int]],
                    midfill: list[tuple[PrefillOption, int]], table: _DecodeTable, alive: np.ndarray,
-                   q: float) -> np.ndarray:
+                   q: float, target: float = 0.0) -> np.ndarray:
     """Decode configurations that may beat q with a separate midfill pool: osl X - q (G_z + G_fill) at
     its most optimistic, X <= min(C / (shortest fill and transfer + Z), largest split capacity) and the
     fill pools holding at least the fewest GPUs of each, or gamma X GPUs (gamma: fewest GPU-seconds per
@@ -218,13 +219,13 @@ def _split_bounded(options: DeploymentOptions, first: list[tuple[PrefillOption, 
     knee = np.minimum(rate, fewest / gamma)
     best = np.maximum(*(osl * x - q * (gpus_z + np.maximum(fewest, gamma * x)) for x in (rate, knee)))
     survivors = np.zeros_like(alive)
-    survivors[index[best >= -BOUND_TOL * q * gpus_z]] = True
+    survivors[index[best >= target - BOUND_TOL * (q * gpus_z + target)]] = True
     return survivors
 
 
 def _split_pair_bounded(options: DeploymentOptions, first: list[tuple[PrefillOption, int]],
                         midfill: list[tuple[PrefillOption, int]], table: _DecodeTable, alive: np.ndarray,
-                        eps_s: float | None, q: float, q_feasible: bool
+                        eps_s: float | None, q: float, q_feasible: bool, target: float = 0.0
                         ) -> tuple[list[tuple[PrefillOption, int]], list[tuple[PrefillOption, int]], np.ndarray]:
     """Exact-figure bounds for the separate-midfill structure, pair by pair (`_optimistic_split_pairs`): a
     configuration, or a decode configuration, with no optimistic pair within the cap (and, with q, reaching
@@ -235,7 +236,7 @@ def _split_pair_bounded(options: DeploymentOptions, first: list[tuple[PrefillOpt
     for pairs in _optimistic_split_pairs(options, first, midfill, table, index):
         ok = pairs.within(options, eps_s)
         if q_feasible:
-            ok &= pairs.may_beat(float(options.output_tokens), q)
+            ok &= pairs.may_beat(float(options.output_tokens), q, target)
         kept.append([y for y, k in zip(pairs.items, np.asarray(ok.any(axis=1)), strict=True) if k])
         keep_z |= ok.any(axis=0)
     survivors = np.zeros_like(alive)
@@ -265,11 +266,12 @@ class _OptimisticPairs:
         cap = np.inf if eps_s is None else eps_s * (1 + PAIR_TOL)
         return np.asarray((self.ttft <= cap) & (self.base + self.floor <= options.domains.gpus))
 
-    def may_beat(self, osl: float, q: float) -> np.ndarray:
-        """osl x - q G(x) can reach 0 for some x up to the rate bound (checked at the bound and the knee)."""
+    def may_beat(self, osl: float, q: float, target: float = 0.0) -> np.ndarray:
+        """osl x - q G(x) can reach `target` for some x up to the rate bound (checked at the bound and the
+        knee); target 0 with the Dinkelbach q, or the incumbent's tokens/s with q = 0 (cluster accounting)."""
         knee = np.minimum(self.rate, self.floor / self.per_rate if self.per_rate > 0 else np.inf)
         best = np.maximum(*(osl * x - q * self.gpus(x) for x in (self.rate, knee)))
-        return np.asarray(best >= -PAIR_TOL * q * self.gpus(self.rate))
+        return np.asarray(best >= target - PAIR_TOL * (q * self.gpus(self.rate) + target))
 
     def best_ratio(self, options: DeploymentOptions, ok: np.ndarray) -> float:
         """Most tokens/s per GPU among the pairs in `ok` (the ratio grows with x; x stops where the
@@ -335,3 +337,50 @@ def _pair_bounded(pairs: PairTable, prefill: list[tuple[PrefillOption, int]],
     keep_y, keep_z = pairs.keep(eps_s, q, PAIR_TOL)
     return ([(p, n) for p, n in prefill if keep_y[pairs.index_y[(id(p), n)]]],
             [(d, n) for d, n in decode if keep_z[pairs.index_z[(id(d), n)]]])
+
+
+def screen_cluster(options: DeploymentOptions, units: UnitTable | None, eps_s: float | None,
+                   target: float) -> Screened:
+    """Configurations for the cluster-accounting MILP at cap `eps_s` (objective: tokens/s, q = 0), given
+    an incumbent of `target` tokens/s within the cap. Safe: an aggregated option below the target, or a
+    shared-structure configuration in no triple of the unit table that reaches it within the cap, is in
+    no deployment that beats the incumbent (`planner.formulation.units`: every (p, P, d, D) is matched by
+    (p, P_max, d, D)); the separate-midfill structure keeps what its optimistic bounds cannot rule out."""
+    osl = float(options.output_tokens)
+    mixed = [m for m in options.mixed if (eps_s is None or m.point.ttft_ms / 1e3 <= eps_s)
+             and m.point.tokens_per_s >= target * (1 - BOUND_TOL)]
+    if not options.disaggregated:
+        return Screened(mixed, [], [])
+    prefill: dict[tuple[int, int], tuple[PrefillOption, int]] = {}
+    decode: dict[tuple[int, int], tuple[DecodeOption, int]] = {}
+    if units is not None:
+        for i in units.near_best(eps_s, PAIR_TOL):
+            if osl * float(units.rate[i]) >= target * (1 - PAIR_TOL):
+                p, count_p = int(units.prefill[i]), int(units.prefills[i])
+                d, count_d = int(units.decode[i]), int(units.decodes[i])
+                prefill[(p, count_p)] = (options.prefill[p], count_p)
+                decode[(d, count_d)] = (options.decode[d], count_d)
+    room = options.domains.gpus - min(d.gpus for d in options.decode)
+    first, midfill = _split_configs(options, eps_s, room)
+    if midfill:
+        table = _decode_table(options)
+        fewest = min(p.gpus for p, _ in first) + min(p.gpus for p, _ in midfill)
+        alive = table.gpus <= options.domains.gpus - fewest
+        if eps_s is not None:
+            alive &= table.fastest <= eps_s * (1 + 1e-9)
+        split = _split_bounded(options, first, midfill, table, alive, 0.0, target) if alive.any() else alive
+        if split.any() and (len(first) + len(midfill)) * int(split.sum()) <= DYNAMIC_PAIRS:
+            first, midfill, split = _split_pair_bounded(options, first, midfill, table, split, eps_s, 0.0, True,
+                                                        target)
+        if split.any():
+            position = {id(d): i for i, d in enumerate(options.decode)}
+            for i in np.flatnonzero(split):
+                option, count = table.configs[i]
+                decode.setdefault((position[id(option)], count), (option, count))
+        else:
+            first, midfill = [], []
+    ordered = [decode[key] for key in sorted(decode)]
+    shared = [prefill[key] for key in sorted(prefill)]
+    if not ordered or (not shared and not midfill):
+        return Screened(mixed, [], [])
+    return Screened(mixed, shared, ordered, first, midfill)

@@ -1,0 +1,186 @@
+"""Cluster accounting: every disaggregated deployment of one prefill and one decode pool, in closed form.
+
+Under `cluster` GPU accounting the ranked figure is the deployment's tokens/s over the cluster's GPUs, a
+constant: maximising it is maximising the rate X. For a prefill candidate p, a decode candidate d and D
+decode instances, more prefill instances never lower X nor raise TTFT: X = min(cap, C / (A + k (C - 1) /
+(2 cap))) grows with cap = P mu_p, the wait at the prefill pool max(t_p, C / cap - E, t_p + k (C - 1) /
+(2 cap)) shrinks, and a pool sized for part of its rate admits tier_load x cap, which grows too
+(`costmodel.serving.split_serving`). So the most prefill instances that fit beside the decode pool,
+P_max(p, d, D), dominate every smaller count: the space collapses from (p, P, d, D) to (p, d, D), which
+at 64 racks is about 14 M triples, computed here in numpy blocks with the same closed form as the cost
+model (`pairs.pair_figures`, tested equal).
+
+P_max comes from the MILP's packing rows (`model._define_packing`), exact when instance sizes divide each
+other (powers of two); otherwise each triple's count is lowered until the exact packer accepts it.
+
+The table keeps, per block, only the triples that no other triple of the block beats in both TTFT and
+rate (with a relative tolerance, so near-ties stay), then the same over the survivors: what remains is
+the front of the disaggregated space (fattened by the tolerance), from which the sweep takes its
+incumbents and the MILP its configurations at each TTFT cap.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from planner.formulation.options import DecodeOption, DeploymentOptions, Domains, PrefillOption
+from planner.formulation.pairs import pair_figures
+from planner.placement import fits
+
+KEEP_TOL = 1e-6  # relative: triples within this of the block's best rate at their TTFT are kept
+BLOCK = 2_000_000  # triples per numpy block (memory: ~10 arrays of this many float64)
+
+
+@dataclass(frozen=True)
+class UnitTable:
+    """The disaggregated front of `options` under cluster accounting, as arrays sorted by TTFT: per entry
+    the TTFT (s), the rate (requests/s), the prefill option and count, the decode option and count."""
+
+    ttft: np.ndarray
+    rate: np.ndarray
+    prefill: np.ndarray  # index into options.prefill
+    prefills: np.ndarray
+    decode: np.ndarray  # index into options.decode
+    decodes: np.ndarray
+    best_rate: np.ndarray  # running maximum of `rate` along TTFT: the best within each entry's TTFT
+
+    def best_within(self, eps_s: float | None) -> int | None:
+        """Index of the highest-rate entry with TTFT <= eps (None when none is within it)."""
+        end = len(self.ttft) if eps_s is None else int(np.searchsorted(self.ttft, eps_s * (1 + 1e-12), "right"))
+        if end == 0:
+            return None
+        return int(np.argmax(self.rate[:end]))
+
+    def near_best(self, eps_s: float | None, tol: float) -> np.ndarray:
+        """Indices of entries within the cap whose rate is within `tol` (relative) of the best there."""
+        end = len(self.ttft) if eps_s is None else int(np.searchsorted(self.ttft, eps_s * (1 + 1e-12), "right"))
+        if end == 0:
+            return np.zeros(0, dtype=int)
+        best = float(self.best_rate[end - 1])
+        return np.flatnonzero(self.rate[:end] >= best * (1 - tol))
+
+
+def unit_table(options: DeploymentOptions, first_cap_s: float | None) -> UnitTable | None:
+    """The table of `options`' shared structure within the first TTFT cap (None without one)."""
+    if not options.prefill or not options.decode:
+        return None
+    prefill = list(options.prefill)
+    divisible = _divisible([p.gpus for p in prefill] + [d.gpus for d in options.decode], options.domains)
+    parts = [_block(options, prefill, index, d, first_cap_s, divisible) for index, d in enumerate(options.decode)]
+    kept = [part for part in parts if part is not None]
+    if not kept:
+        return None
+    columns = [np.concatenate([part[i] for part in kept]) for i in range(6)]
+    keep = _front_mask(columns[0], columns[1])
+    ttft, rate, p, count_p, d, count_d = (column[keep] for column in columns)
+    return UnitTable(ttft, rate, p, count_p, d, count_d, np.maximum.accumulate(rate))
+
+
+def _block(options: DeploymentOptions, prefill: list[PrefillOption], index: int, decode: DecodeOption,
+           cap_s: float | None, divisible: bool) -> tuple[np.ndarray, ...] | None:
+    """The triples of one decode option: every prefill option x every decode count, at P_max."""
+    smallest = min(p.gpus for p in prefill)
+    counts = np.arange(1, decode.most + 1)
+    counts = counts[counts * decode.gpus <= options.domains.gpus - smallest]
+    if counts.size == 0:
+        return None
+    gpus_p = np.array([p.gpus for p in prefill])
+    most_p = np.array([p.most for p in prefill])
+    count_p = np.minimum(most_p[:, None], _most_beside(gpus_p, decode.gpus, counts, options.domains))
+    if not divisible:
+        count_p = _packed_counts(gpus_p, decode.gpus, counts, count_p, options.domains)
+    cap = np.array([p.capacity for p in prefill])[:, None] * count_p
+    fill = np.array([p.fill_s for p in prefill])[:, None]
+    load = np.array([p.load for p in prefill])[:, None]
+    transfer = np.array([options.kv_transfer_s[(p.gpus, decode.gpus)] for p in prefill])[:, None]
+    conc = (decode.slots * counts)[None, :].astype(float)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ttft, rate = pair_figures(np.where(count_p >= 1, cap, np.nan), fill, transfer, conc,
+                                  np.full_like(conc, decode.decoding_s), options.cohort_fraction,
+                                  load if (load < 1.0).any() else None)
+    ok = (count_p >= 1) & np.isfinite(ttft)
+    if cap_s is not None:
+        ok &= ttft <= cap_s * (1 + 1e-12)
+    if not ok.any():
+        return None
+    rows, cols = np.nonzero(ok)
+    ttft_k, rate_k = ttft[rows, cols], np.asarray(rate, dtype=float)[rows, cols]
+    keep = _front_mask(ttft_k, rate_k)
+    rows, cols = rows[keep], cols[keep]
+    return (ttft_k[keep], rate_k[keep], rows, count_p[rows, cols], np.full(rows.size, index), counts[cols])
+
+
+def _front_mask(ttft: np.ndarray, rate: np.ndarray) -> np.ndarray:
+    """Entries no faster-or-equal entry beats by more than KEEP_TOL in rate, as a mask in TTFT order
+    (the arrays are returned sorted by TTFT by the caller's indexing)."""
+    order = np.lexsort((-rate, ttft))
+    sorted_rate = rate[order]
+    before = np.concatenate(([-np.inf], np.maximum.accumulate(sorted_rate)[:-1]))
+    keep = sorted_rate >= before * (1 - KEEP_TOL)
+    return np.asarray(order[keep])
+
+
+def _most_beside(size_p: np.ndarray, size_d: int, counts: np.ndarray, domains: Domains) -> np.ndarray:
+    """Most prefill instances of each size in `size_p` (rows) beside `counts` decode instances of `size_d`
+    (columns), by the packing rows: instances larger than a domain take whole domains; for every size s
+    up to a domain, the GPUs of instances of size >= s fit the domains' multiples of s."""
+    result = np.empty((size_p.size, counts.size), dtype=np.int64)
+    for row, size in enumerate(size_p):
+        result[row] = _most_of_size(int(size), size_d, counts, domains)
+    return result
+
+
+def _most_of_size(size: int, size_d: int, counts: np.ndarray, domains: Domains) -> np.ndarray:
+    span_p, span_d = -(-size // domains.size), -(-size_d // domains.size)
+    wide_d = counts * span_d if size_d > domains.size else np.zeros_like(counts)
+    limits = []
+    if size > domains.size:  # whole domains, beside the decode pool's whole domains
+        limits.append((domains.full - wide_d) // span_p)
+    for s in sorted({x for x in (size, size_d) if x <= domains.size}):
+        per_domain = domains.size // s * s
+        room = per_domain * domains.full + domains.rest // s * s
+        used = counts * size_d if s <= size_d <= domains.size else np.zeros_like(counts)
+        used = used + wide_d * per_domain
+        if size > domains.size:
+            limits.append((room - used) // (span_p * per_domain))
+        elif size >= s:
+            limits.append((room - used) // size)
+    bound = np.min(np.stack(limits), axis=0) if limits else np.zeros_like(counts)
+    fits_d = _decode_fits(size_d, counts, domains)
+    return np.where(fits_d, np.maximum(bound, 0), 0)
+
+
+def _decode_fits(size_d: int, counts: np.ndarray, domains: Domains) -> np.ndarray:
+    if size_d > domains.size:
+        return np.asarray(counts * -(-size_d // domains.size) <= domains.full)
+    per_domain = domains.size // size_d * size_d
+    return np.asarray(counts * size_d <= per_domain * domains.full + domains.rest // size_d * size_d)
+
+
+def _divisible(sizes: list[int], domains: Domains) -> bool:
+    """Whether the packing rows are exact: sizes that divide each other (and, for instances wider than a
+    domain, whole numbers of domains)."""
+    distinct = sorted(set(sizes))
+    return all(b % a == 0 for i, a in enumerate(distinct) for b in distinct[i:])
+
+
+def _packed_counts(size_p: np.ndarray, size_d: int, counts: np.ndarray, count_p: np.ndarray,
+                   domains: Domains) -> np.ndarray:
+    """Sizes that do not divide each other: lower each count until the exact packer accepts it."""
+    bins = (domains.size,) * domains.full + ((domains.rest,) if domains.rest else ())
+    result = count_p.copy()
+    for row, size in enumerate(size_p):
+        for col, count_d in enumerate(counts):
+            n = int(result[row, col])
+            while n >= 1 and not fits([(int(size), n), (size_d, int(count_d))], bins):
+                n -= 1
+            result[row, col] = n
+    return result
+
+
+def selection_of(table: UnitTable, options: DeploymentOptions, entry: int) -> tuple[PrefillOption, int,
+                                                                                      DecodeOption, int]:
+    return (options.prefill[int(table.prefill[entry])], int(table.prefills[entry]),
+            options.decode[int(table.decode[entry])], int(table.decodes[entry]))
