@@ -1,0 +1,116 @@
+"""Check generated engine flags and config keys against the engines' own definitions.
+
+The definitions are `engine_args/<engine>.json`, extracted from the pinned releases by
+`tools/engine_args.py`. A check returns the problems found (empty: every flag and value is defined).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+HERE = Path(__file__).parent
+PLACEHOLDER = re.compile(r"^\$\{[A-Z_][A-Z0-9_]*\}(:\d+)?$")  # a shell variable set per node
+
+
+@cache
+def definitions(engine: str) -> dict[str, Any]:
+    data: dict[str, Any] = json.loads((HERE / "engine_args" / f"{engine}.json").read_text(encoding="utf-8"))
+    return data
+
+
+def flags_of(*groups: str) -> dict[str, Any]:
+    """Flags of `sglang`, `vllm` or `dynamo:<module>` merged (a Dynamo worker takes its engine's flags too)."""
+    out: dict[str, Any] = {}
+    for group in groups:
+        engine, _, module = group.partition(":")
+        flags = definitions(engine)["flags"]
+        out.update(flags[module] if module else flags)
+    return out
+
+
+def check_args(args: list[str] | tuple[str, ...], flags: dict[str, Any], positionals: int = 0) -> list[str]:
+    """Every `--flag` defined; a value after each flag that takes one, of the defined type or choice."""
+    problems: list[str] = []
+    words, seen_positionals = list(args), 0
+    index = 0
+    while index < len(words):
+        word = words[index]
+        index += 1
+        if not word.startswith("-"):
+            seen_positionals += 1
+            if seen_positionals > positionals:
+                problems.append(f"unexpected positional argument {word!r}")
+            continue
+        flag, _, inline = word.partition("=")
+        spec = flags.get(flag)
+        if spec is None:
+            problems.append(f"{flag}: not defined")
+            continue
+        if spec["type"] == "flag":
+            if inline:
+                problems.append(f"{flag}: takes no value")
+            continue
+        if inline:
+            value = inline
+        elif index < len(words) and not (words[index].startswith("--")):
+            value = words[index]
+            index += 1
+        else:
+            problems.append(f"{flag}: needs a value")
+            continue
+        problems += [f"{flag} {value!r}: {p}" for p in check_value(value, spec)]
+    return problems
+
+
+def check_value(value: str, spec: dict[str, Any]) -> list[str]:
+    kind = spec["type"]
+    if PLACEHOLDER.match(value) or (kind == "str" and "${" in value):
+        return []
+    try:
+        if kind == "int":
+            int(value)
+        elif kind == "float":
+            float(value)
+    except ValueError:
+        return [f"not a {kind}"]
+    if kind == "choice" and value not in [str(c) for c in spec["choices"]]:
+        return [f"not one of {spec['choices']}"]
+    if kind == "json":
+        return check_json(value, spec.get("keys"))
+    return []
+
+
+def check_json(value: str, keys: dict[str, Any] | None) -> list[str]:
+    try:
+        data = json.loads(value)
+    except json.JSONDecodeError as exc:
+        return [f"not JSON: {exc.msg}"]
+    if not isinstance(data, dict):
+        return ["not a JSON object"]
+    if keys is None:
+        return []
+    problems = [f"key {k!r} not defined" for k in data if k not in keys]
+    for key, item in data.items():
+        spec = keys.get(key, {})
+        if spec.get("type") == "choice" and item not in spec["choices"]:
+            problems.append(f"key {key!r}: {item!r} not one of {spec['choices']}")
+    return problems
+
+
+def dotted_keys(data: Any, prefix: str = "") -> list[str]:
+    if not isinstance(data, dict):
+        return []
+    out = []
+    for key, value in data.items():
+        out.append(prefix + str(key))
+        out += dotted_keys(value, prefix + str(key) + ".")
+    return out
+
+
+def check_trtllm_options(options: dict[str, Any]) -> list[str]:
+    known = set(definitions("trtllm")["keys"])
+    return [f"{key}: not a known LLM-API option" for key in dotted_keys(options) if key not in known]

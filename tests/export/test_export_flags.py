@@ -1,0 +1,163 @@
+"""`plan export`: every flag and config key written is one the pinned engine release defines.
+
+Plans under `plans/` are points of the bundled examples' fronts (`plan solve --out`, 20 s limit), chosen
+to cover aggregated and disaggregated serving, pipeline stages, attention DP with and without TP,
+expert TP, instances over several nodes and a sessions workload with KV tiers.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from planner.export import ENGINE_VERSIONS, Plan, export_plan, load_plan
+from planner.export.base import expert_slots, moe_layer_indices
+from tests.export.engine_check import check_args, check_trtllm_options, definitions, flags_of
+
+PLANS = sorted((Path(__file__).parent / "plans").glob("*.yaml"))
+DYNAMO_FLAGS = {
+    "trtllm": ("dynamo:trtllm", "dynamo:common"),
+    "sglang": ("sglang", "dynamo:sglang", "dynamo:common"),
+    "vllm": ("vllm", "dynamo:vllm", "dynamo:common"),
+}
+
+
+@pytest.fixture(scope="module", params=PLANS, ids=lambda p: p.stem)
+def plan(request: pytest.FixtureRequest) -> Plan:
+    return load_plan(request.param)
+
+
+def test_definitions_are_the_pinned_releases() -> None:
+    for engine in ("sglang", "vllm", "dynamo"):
+        data = definitions(engine)
+        assert (data["package"], data["version"]) == ENGINE_VERSIONS[engine]
+        assert data["wheel"].startswith(data["package"].replace("-", "_") + "-" + data["version"])
+    assert definitions("trtllm")["engine"] == "{}=={}".format(*ENGINE_VERSIONS["trtllm"])
+
+
+def test_sglang_flags_are_defined(plan: Plan) -> None:
+    for commands in export_plan(plan, "sglang").commands.values():
+        for command in commands:
+            assert command.program == ("python3", "-m", "sglang.launch_server")
+            assert check_args(command.args, flags_of("sglang")) == []
+
+
+def test_vllm_flags_are_defined(plan: Plan) -> None:
+    for commands in export_plan(plan, "vllm").commands.values():
+        for command in commands:
+            assert command.program == ("vllm", "serve")
+            assert command.args[0] == plan.model
+            assert check_args(command.args, flags_of("vllm"), positionals=1) == []
+
+
+def test_trtllm_options_are_known_keys(plan: Plan) -> None:
+    exported = export_plan(plan, "trtllm")
+    options = {name: data for name, data in exported.configs.items() if not name.startswith("trtllm-eplb-")}
+    assert len(options) == len(plan.pools)
+    for data in options.values():
+        assert check_trtllm_options(data) == []
+
+
+def test_trtllm_options_match_the_plan(plan: Plan) -> None:
+    exported = export_plan(plan, "trtllm")
+    for pool in plan.pools:
+        data = exported.configs[f"trtllm-{pool.name}.yaml"]
+        assert data["tensor_parallel_size"] * data["pipeline_parallel_size"] == pool.gpus_per_instance
+        assert data["moe_expert_parallel_size"] * data["moe_tensor_parallel_size"] == pool.gpus_per_stage
+        assert data["enable_attention_dp"] == (pool.dp_attention > 1)
+        ranks = pool.dp_attention if data["enable_attention_dp"] else 1
+        assert data["max_batch_size"] * ranks >= pool.batch
+
+
+def test_trtllm_load_balancer_holds_every_expert(plan: Plan) -> None:
+    exported = export_plan(plan, "trtllm")
+    experts = plan.resolved.architecture.num_experts
+    for pool in plan.pools:
+        balancer = exported.configs.get(f"trtllm-eplb-{pool.name}.yaml")
+        if pool.moe_ep == 1 or pool.banks is None:
+            assert balancer is None
+            continue
+        assert balancer is not None and balancer["num_slots"] % pool.moe_ep == 0
+        assert sorted(balancer["initial_global_assignments"]) == moe_layer_indices(plan)
+        for slots in balancer["initial_global_assignments"].values():
+            assert len(slots) == balancer["num_slots"]
+            assert set(slots) == set(range(experts or 0))
+        options = exported.configs[f"trtllm-{pool.name}.yaml"]
+        assert options["moe_config"]["load_balancer"].endswith(f"trtllm-eplb-{pool.name}.yaml")
+
+
+def test_sglang_expert_location_is_the_plans_banks(plan: Plan) -> None:
+    exported = export_plan(plan, "sglang")
+    experts = plan.resolved.architecture.num_experts or 0
+    for pool in plan.pools:
+        args = list(exported.commands[pool.name][0].args)
+        name = f"sglang-expert-location-{pool.name}.json"
+        if expert_slots(pool) is None:
+            assert name not in exported.files and "--init-expert-location" not in args
+            continue
+        location = yaml.safe_load(exported.files[name])["physical_to_logical_map"]
+        redundant = int(args[args.index("--ep-num-redundant-experts") + 1])
+        assert len(location) == plan.resolved.architecture.num_layers
+        assert all(len(row) == experts + redundant and set(row) == set(range(experts)) for row in location)
+        width = len(location[0]) // pool.moe_ep
+        assert pool.banks is not None
+        for rank, banks in enumerate(pool.banks["gpu_experts"]):
+            assert location[0][rank * width: rank * width + len(banks)] == banks
+
+
+@pytest.mark.parametrize("backend", ["trtllm", "sglang", "vllm"])
+def test_dynamo_worker_args_are_defined(plan: Plan, backend: str) -> None:
+    documents = export_plan(plan, "dynamo", backend).configs["dynamo-deployment.yaml"]["documents"]
+    services = documents[-1]["spec"]["services"]
+    frontend = services.pop("Frontend")["extraPodSpec"]["mainContainer"]
+    assert check_args(frontend["args"], flags_of("dynamo:frontend", "dynamo:common")) == []
+    assert set(services) == {pool.name for pool in plan.pools}
+    for service in services.values():
+        container = service["extraPodSpec"]["mainContainer"]
+        assert container["command"] == ["python3", "-m", f"dynamo.{backend}"]
+        assert check_args(container["args"], flags_of(*DYNAMO_FLAGS[backend])) == []
+    if backend == "trtllm":
+        for name, text in documents[0]["data"].items():
+            if not name.startswith("trtllm-eplb-"):
+                assert check_trtllm_options(yaml.safe_load(text)) == []
+
+
+def test_dynamo_services_hold_the_plans_gpus(plan: Plan) -> None:
+    documents = export_plan(plan, "dynamo").configs["dynamo-deployment.yaml"]["documents"]
+    workers = [s for s in documents[-1]["spec"]["services"].values() if s["componentType"] == "worker"]
+    gpus = sum(s["replicas"] * s.get("multinode", {}).get("nodeCount", 1) * int(s["resources"]["limits"]["gpu"])
+               for s in workers)
+    assert gpus == sum(p.replicas * p.gpus_per_instance for p in plan.pools)
+
+
+def _key_paths(data: Any, prefix: str = "") -> set[str]:
+    """Key paths with list items as `[]` and the names of services, ConfigMap files and envs as `*`."""
+    if isinstance(data, list):
+        return set().union(*(_key_paths(item, prefix + "[]") for item in data)) if data else set()
+    if not isinstance(data, dict):
+        return set()
+    paths = set()
+    for key, value in data.items():
+        name = "*" if prefix in (".spec.services", ".data") else key
+        paths.add(f"{prefix}.{name}")
+        if prefix != ".data":
+            paths |= _key_paths(value, f"{prefix}.{name}")
+    return paths
+
+
+@pytest.mark.parametrize("backend", ["trtllm", "sglang", "vllm"])
+def test_dynamo_manifest_uses_the_reference_structure(plan: Plan, backend: str, shared_dir: Path) -> None:
+    """Every key of the manifest appears, at the same place, in Dynamo's own example manifests."""
+    reference: dict[str, set[str]] = {}
+    for path in sorted(shared_dir.glob("reference/engines/dynamo-*.yaml")):
+        for document in yaml.safe_load_all(path.read_text(encoding="utf-8")):
+            reference.setdefault(document["kind"], set()).update(_key_paths(document))
+    assert reference.get("DynamoGraphDeployment"), "no DynamoGraphDeployment among the references"
+    documents = export_plan(plan, "dynamo", backend).configs["dynamo-deployment.yaml"]["documents"]
+    for document in documents:
+        assert _key_paths(document) - reference[document["kind"]] == set()
+    assert documents[-1]["apiVersion"] == "nvidia.com/v1alpha1"
+    assert documents[-1]["spec"]["backendFramework"] == backend
