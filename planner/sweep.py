@@ -118,7 +118,13 @@ class SweepResult:
 
     @property
     def timed_out(self) -> bool:
+        """Stopped early or cut short: the time limit, or a backend error at some cap (that cap's window
+        stays uncovered; the sweep goes on with the others)."""
         return self.termination != "completed"
+
+    @property
+    def out_of_time(self) -> bool:
+        return self.termination == "time_limit"
 
     @property
     def front(self) -> list[SolvedPoint]:
@@ -179,6 +185,7 @@ class _Sweeper:
                  settings: SweepSettings, fastest_s: float = 0.0) -> None:
         self.resolved, self.calibration, self.options, self.settings = resolved, calibration, options, settings
         self.options_fastest_s = fastest_s
+        self._proven_empty = False  # the last cap's MILP proved that nothing is within it
         self.deadline = time.perf_counter() + settings.time_limit_s
         self.start = time.perf_counter()
         self.result = SweepResult()
@@ -187,7 +194,7 @@ class _Sweeper:
         self.units: UnitTable | None = None
         self.pairs: PairTable | None = None
         self.sample: PairTable | None = None
-        if self.cluster:
+        if self.cluster and settings.pair_screening:
             self.units = unit_table(options, self.first_cap)
         elif settings.pair_screening:
             self.pairs = self._pair_table()
@@ -230,7 +237,7 @@ class _Sweeper:
         if self.settings.resolution != "auto":
             queue.append(self._next_cap(first))
         previous = first.selection
-        while queue and not self.result.timed_out:
+        while queue and not self.result.out_of_time:
             cap = queue.popleft()
             if self._covered(cap):
                 continue
@@ -248,7 +255,7 @@ class _Sweeper:
         certified within AUTO_HV_TOL of the exact one's hypervolume, or holds AUTO_POINTS points."""
         fastest = self.options_fastest_s
         for _ in range(4 * AUTO_POINTS):
-            if self.result.timed_out or len(self.result.front) >= AUTO_POINTS:
+            if self.result.out_of_time or len(self.result.front) >= AUTO_POINTS:
                 return
             windows = [w for w in self.result.windows(fastest) if w.high_s - w.low_s > 2 * GRID_S]
             loss = sum(w.loss for w in windows)
@@ -273,10 +280,11 @@ class _Sweeper:
 
     def _solve_cap(self, eps: float | None, previous: Selection | None) -> SolvedPoint | None:
         """The best deployment within the cap, recorded (None when none exists or time ran out)."""
+        self._proven_empty = False
         incumbent = self._incumbent(eps, previous)
         solved = self._cluster_best(eps, incumbent) if self.cluster else self._best_within(eps, 0.0, incumbent)
         if solved is None:
-            if not self.result.timed_out and eps is not None:
+            if self._proven_empty and eps is not None:
                 self.result.floor_s = max(self.result.floor_s, eps)
             return None
         self.result.points.append(solved)
@@ -328,7 +336,10 @@ class _Sweeper:
         configurations that may beat the incumbent (`screen_cluster`); a solution that does not pack is
         cut off and the MILP solved again."""
         target = 0.0 if incumbent is None else incumbent.point.tokens_per_s
-        screened = screen_cluster(self.options, self.units, eps, target)
+        if self.settings.pair_screening:
+            screened = screen_cluster(self.options, self.units, eps, target)
+        else:  # the MILP alone: only the TTFT and size rules
+            screened = screen(self.options, eps, 0.0, False)
         dm = build_model(self.options, eps, 0.0, screened=screened)
         self._note_size(dm)
         if incumbent is not None:
@@ -401,6 +412,7 @@ class _Sweeper:
     def _no_better(self, best: SolvedPoint | None, report: SolveReport) -> SolvedPoint | None:
         """The MILP found nothing: within the cap no deployment (or none beating the incumbent, whose
         configurations the screening keeps) exists, or time ran out, or the backend failed."""
+        self._proven_empty = report.status == SolveStatus.INFEASIBLE
         if report.status == SolveStatus.ERROR:
             return self._backend_error(best, report.message)
         if report.status != SolveStatus.INFEASIBLE:
@@ -410,7 +422,8 @@ class _Sweeper:
 
     def _backend_error(self, best: SolvedPoint | None, message: str) -> SolvedPoint | None:
         self.result.errors.append(f"{self.settings.backend.name}: {message}")
-        self.result.termination = "backend_error"
+        if self.result.termination == "completed":
+            self.result.termination = "backend_error"
         return None if best is None else replace(best, status=SolveStatus.FEASIBLE, gap=self._unknown_gap(best))
 
     @staticmethod

@@ -16,7 +16,7 @@ from planner import plan_output
 from planner.errors import InfeasibleError
 from planner.formulation.options import deployment_options
 from planner.formulation.pairs import ConfigArrays, pair_figures, transfer_matrix
-from planner.pareto import FrontPoint
+from planner.pareto import FrontPoint, hypervolume
 from planner.reference import exhaustive_front
 from planner.scenario import scenario_from_data
 from planner.solve import SolveResult, SolveSettings, solve
@@ -39,9 +39,9 @@ def resolved(name: str) -> ResolvedScenario:
 
 
 @functools.cache
-def reference(name: str) -> tuple[FrontPoint, ...]:
+def reference(name: str, accounting: str = "cluster") -> tuple[FrontPoint, ...]:
     calibration = default_calibration()
-    scenario = resolved(name)
+    scenario = resolved(name) if accounting == "cluster" else used_accounting(name)
     return tuple(exhaustive_front(scenario, generate(scenario, calibration), calibration))
 
 
@@ -50,8 +50,15 @@ def figures(points: list[FrontPoint] | tuple[FrontPoint, ...]) -> list[float]:
     return [x for p in points for x in (p.ttft_ms, p.tokens_per_s_per_gpu)]
 
 
-def assert_same_front(result: SolveResult, name: str) -> None:
-    want = figures(reference(name))
+@functools.cache
+def used_accounting(name: str) -> ResolvedScenario:
+    data = small_data(name)
+    data["search"] = {**data.get("search", {}), "gpu_accounting": "used"}
+    return scenario_from_data(data)
+
+
+def assert_same_front(result: SolveResult, name: str, accounting: str = "cluster") -> None:
+    want = figures(reference(name, accounting))
     got = figures([s.point for s in result.front])
     assert len(got) == len(want), f"{len(got) // 2} points against the reference's {len(want) // 2}"
     assert got == pytest.approx(want, rel=REL)
@@ -61,20 +68,45 @@ def assert_same_front(result: SolveResult, name: str) -> None:
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("name", sorted(SMALL))
 def test_front_equals_the_exhaustive_front(name: str, backend: str) -> None:
-    assert_same_front(solve(resolved(name), SolveSettings(backend, 120.0)), name)
+    """Cluster GPU accounting (the default): one MILP per cap over the unit table's configurations."""
+    assert_same_front(solve(resolved(name), SolveSettings(backend, 120.0, resolution="exact")), name)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("name", sorted(SMALL))
+def test_front_equals_the_exhaustive_front_counting_gpus_used(name: str, backend: str) -> None:
+    """Used GPU accounting: Dinkelbach's loop on the ratio, screened by the pair table."""
+    used = used_accounting(name)
+    assert_same_front(solve(used, SolveSettings(backend, 120.0, resolution="exact")), name, "used")
+
+
+@pytest.mark.parametrize("name", sorted(SMALL))
+def test_the_default_resolution_certifies_a_readable_front(name: str) -> None:
+    """`auto`: at most 60 points, hypervolume within 0.1% of the exhaustive front's, and the certified
+    bound it states is a true bound."""
+    result = solve(resolved(name), SolveSettings("cpsat", 120.0))
+    front, exact = [s.point for s in result.front], reference(name)
+    top = result.sweep.top_s * 1e3
+    ratio = hypervolume(front, top) / hypervolume(exact, top)
+    coverage = result.coverage
+    assert coverage is not None and len(front) <= 60 and ratio >= 0.999
+    assert coverage.hypervolume_ratio_at_least <= ratio * (1 + 1e-9)
+    for point in exact:  # every exact point is within the certified TTFT of a returned one at least as good
+        assert any(f.ttft_ms <= point.ttft_ms + coverage.certified_ms * (1 + 1e-9)
+                   and f.tokens_per_s_per_gpu >= point.tokens_per_s_per_gpu * (1 - REL) for f in front)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("name", MILP_ALONE)
 def test_the_milp_alone_finds_the_exhaustive_front(name: str, backend: str) -> None:
-    result = solve(resolved(name), SolveSettings(backend, 240.0, pair_screening=False))
+    result = solve(resolved(name), SolveSettings(backend, 240.0, pair_screening=False, resolution="exact"))
     assert_same_front(result, name)
     assert max(len(r.values) for r in result.sweep.reports) > 40  # real models, not pre-decided ones
 
 
 @pytest.mark.parametrize("name", MILP_ALONE_CPSAT)
 def test_the_milp_alone_finds_the_exhaustive_front_with_a_midfill_pool(name: str) -> None:
-    result = solve(resolved(name), SolveSettings("cpsat", 240.0, pair_screening=False))
+    result = solve(resolved(name), SolveSettings("cpsat", 240.0, pair_screening=False, resolution="exact"))
     assert_same_front(result, name)
     assert any(s.point.layout.split_fills for s in result.front)  # the second structure is on the front
 
@@ -87,7 +119,7 @@ def test_every_front_point_is_reproduced_by_evaluate() -> None:
         p, prediction = solved.point, evaluate(scenario, solved.point.layout)
         assert prediction.feasible and prediction.gpus == p.gpus <= scenario.gpus
         assert (prediction.ttft_ms, prediction.tpot_ms, prediction.tokens_per_s_per_gpu) == pytest.approx(
-            (p.ttft_ms, p.tpot_ms, p.tokens_per_s_per_gpu), rel=1e-12)
+            (p.ttft_ms, p.tpot_ms, p.tokens_per_s_per_gpu_used), rel=1e-12)
 
 
 def test_same_scenario_and_seed_give_the_same_json() -> None:
