@@ -1,0 +1,151 @@
+"""`plan export` end to end: files written, what an engine cannot express kept as comments, bad input."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from planner.export import export_plan, load_plan
+from planner.export.base import read_plan
+from tests.conftest import SCENARIOS
+from tests.export.engine_check import check_args, flags_of
+from tests.helpers import run_cli
+
+PLANS = Path(__file__).parent / "plans"
+AGGREGATED = PLANS / "deepseek-v3-8xh200-plan-0.yaml"
+ATTENTION_TP_AND_DP = PLANS / "deepseek-v3-8xh200-plan-18.yaml"  # tp 2 x attention-DP 4
+DISAGGREGATED = PLANS / "kimi-k2-gb200-nvl72-plan-18.yaml"  # decode instance over 4 nodes
+SESSIONS = PLANS / "coding-agent-sessions-gb200-plan-6.yaml"
+
+
+@pytest.mark.parametrize("engine", ["trtllm", "sglang", "vllm", "dynamo"])
+def test_cli_writes_the_engines_files(engine: str, tmp_path: Path) -> None:
+    result = run_cli("export", str(DISAGGREGATED), "--engine", engine, "--out", str(tmp_path))
+    assert result.code == 0, result.err
+    written = sorted(p.name for p in tmp_path.iterdir())
+    expected = {"trtllm": ["launch-trtllm.sh", "trtllm-decode.yaml", "trtllm-eplb-decode.yaml",
+                           "trtllm-eplb-prefill.yaml", "trtllm-prefill.yaml"],
+                "sglang": ["launch-sglang.sh", "sglang-expert-location-decode.json",
+                           "sglang-expert-location-prefill.json"],
+                "vllm": ["launch-vllm.sh"], "dynamo": ["dynamo-deployment.yaml"]}[engine]
+    assert written == expected
+    for name in written:
+        assert f"wrote {tmp_path / name}" in result.err
+        if name.endswith(".yaml"):
+            assert list(yaml.safe_load_all((tmp_path / name).read_text(encoding="utf-8")))
+
+
+def test_cli_prints_the_files_without_out() -> None:
+    result = run_cli("export", str(AGGREGATED), "--engine", "vllm")
+    assert result.code == 0, result.err
+    assert result.out.startswith("# ===== launch-vllm.sh\n#!/usr/bin/env bash\n")
+    assert "vllm serve \\\n    deepseek-ai/DeepSeek-V3 \\\n" in result.out
+
+
+def test_multinode_commands_carry_node_placeholders() -> None:
+    plan = load_plan(DISAGGREGATED)
+    sglang = export_plan(plan, "sglang")
+    decode = list(sglang.commands["decode"][0].args)
+    assert decode[decode.index("--nnodes") + 1] == "4" and "${NODE_RANK}" in decode
+    script = sglang.files["launch-sglang.sh"]
+    assert '--node-rank "${NODE_RANK}"' in script  # quoted so the shell expands it
+    vllm = export_plan(plan, "vllm").commands["decode"]
+    assert len(vllm) == 2 and "--headless" in vllm[1].args and "--headless" not in vllm[0].args
+
+
+def test_what_an_engine_cannot_express_is_a_comment() -> None:
+    exported = export_plan(load_plan(ATTENTION_TP_AND_DP), "trtllm")
+    assert exported.unexpressed and "attention TP 2 inside each of 4 attention-DP ranks" in exported.unexpressed[0]
+    for name in ("trtllm-agg.yaml", "launch-trtllm.sh"):
+        assert "# " + exported.unexpressed[0] in exported.files[name]
+    vllm = export_plan(load_plan(AGGREGATED), "vllm")  # expert banks: vLLM has no placement file
+    assert any("EPLB rebalances" in note for note in vllm.unexpressed)
+    assert "EPLB rebalances" in vllm.files["launch-vllm.sh"]
+
+
+def test_session_tiers_and_figures_are_written_as_comments() -> None:
+    plan = load_plan(SESSIONS)
+    for engine in ("trtllm", "sglang", "vllm", "dynamo"):
+        text = "\n".join(export_plan(plan, engine).files.values())
+        assert "# KV tiers of the fill pool" in text and "host_dram" in text
+        assert f"tokens_per_s_per_gpu {plan.data['figures']['tokens_per_s_per_gpu']:.4g}" in text
+
+
+def test_a_midfill_pool_runs_as_a_prefill_server() -> None:
+    plan = load_plan(SESSIONS)
+    data = yaml.safe_load(SESSIONS.read_text(encoding="utf-8"))
+    prefill = next(i for i, p in enumerate(data["layout"]["pools"]) if p["role"] == "prefill")
+    data["layout"]["pools"].append({**data["layout"]["pools"][prefill], "role": "midfill"})
+    data["placement"]["pools"].append({**data["placement"]["pools"][prefill], "role": "midfill"})
+    three = read_plan(SESSIONS, data, plan.resolved)
+    exported = export_plan(three, "sglang")
+    args = list(exported.commands["midfill"][0].args)
+    assert args[args.index("--disaggregation-mode") + 1] == "prefill"
+    assert check_args(args, flags_of("sglang")) == []
+    assert "midfill pool: serves the turns that follow a gap" in exported.files["launch-sglang.sh"]
+    services = export_plan(three, "dynamo", "trtllm").configs["dynamo-deployment.yaml"]["documents"][-1]
+    assert set(services["spec"]["services"]) == {"Frontend", "prefill", "midfill", "decode"}
+
+
+def test_scenario_option_overrides_the_embedded_one(tmp_path: Path) -> None:
+    data = yaml.safe_load(AGGREGATED.read_text(encoding="utf-8"))
+    del data["scenario"]
+    bare = tmp_path / "plan-0.yaml"
+    bare.write_text(yaml.safe_dump(data), encoding="utf-8")
+    result = run_cli("export", str(bare), "--engine", "sglang")
+    assert result.code == 2
+    assert f"{bare}: scenario: the plan carries no scenario" in result.err and "--scenario" in result.err
+    result = run_cli("export", str(bare), "--engine", "sglang", "--scenario",
+                     str(SCENARIOS / "deepseek-v3-8xh200.yaml"))
+    assert result.code == 0, result.err
+
+
+@pytest.mark.parametrize(("text", "field"), [
+    ("figures: {}\n", "layout"),
+    ("layout: {serving: aggregated, pools: []}\nscenario: {}\n", "layout.pools"),
+])
+def test_bad_plan_files_exit_2_naming_file_and_field(text: str, field: str, tmp_path: Path) -> None:
+    path = tmp_path / "plan-9.yaml"
+    path.write_text(text, encoding="utf-8")
+    scenario = str(SCENARIOS / "deepseek-v3-8xh200.yaml")
+    result = run_cli("export", str(path), "--engine", "trtllm", "--scenario", scenario)
+    assert result.code == 2
+    assert f"{path}: {field}:" in result.err and "Traceback" not in result.err
+
+
+def test_bad_embedded_scenario_names_the_plan_file(tmp_path: Path) -> None:
+    data = yaml.safe_load(AGGREGATED.read_text(encoding="utf-8"))
+    data["scenario"]["cluster"]["system"] = "h900-sxm"
+    path = tmp_path / "plan-0.yaml"
+    path.write_text(yaml.safe_dump(data), encoding="utf-8")
+    result = run_cli("export", str(path), "--engine", "vllm")
+    assert result.code == 2 and f"{path}" in result.err and "scenario." in result.err
+
+
+def test_backend_is_for_dynamo_only() -> None:
+    result = run_cli("export", str(AGGREGATED), "--engine", "vllm", "--backend", "sglang")
+    assert result.code == 2 and "--backend applies to --engine dynamo only" in result.err
+
+
+def test_unwritable_out_exits_2(tmp_path: Path) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("x", encoding="utf-8")
+    result = run_cli("export", str(AGGREGATED), "--engine", "vllm", "--out", str(blocker / "sub"))
+    assert result.code == 2 and "--out: cannot write there" in result.err
+
+
+def test_every_point_of_a_solved_front_exports_for_every_engine(tmp_path: Path) -> None:
+    """solve -> export on a bundled example, every front point, every engine, flags checked."""
+    result = run_cli("solve", str(SCENARIOS / "deepseek-v3-8xh200.yaml"), "--time-limit", "20", "--format", "json",
+                     "--out", str(tmp_path))
+    assert result.code == 0, result.err
+    plans = sorted(tmp_path.glob("plan-*.yaml"))
+    assert plans
+    for path in plans:
+        plan = load_plan(path)
+        for engine, flags, positionals in (("sglang", ("sglang",), 0), ("vllm", ("vllm",), 1)):
+            for commands in export_plan(plan, engine).commands.values():
+                assert all(check_args(c.args, flags_of(*flags), positionals) == [] for c in commands)
+        assert export_plan(plan, "trtllm").configs and export_plan(plan, "dynamo").files
