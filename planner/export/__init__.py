@@ -23,13 +23,13 @@ _EXPORTERS: dict[str, Callable[[Plan], Export]] = {
 }
 
 
-def load_plan(path: Path, scenario: Path | None = None) -> Plan:
+def load_plan(path: str | Path, scenario: str | Path | None = None) -> Plan:
     """Read a plan file and its scenario: the one it carries (`scenario`, written by `plan solve --out`), or
     the file `scenario` when given."""
-    document = read_document(path)
-    data = document.data
+    path = Path(path)
+    data = read_document(path).data
     if scenario is not None:
-        return read_plan(path, data, load_scenario(scenario))
+        return read_plan(path, data, load_scenario(Path(scenario)))
     embedded = data.get("scenario") if isinstance(data, dict) else None
     if not isinstance(embedded, dict):
         raise InputError.single(path, None, "scenario", "the plan carries no scenario (written by an older "

@@ -1,0 +1,104 @@
+"""The Python API for provisioning scripts: `from planner import load_scenario, solve, evaluate`.
+
+Each returns a typed result whose `to_dict()` is exactly what the matching command prints with
+`--format json` (`plan solve`, `plan evaluate`): the same builders (`planner.plan_output`,
+`costmodel.evaluate.Prediction.to_dict`) and the same defaults from the scenario's `search` section.
+Errors are the CLI's: `InputError` (bad input), `InfeasibleError`, `NoSolutionInTimeError`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from costmodel.evaluate import Prediction
+from costmodel.evaluate import evaluate as _evaluate
+from costmodel.layout import Layout
+from costmodel.resolve import ResolvedScenario
+from planner import plan_output
+from planner import scenario as _scenario
+from planner.solve import SolveResult, SolveSettings
+from planner.solve import solve as _solve
+from planner.sourcefile import SourceDocument
+from planner.sweep import Resolution
+
+__all__ = ["Front", "FrontPoint", "Prediction", "ResolvedScenario", "evaluate", "load_scenario", "solve"]
+
+
+def load_scenario(source: str | Path | dict[str, Any], base_dir: Path | None = None) -> ResolvedScenario:
+    """A scenario file (or the same as a mapping), validated and resolved as `plan solve` reads it."""
+    if isinstance(source, dict):
+        return _scenario.scenario_from_data(source, base_dir)
+    return _scenario.load_scenario(Path(source))
+
+
+@dataclass(frozen=True)
+class FrontPoint:
+    """One deployment of the front; `data` is its entry of the JSON (every key, also those added later)."""
+
+    index: int
+    serving: str
+    ttft_ms: float
+    tpot_ms: float
+    tokens_per_s_per_gpu: float
+    tokens_per_s_per_user: float
+    gpus: int
+    status: str
+    gap: float | None
+    layout: Layout
+    data: dict[str, Any] = field(repr=False)
+
+
+@dataclass(frozen=True)
+class Front:
+    """The result of `solve`: the points, and the raw solve for `write` and advanced use."""
+
+    scenario: ResolvedScenario
+    points: tuple[FrontPoint, ...]
+    result: SolveResult = field(repr=False)
+    _data: dict[str, Any] = field(repr=False)
+
+    def to_dict(self) -> dict[str, Any]:
+        """`plan solve --format json`, key for key."""
+        return self._data
+
+    def write(self, folder: str | Path) -> list[Path]:
+        """What `plan solve --out DIR` writes: front.json/csv/png and a plan file per point."""
+        return plan_output.write_outputs(self.result, Path(folder), self._data)
+
+
+def solve(scenario: ResolvedScenario | str | Path, *, solver: str | None = None, time_limit_s: float | None = None,
+          threads: int | None = None, seed: int | None = None, resolution: Resolution | None = None) -> Front:
+    """The Pareto front, with `plan solve`'s defaults: each setting left out comes from the scenario."""
+    resolved = scenario if isinstance(scenario, ResolvedScenario) else load_scenario(scenario)
+    search = resolved.scenario.search
+    settings = SolveSettings(backend=solver or search.solver, time_limit_s=time_limit_s or search.time_limit_s,
+                             threads=threads or search.threads or 1, seed=search.seed if seed is None else seed,
+                             resolution=search.front_resolution if resolution is None else resolution)
+    result = _solve(resolved, settings)
+    data = plan_output.result_dict(result)
+    points = tuple(_point(index, entry) for index, entry in enumerate(data["front"]))
+    return Front(scenario=resolved, points=points, result=result, _data=data)
+
+
+def _point(index: int, entry: dict[str, Any]) -> FrontPoint:
+    return FrontPoint(index=index, serving=entry["serving"], ttft_ms=entry["ttft_ms"], tpot_ms=entry["tpot_ms"],
+                      tokens_per_s_per_gpu=entry["tokens_per_s_per_gpu"],
+                      tokens_per_s_per_user=entry["tokens_per_s_per_user"], gpus=entry["gpus"],
+                      status=entry["status"], gap=entry["gap"], layout=Layout.model_validate(entry["layout"]),
+                      data=entry)
+
+
+def evaluate(scenario: ResolvedScenario | str | Path, layout: Layout | FrontPoint | str | Path | dict[str, Any]
+             ) -> Prediction:
+    """One deployment's figures (`plan evaluate`); `to_dict()` is its JSON. A layout may be a layout or plan
+    file, a mapping, a `Layout` or a front point."""
+    resolved = scenario if isinstance(scenario, ResolvedScenario) else load_scenario(scenario)
+    if isinstance(layout, FrontPoint):
+        layout = layout.layout
+    if isinstance(layout, dict):
+        layout = _scenario.layout_from_document(SourceDocument(None, layout, None), resolved)
+    elif not isinstance(layout, Layout):
+        layout = _scenario.load_layout(Path(layout), resolved)
+    return _evaluate(resolved, layout)
