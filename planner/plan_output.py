@@ -17,6 +17,7 @@ import yaml
 from costmodel.evaluate import evaluate, pool_context
 from costmodel.kv_tiers import FETCHED_TIERS, TIERS
 from costmodel.layout import Layout
+from planner import report_html
 from planner.finite import dumps
 from planner.midfill import midfill_choice
 from planner.out_dir import OutputFolder
@@ -185,14 +186,15 @@ def scenario_dict(result: SolveResult) -> dict[str, Any]:
 
 
 def write_outputs(result: SolveResult, folder: Path | OutputFolder, data: dict[str, Any] | None = None) -> list[Path]:
-    """front.json/csv/png and a plan file per point, all moved into the folder at once (`planner.out_dir`:
-    the earlier front's plan files removed); `data`: the `result_dict` when already built."""
+    """front.json/csv/png, report.html and a plan file per point, all moved into the folder at once
+    (`planner.out_dir`: the earlier front's plan files removed); `data`: the `result_dict` when already built."""
     data = data if data is not None else result_dict(result)
     out = folder if isinstance(folder, OutputFolder) else OutputFolder.prepare(folder)
     try:
         out.path("front.json").write_text(dumps(data, indent=2) + "\n", encoding="utf-8")
         out.path("front.csv").write_text(csv_text(result), encoding="utf-8")
         plot_front(result, out.path("front.png"))
+        out.path("report.html").write_text(report_html.render(data, result.resolved), encoding="utf-8")
         for index, point in enumerate(result.front):
             text = plan_yaml(result, index, point, data["front"][index])
             out.path(f"plan-{index}.yaml").write_text(text, encoding="utf-8")

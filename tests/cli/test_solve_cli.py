@@ -37,7 +37,8 @@ def test_json_front_and_plan_files_round_trip(scenario: Path, tmp_path: Path) ->
     assert all(set(p) == keys for p in front)
     assert [p["ttft_ms"] for p in front] == sorted(p["ttft_ms"] for p in front)
     files = sorted(f.name for f in out.iterdir())
-    assert files == sorted(["front.json", "front.csv", "front.png"] + [f"plan-{i}.yaml" for i in range(len(front))])
+    assert files == sorted(["front.json", "front.csv", "front.png", "report.html"]
+                           + [f"plan-{i}.yaml" for i in range(len(front))])
     assert json.loads((out / "front.json").read_text())["front"] == front
     for index in (0, len(front) - 1):
         evaluated = run_cli("evaluate", str(scenario), "--layout", str(out / f"plan-{index}.yaml"), "--format", "json")
