@@ -36,8 +36,8 @@ class InputLimitError(ValueError):
         self.line = line
 
 
-def read_text(path: Path) -> str:
-    """The UTF-8 text of a regular file of at most MAX_FILE_BYTES."""
+def read_bytes(path: Path) -> bytes:
+    """The bytes of a regular file of at most MAX_FILE_BYTES."""
     try:
         info = path.stat()
         if not stat.S_ISREG(info.st_mode):
@@ -56,7 +56,12 @@ def read_text(path: Path) -> str:
         raise InputLimitError(f"cannot read the file: {reason}") from None
     if len(data) > MAX_FILE_BYTES:
         raise InputLimitError(f"larger than the {MAX_FILE_BYTES:,} bytes an input may be")
-    return decode_utf8(data)
+    return data
+
+
+def read_text(path: Path) -> str:
+    """The UTF-8 text of a regular file of at most MAX_FILE_BYTES."""
+    return decode_utf8(read_bytes(path))
 
 
 def decode_utf8(data: bytes) -> str:

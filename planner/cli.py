@@ -1,12 +1,12 @@
 """The `plan` command. Thin: parse arguments, call the library, print, map errors to exit codes.
 
 Exit codes: 0 success; 1 internal error (a bug: rerun with --debug for the traceback); 2 bad input;
-3 infeasible scenario; 4 no solution within the time limit.
+3 infeasible scenario; 4 no solution within the time limit; 130 interrupted (SIGINT: nothing written, see
+`planner.interrupt`). JSON output is strict (no NaN or Infinity: `planner.finite`).
 """
 
 from __future__ import annotations
 
-import json
 import sys
 import traceback
 from dataclasses import replace
@@ -18,8 +18,10 @@ import yaml
 
 from costmodel.errors import CostModelError
 from costmodel.evaluate import evaluate
-from planner import __version__, evaluation, plan_output, report
+from costmodel.scenario import MAX_SEED, MAX_THREADS
+from planner import __version__, evaluation, finite, interrupt, plan_output, report
 from planner.errors import InputError, PlannerError
+from planner.out_dir import OutputFolder
 from planner.scenario import is_plan_file, layout_from_document, load_layout, load_scenario
 from planner.schemas import json_schema
 from planner.solve import SolveSettings, solve
@@ -107,12 +109,13 @@ def evaluate_command(scenario: Path | None, layout_path: Path | None, cases: Pat
     """Predict TTFT, TPOT, tokens/s per GPU and memory of one layout (or every line of --cases)."""
     if cases is not None:
         for line in evaluation.evaluate_cases(cases):
-            click.echo(json.dumps(line, sort_keys=False))
+            click.echo(finite.dumps(line))
         return
     if scenario is None or layout_path is None:
         raise click.UsageError("give SCENARIO and --layout LAYOUT, or --cases CASES.jsonl")
     resolved = load_scenario(scenario)
     prediction = evaluate(resolved, load_layout(layout_path, resolved))
+    finite.finite_or_error(prediction.to_dict())  # no "TTFT nan ms (fits)" in the table either
     if fmt == "json":
         _echo_json(prediction.to_dict())
     else:
@@ -127,13 +130,16 @@ def evaluate_command(scenario: Path | None, layout_path: Path | None, cases: Pat
               help="Write front.json, front.csv, front.png and plan-<i>.yaml here.")
 @click.option("--solver", type=click.Choice(list(BACKENDS)), help="MILP backend (default: the scenario's).")
 @click.option("--time-limit", "time_limit", type=click.FloatRange(min=0.1), help="Seconds for the whole solve.")
-@click.option("--threads", type=click.IntRange(min=1), help="Solver threads (1: deterministic).")
-@click.option("--seed", type=click.IntRange(min=0), help="Solver seed.")
+@click.option("--threads", type=click.IntRange(min=1, max=MAX_THREADS), help="Solver threads (1: deterministic).")
+@click.option("--seed", type=click.IntRange(min=0, max=MAX_SEED), help="Solver seed.")
 @click.option("--model-stats", is_flag=True, help="Also print variables and constraints per constraint family.")
 def solve_command(scenario: Path, fmt: str, out_dir: Path | None, solver: str | None, time_limit: float | None,
                   threads: int | None, seed: int | None, model_stats: bool) -> None:
     """Pareto front of TTFT against tokens/s per GPU for SCENARIO, every point a deployment that fits."""
     resolved = load_scenario(scenario)
+    out = OutputFolder.prepare(out_dir) if out_dir is not None else None  # unwritable: exit 2 before solving
+    if out is not None:
+        click.get_current_context().call_on_close(out.discard)  # a failed run writes nothing
     search = resolved.scenario.search
     settings = SolveSettings(backend=solver or search.solver, time_limit_s=time_limit or search.time_limit_s,
                              threads=threads or search.threads or 1, seed=search.seed if seed is None else seed,
@@ -148,9 +154,9 @@ def solve_command(scenario: Path, fmt: str, out_dir: Path | None, solver: str | 
             result = solve(resolved, replace(settings, on_point=progress))
     else:
         result = solve(resolved, settings)
-    data = plan_output.result_dict(result) if out_dir is not None or fmt == "json" else None
-    if out_dir is not None:
-        for path in plan_output.write_outputs(result, out_dir, data):
+    data = plan_output.result_dict(result) if out is not None or fmt == "json" else None
+    if out is not None:
+        for path in plan_output.write_outputs(result, out, data):
             click.echo(f"wrote {path}", err=True)
     if fmt == "json":
         assert data is not None
@@ -210,17 +216,20 @@ def export_command(plan_file: Path, engine: str, out_dir: Path | None, scenario:
 
 
 def _echo_json(data: Any) -> None:
-    click.echo(json.dumps(data, indent=2, sort_keys=False))
+    click.echo(finite.dumps(data, indent=2))
 
 
 def main(argv: list[str] | None = None) -> None:
     """Entry point: run the CLI and turn expected failures into messages and exit codes."""
     args = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in args
+    if argv is None:  # the `plan` process itself (not a test calling main in-process)
+        interrupt.install()
     try:
         cli.main(args=args, prog_name="plan", standalone_mode=False)
-    except click.exceptions.Abort:
-        sys.exit(130)
+    except (click.exceptions.Abort, KeyboardInterrupt):  # without the watcher (in-process calls)
+        click.echo(f"interrupted (exit {interrupt.EXIT_CODE})", err=True)
+        sys.exit(interrupt.EXIT_CODE)
     except click.ClickException as exc:
         exc.show()
         sys.exit(exc.exit_code)

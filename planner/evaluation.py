@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -12,7 +11,9 @@ from rich.table import Table
 
 from costmodel.errors import CostModelError
 from costmodel.evaluate import Prediction, evaluate
+from costmodel.safe_load import InputLimitError, decode_utf8, load_json, read_bytes
 from planner.errors import InputError
+from planner.finite import finite_or_error
 from planner.scenario import layout_from_document, scenario_from_data
 from planner.sourcefile import SourceDocument
 
@@ -20,16 +21,13 @@ from planner.sourcefile import SourceDocument
 def evaluate_cases(path: Path) -> Iterator[dict[str, Any]]:
     """One result per non-empty line, in order; a bad line yields an error object, never a crash. Lines are
     decoded one by one, so a stray non-UTF-8 byte spoils only its own line."""
-    data = read_text(path).encode("utf-8", "surrogateescape") if False else _read_bytes(path)
+    try:
+        data = read_bytes(path)
+    except InputLimitError as exc:
+        raise InputError.single(path, exc.line, "", str(exc)) from None
     for number, raw in enumerate(data.split(b"\n"), start=1):
         if raw.strip():
             yield evaluate_line(path, number, raw)
-
-
-def _read_bytes(path: Path) -> bytes:
-    """The file's bytes, within the input limits (a regular file, at most MAX_FILE_BYTES)."""
-    read_text(path, check_utf8=False)
-    return path.read_bytes()
 
 
 def evaluate_line(path: Path, number: int, raw: bytes) -> dict[str, Any]:

@@ -65,6 +65,9 @@ class CpSatBackend:
         solver.parameters.interleave_search = options.threads > 1  # deterministic with several workers
         solver.parameters.random_seed = options.seed
         solver.parameters.relative_gap_limit = options.relative_gap
+        # Ctrl-C belongs to the CLI (planner.interrupt: exit 130, nothing written); CP-SAT's own handler took it
+        # for a time limit (a truncated front, exit 0) or left the process hung or aborted.
+        solver.parameters.catch_sigint_signal = False
         code = solver.solve(cp)
         elapsed = time.perf_counter() - start
         return self._report(model, solver, code, ints, factor, elapsed)

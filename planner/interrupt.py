@@ -1,0 +1,94 @@
+"""SIGINT (Ctrl-C) ends `plan` at once with exit code 130, having written nothing.
+
+Why not Python's KeyboardInterrupt: it is raised only between bytecodes of the main thread, so during a
+native solve it arrives late, or inside a solver callback where C++ turns it into std::bad_function_call
+(exit 134), or the backend takes it for its time limit and a truncated front exits 0. Instead the C-level
+signal handler writes the signal to a wakeup pipe at once; a watcher thread reads it, runs the registered
+cleanups (the staging folder of `--out`) and ends the process with os._exit(130), unwinding no native frame.
+While outputs move into place (`deferred()`), an interrupt waits for the move to finish and then exits 130:
+`--out` then holds either the previous files or the complete new set, never a mix.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import sys
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
+EXIT_CODE = 130  # 128 + SIGINT, what shells report for a process ended by Ctrl-C
+
+_lock = threading.Lock()
+_cleanups: list[Callable[[], None]] = []
+_deferring = False
+_pending = False
+_installed = False
+
+
+def install() -> None:
+    """Route SIGINT to the watcher (main thread only; once per process)."""
+    global _installed
+    if _installed or threading.current_thread() is not threading.main_thread():
+        return
+    read_fd, write_fd = os.pipe()
+    os.set_blocking(write_fd, False)
+    signal.signal(signal.SIGINT, _record)  # no KeyboardInterrupt anywhere, native code included
+    signal.set_wakeup_fd(write_fd, warn_on_full_buffer=False)
+    threading.Thread(target=_watch, args=(read_fd,), name="sigint-watcher", daemon=True).start()
+    _installed = True
+
+
+def on_interrupt(cleanup: Callable[[], None]) -> None:
+    """Run `cleanup` before exiting on an interrupt (e.g. remove a staging folder)."""
+    with _lock:
+        _cleanups.append(cleanup)
+
+
+def _record(signum: int, frame: object) -> None:
+    """The Python-level handler: nothing to do, the watcher thread acts on the wakeup byte."""
+
+
+def _watch(read_fd: int) -> None:
+    global _pending
+    while True:
+        received = os.read(read_fd, 64)
+        if signal.SIGINT not in received:
+            continue
+        with _lock:
+            if _deferring:
+                _pending = True
+                continue
+        stop("interrupted: stopped before finishing; nothing written")
+
+
+def stop(message: str) -> None:
+    """Run the cleanups, say why, and exit 130 at once."""
+    with _lock:
+        cleanups = list(_cleanups)
+    for cleanup in cleanups:
+        with contextlib.suppress(Exception):  # exiting anyway: a failed cleanup must not hide the interrupt
+            cleanup()
+    if sys.stdout.isatty():
+        sys.stdout.write("\x1b[?25h")  # a progress spinner hides the cursor; give it back
+        sys.stdout.flush()
+    sys.stderr.write(f"{message} (exit {EXIT_CODE})\n")
+    sys.stderr.flush()
+    os._exit(EXIT_CODE)
+
+
+@contextmanager
+def deferred() -> Iterator[None]:
+    """Hold an interrupt until the block ends (moving finished outputs into place), then exit 130."""
+    global _deferring, _pending
+    with _lock:
+        _deferring = True
+    try:
+        yield
+    finally:
+        with _lock:
+            _deferring, pending, _pending = False, _pending, False
+        if pending:
+            stop("interrupted while the outputs were moved into place; they are complete")
