@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import math
+
 from costmodel.evaluate import pool_context
 from costmodel.hardware import GB, TB
 from costmodel.layout import Pool
-from costmodel.memory import stage_weight_bytes
+from costmodel.memory import ENGINE_MEMORY_FRACTION, RUNTIME_RESERVE_BYTES, stage_weight_bytes
 from costmodel.resolve import ResolvedScenario
 from planner.errors import InfeasibleError
 from planner.formulation.options import STORE_TOO_SMALL
@@ -19,6 +21,41 @@ def weight_bytes(resolved: ResolvedScenario) -> float:
     return stage_weight_bytes(pool_context(resolved, pool), 0, with_mtp)
 
 
+def longest_context(resolved: ResolvedScenario) -> int:
+    """Tokens of context the longest request (or a session's last turn) holds at its end."""
+    workload = resolved.scenario.workload
+    sessions = workload.sessions
+    if sessions is None:
+        return workload.cached_tokens + workload.input_tokens + workload.output_tokens
+    return sessions.system_prompt_tokens + sessions.turns * (workload.input_tokens + workload.output_tokens)
+
+
+def sequence_bytes(resolved: ResolvedScenario, context: int) -> float:
+    """KV cache and fixed states of one sequence of `context` tokens, all layers (one copy)."""
+    arch, kv = resolved.architecture, resolved.kv_cache
+    return arch.kv_bytes_per_token(kv) * context + arch.state_bytes_per_sequence(context, kv)
+
+
+def usable_bytes_per_gpu(resolved: ResolvedScenario) -> float:
+    """HBM an engine gives to weights and KV on one GPU: its pool share less the runtime reserve."""
+    return ENGINE_MEMORY_FRACTION * resolved.system.hbm_capacity_bytes - RUNTIME_RESERVE_BYTES
+
+
+def _kv_binds(resolved: ResolvedScenario, gpus: int) -> InfeasibleError | None:
+    """The weights fit `gpus` GPUs but not beside one sequence's KV cache: name the KV cache, with numbers."""
+    weights, usable = weight_bytes(resolved), usable_bytes_per_gpu(resolved) * gpus
+    context = longest_context(resolved)
+    sequence = sequence_bytes(resolved, context)
+    if weights > usable or weights + sequence <= usable:
+        return None
+    fp8 = " use fp8 KV cache (precision.kv_cache)," if resolved.kv_cache.value != "fp8" else ""
+    return InfeasibleError(
+        f"KV cache: one sequence of {context:,} tokens needs {sequence / GB:,.1f} GB of KV cache beside "
+        f"{weights / GB:,.1f} GB of weights, but an instance of {gpus} GPUs has {usable / GB:,.1f} GB for both "
+        f"({usable / gpus / GB:,.1f} GB per GPU after the runtime reserve); shorten the context,{fp8} or allow "
+        "larger instances / add GPUs")
+
+
 def no_candidates(resolved: ResolvedScenario, candidates: CandidateSet) -> InfeasibleError:
     """No instance layout survives HBM and SLO pruning: say which limit binds."""
     slo, fastest = resolved.scenario.slo, candidates.fastest_ms
@@ -28,6 +65,9 @@ def no_candidates(resolved: ResolvedScenario, candidates: CandidateSet) -> Infea
             return InfeasibleError(
                 f"HBM: the weights need {need / TB:.2f} TB but the cluster's {resolved.gpus} GPUs hold "
                 f"{hbm / TB:.2f} TB; use more GPUs or smaller formats (precision.weights / precision.experts)")
+        kv_binds = _kv_binds(resolved, candidates.instance_gpus or resolved.gpus)
+        if kv_binds is not None:
+            return kv_binds
         return InfeasibleError(
             f"HBM: no instance layout the search allows fits (largest tried: {candidates.instance_gpus} GPUs, "
             f"{hbm / resolved.gpus / GB:.0f} GB each; the weights need {need / GB:.0f} GB plus KV cache and "
@@ -48,9 +88,26 @@ def no_candidates(resolved: ResolvedScenario, candidates: CandidateSet) -> Infea
     return InfeasibleError("no layout meets both the TTFT and TPOT targets at once; relax slo.ttft_ms or slo.tpot_ms")
 
 
+def _too_few_gpus(resolved: ResolvedScenario) -> InfeasibleError | None:
+    """Disaggregated serving only, and a prefill plus a decode instance cannot both fit the cluster."""
+    if "aggregated" in resolved.scenario.search.serving:
+        return None
+    per_instance = max(1, math.ceil(weight_bytes(resolved) / usable_bytes_per_gpu(resolved)))
+    if 2 * per_instance <= resolved.gpus:
+        return None
+    return InfeasibleError(
+        f"GPUs: disaggregated serving needs a prefill and a decode instance of at least {per_instance} GPU(s) each "
+        f"(the weights, {weight_bytes(resolved) / GB:,.1f} GB, need {per_instance} GPU(s) of "
+        f"{usable_bytes_per_gpu(resolved) / GB:,.1f} GB), {2 * per_instance} GPUs in all, but the cluster has "
+        f"{resolved.gpus}; add GPUs or allow aggregated serving (search.serving)")
+
+
 def no_deployment(resolved: ResolvedScenario) -> InfeasibleError:
     """Candidates exist but no deployment of them meets the TTFT target (queueing, transfers)."""
     slo = resolved.scenario.slo
+    too_few = _too_few_gpus(resolved)
+    if too_few is not None:
+        return too_few
     if slo.ttft_ms is None:
         return InfeasibleError("GPUs: no prefill and decode instances fit the cluster's scale-up domains together; "
                                "add GPUs or allow smaller instances")
