@@ -31,6 +31,7 @@ from planner.placement import fits
 
 KEEP_TOL = 1e-6  # relative: triples within this of the block's best rate at their TTFT are kept
 BLOCK = 2_000_000  # triples per numpy block (memory: ~10 arrays of this many float64)
+BINS = 1 << 16  # log-spaced TTFT bins of the sort-free first cut
 
 
 @dataclass(frozen=True)
@@ -68,48 +69,86 @@ def unit_table(options: DeploymentOptions, first_cap_s: float | None) -> UnitTab
         return None
     prefill = list(options.prefill)
     divisible = _divisible([p.gpus for p in prefill] + [d.gpus for d in options.decode], options.domains)
-    parts = [_block(options, prefill, index, d, first_cap_s, divisible) for index, d in enumerate(options.decode)]
-    kept = [part for part in parts if part is not None]
-    if not kept:
+    groups: dict[tuple[int, int], list[int]] = {}
+    for index, d in enumerate(options.decode):  # decode options of one size and count limit share P_max
+        groups.setdefault((d.gpus, d.most), []).append(index)
+    parts = []
+    for (size, most), members in sorted(groups.items()):
+        counts = _decode_counts(options, prefill, size, most)
+        if counts.size == 0:
+            continue
+        count_p = _prefill_counts(options, prefill, size, counts, divisible)
+        rows = max(1, BLOCK // (len(prefill) * counts.size))
+        for start in range(0, len(members), rows):
+            part = _block(options, prefill, members[start:start + rows], counts, count_p, first_cap_s)
+            if part is not None:
+                parts.append(part)
+    if not parts:
         return None
-    columns = [np.concatenate([part[i] for part in kept]) for i in range(6)]
+    columns = [np.concatenate([part[i] for part in parts]) for i in range(6)]
     keep = _front_mask(columns[0], columns[1])
     ttft, rate, p, count_p, d, count_d = (column[keep] for column in columns)
     return UnitTable(ttft, rate, p, count_p, d, count_d, np.maximum.accumulate(rate))
 
 
-def _block(options: DeploymentOptions, prefill: list[PrefillOption], index: int, decode: DecodeOption,
-           cap_s: float | None, divisible: bool) -> tuple[np.ndarray, ...] | None:
-    """The triples of one decode option: every prefill option x every decode count, at P_max."""
+def _decode_counts(options: DeploymentOptions, prefill: list[PrefillOption], size: int, most: int) -> np.ndarray:
     smallest = min(p.gpus for p in prefill)
-    counts = np.arange(1, decode.most + 1)
-    counts = counts[counts * decode.gpus <= options.domains.gpus - smallest]
-    if counts.size == 0:
-        return None
+    counts = np.arange(1, most + 1)
+    return np.asarray(counts[counts * size <= options.domains.gpus - smallest])
+
+
+def _prefill_counts(options: DeploymentOptions, prefill: list[PrefillOption], size: int, counts: np.ndarray,
+                    divisible: bool) -> np.ndarray:
+    """P_max per prefill option (rows) and decode count (columns)."""
     gpus_p = np.array([p.gpus for p in prefill])
     most_p = np.array([p.most for p in prefill])
-    count_p = np.minimum(most_p[:, None], _most_beside(gpus_p, decode.gpus, counts, options.domains))
+    count_p = np.minimum(most_p[:, None], _most_beside(gpus_p, size, counts, options.domains))
     if not divisible:
-        count_p = _packed_counts(gpus_p, decode.gpus, counts, count_p, options.domains)
-    cap = np.array([p.capacity for p in prefill])[:, None] * count_p
-    fill = np.array([p.fill_s for p in prefill])[:, None]
-    load = np.array([p.load for p in prefill])[:, None]
-    transfer = np.array([options.kv_transfer_s[(p.gpus, decode.gpus)] for p in prefill])[:, None]
-    conc = (decode.slots * counts)[None, :].astype(float)
+        count_p = _packed_counts(gpus_p, size, counts, count_p, options.domains)
+    return count_p
+
+
+def _block(options: DeploymentOptions, prefill: list[PrefillOption], members: list[int], counts: np.ndarray,
+           count_p: np.ndarray, cap_s: float | None) -> tuple[np.ndarray, ...] | None:
+    """The triples of decode options `members` (one size): axes (decode option, prefill option, count)."""
+    decode = [options.decode[i] for i in members]
+    size = decode[0].gpus
+    cap = (np.array([p.capacity for p in prefill])[:, None] * count_p)[None]
+    fill = np.array([p.fill_s for p in prefill])[None, :, None]
+    load = np.array([p.load for p in prefill])[None, :, None]
+    transfer = np.array([options.kv_transfer_s[(p.gpus, size)] for p in prefill])[None, :, None]
+    conc = (np.array([d.slots for d in decode], dtype=float)[:, None, None] * counts[None, None, :])
+    away = np.array([d.decoding_s for d in decode])[:, None, None]
     with np.errstate(divide="ignore", invalid="ignore"):
-        ttft, rate = pair_figures(np.where(count_p >= 1, cap, np.nan), fill, transfer, conc,
-                                  np.full_like(conc, decode.decoding_s), options.cohort_fraction,
-                                  load if (load < 1.0).any() else None)
-    ok = (count_p >= 1) & np.isfinite(ttft)
+        ttft, rate = pair_figures(np.where(count_p >= 1, cap, np.nan), fill, transfer, conc, away,
+                                  options.cohort_fraction, load if (load < 1.0).any() else None)
+    ok = (count_p >= 1)[None] & np.isfinite(ttft)
     if cap_s is not None:
         ok &= ttft <= cap_s * (1 + 1e-12)
     if not ok.any():
         return None
-    rows, cols = np.nonzero(ok)
-    ttft_k, rate_k = ttft[rows, cols], np.asarray(rate, dtype=float)[rows, cols]
+    which, rows, cols = np.nonzero(ok)
+    ttft_k, rate_k = ttft[which, rows, cols], np.asarray(rate, dtype=float)[which, rows, cols]
+    coarse = np.flatnonzero(_binned_front(ttft_k, rate_k))
+    which, rows, cols, ttft_k, rate_k = which[coarse], rows[coarse], cols[coarse], ttft_k[coarse], rate_k[coarse]
     keep = _front_mask(ttft_k, rate_k)
-    rows, cols = rows[keep], cols[keep]
-    return (ttft_k[keep], rate_k[keep], rows, count_p[rows, cols], np.full(rows.size, index), counts[cols])
+    which, rows, cols = which[keep], rows[keep], cols[keep]
+    return (ttft_k[keep], rate_k[keep], rows, count_p[rows, cols], np.asarray(members)[which], counts[cols])
+
+
+def _binned_front(ttft: np.ndarray, rate: np.ndarray) -> np.ndarray:
+    """A cut without sorting: with TTFT in log-spaced bins, an entry whose rate is below the best of every
+    lower bin (all faster than it) is dominated. Leaves the entries of the front's own bins to sort."""
+    if ttft.size < BINS:
+        return np.ones(ttft.size, dtype=bool)
+    low, high = float(ttft.min()), float(ttft.max())
+    if not high > low > 0:
+        return np.ones(ttft.size, dtype=bool)
+    where = np.minimum((np.log(ttft / low) / np.log(high / low) * (BINS - 1)).astype(np.int64), BINS - 1)
+    best = np.full(BINS, -np.inf)
+    np.maximum.at(best, where, rate)
+    below = np.concatenate(([-np.inf], np.maximum.accumulate(best)[:-1]))
+    return np.asarray(rate >= below[where] * (1 - KEEP_TOL))
 
 
 def _front_mask(ttft: np.ndarray, rate: np.ndarray) -> np.ndarray:
