@@ -84,8 +84,9 @@ class ConfigReader:
         return ConfigError(f"{self.path(key)} is missing: it gives {meaning}", field=self.path(key))
 
     def _bad(self, key: str, value: Any, expected: str) -> ConfigError:
+        shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:37] + "..."
         return ConfigError(
-            f"{self.path(key)} must be {expected}, got {value!r} ({type(value).__name__})",
+            f"{self.path(key)} must be {expected}, got {shown} ({type(value).__name__})",
             field=self.path(key),
         )
 

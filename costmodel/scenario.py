@@ -45,9 +45,9 @@ Degrees = Annotated[list[GpuCount], Field(min_length=1, max_length=32)]
 
 
 def _not_bool(value: object) -> object:
-    """`true` equals 1 in Python, and strict mode lets it through a Literal[1]: refuse it by name."""
-    if isinstance(value, bool):
-        raise ValueError(f"schema_version is a number, not {str(value).lower()}; write 1")
+    """`true` and `1.0` equal 1 in Python, and strict mode lets them through a Literal[1]: refuse them."""
+    if isinstance(value, bool | float):
+        raise ValueError(f"schema_version is the whole number 1, not {str(value).lower()}; write 1")
     return value
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +14,7 @@ from costmodel.hardware import SystemSpec, load_system, system_names
 from costmodel.hf_config import parse_hf_config
 from costmodel.models import aliases, load_model, model_ids
 from costmodel.precision import Dtype
+from costmodel.safe_load import InputLimitError, load_json, read_text
 from planner.errors import InputError
 
 # Context length at which per-sequence state of windowed layers is quoted (their cap is reached by then).
@@ -189,12 +189,10 @@ def print_system(summary: dict[str, Any]) -> None:
 
 def import_hf_config(path: Path, name: str | None) -> dict[str, Any]:
     """Parse a Hugging Face config.json into the normalised model dict that `plan import-hf` writes."""
-    try:
-        config = json.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise InputError.single(path, None, "", "file not found; check the path") from None
-    except json.JSONDecodeError as exc:
-        raise InputError.single(path, exc.lineno, "", f"not valid JSON: {exc.msg}") from None
+    try:  # within the input limits: a regular UTF-8 file, no NaN, bounded nesting
+        config = load_json(read_text(path))
+    except InputLimitError as exc:
+        raise InputError.single(path, exc.line, "", str(exc)) from None
     if not isinstance(config, dict):
         raise InputError.single(path, 1, "", "a config.json must be a JSON object")
     try:

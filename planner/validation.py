@@ -30,8 +30,17 @@ def validate_document(model: type[ModelT], document: SourceDocument, what: str) 
     try:
         return model.model_validate(document.data)
     except ValidationError as exc:
-        problems = [_problem(model, document, error) for error in exc.errors(include_url=False)]
+        errors = _deepest(document.data, exc.errors(include_url=False))
+        problems = [_problem(model, document, error) for error in errors]
         raise InputError(_unique(problems)) from None
+
+
+def _deepest(data: Any, errors: list[ErrorDetails]) -> list[ErrorDetails]:
+    """Of a union's errors, keep the one that got furthest into the value: for `{fp8: .inf}` the mapping
+    member's "fp8: not finite", not also "not a number", "not an integer", "not a string"."""
+    locs = [_document_loc(data, tuple(error["loc"])) for error in errors]
+    return [error for error, loc in zip(errors, locs, strict=True)
+            if not (error["type"].endswith("_type") and any(len(o) > len(loc) and o[:len(loc)] == loc for o in locs))]
 
 
 def _unique(problems: list[InputProblem]) -> list[InputProblem]:
@@ -50,7 +59,7 @@ def _document_loc(data: Any, loc: tuple[str | int, ...]) -> tuple[str | int, ...
     for part in loc:
         inside = isinstance(data, dict) and part in data
         inside = inside or (isinstance(data, list) and isinstance(part, int) and 0 <= part < len(data))
-        if not inside and part in _UNION_TAGS:
+        if not inside and (part in _UNION_TAGS or (isinstance(part, str) and "[" in part)):  # e.g. dict[str,float]
             continue
         kept.append(part)
         data = data[part] if inside else None
