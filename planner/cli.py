@@ -127,7 +127,7 @@ def evaluate_command(scenario: Path | None, layout_path: Path | None, cases: Pat
 @click.option("--format", "fmt", type=click.Choice(["table", "json", "csv"]), default="table", show_default=True,
               help="table for people; json or csv for scripts.")
 @click.option("--out", "out_dir", type=click.Path(path_type=Path, file_okay=False),
-              help="Write front.json, front.csv, front.png and plan-<i>.yaml here.")
+              help="Write front.json, front.csv, front.png, report.html and plan-<i>.yaml here.")
 @click.option("--solver", type=click.Choice(list(BACKENDS)), help="MILP backend (default: the scenario's).")
 @click.option("--time-limit", "time_limit", type=click.FloatRange(min=0.1), help="Seconds for the whole solve.")
 @click.option("--threads", type=click.IntRange(min=1, max=MAX_THREADS), help="Solver threads (1: deterministic).")

@@ -43,20 +43,29 @@
   function hideTip() { tooltip.style.display = "none"; }
 
   // ---------------------------------------------------------------- the front
+  function niceStep(span) {
+    // 1, 2 or 5 times a power of ten, giving 4 to 10 grid lines over the span
+    const raw = span / 5, power = Math.pow(10, Math.floor(Math.log10(raw)));
+    return [1, 2, 5, 10].map((m) => m * power).find((step) => step >= raw);
+  }
   function drawFront() {
     const width = 760, height = 380, left = 70, bottom = 45, top = 15, right = 20;
     const svg = el("svg:svg", { width, height, id: "front-chart", role: "img" });
     const xs = front.map((p) => p.tokens_per_s_per_gpu), ys = front.map((p) => p.ttft_ms);
-    const xmax = Math.max(...xs) * 1.05 || 1, ymax = Math.max(...ys, D.slo.ttft_ms || 0) * 1.05 || 1;
+    const xstep = niceStep(Math.max(...xs) * 1.05 || 1), ystep = niceStep(Math.max(...ys, D.slo.ttft_ms || 0) * 1.05 || 1);
+    const xmax = xstep * Math.ceil((Math.max(...xs) * 1.05 || 1) / xstep);
+    const ymax = ystep * Math.ceil((Math.max(...ys, D.slo.ttft_ms || 0) * 1.05 || 1) / ystep);
     const X = (x) => left + (x / xmax) * (width - left - right);
     const Y = (y) => height - bottom - (y / ymax) * (height - top - bottom);
-    for (let i = 0; i <= 5; i++) {
-      const gx = (xmax * i) / 5, gy = (ymax * i) / 5;
+    for (let gx = 0; gx <= xmax + xstep / 2; gx += xstep) {
       svg.append(el("svg:line", { x1: X(gx), x2: X(gx), y1: Y(0), y2: Y(ymax), class: "grid" }));
-      svg.append(el("svg:line", { x1: X(0), x2: X(xmax), y1: Y(gy), y2: Y(gy), class: "grid" }));
       svg.append(el("svg:text", { x: X(gx), y: height - bottom + 16, class: "tick", "text-anchor": "middle" },
-        fmt(gx, 0)));
-      svg.append(el("svg:text", { x: left - 6, y: Y(gy) + 4, class: "tick", "text-anchor": "end" }, fmt(gy, 0)));
+        String(+gx.toPrecision(6))));
+    }
+    for (let gy = 0; gy <= ymax + ystep / 2; gy += ystep) {
+      svg.append(el("svg:line", { x1: X(0), x2: X(xmax), y1: Y(gy), y2: Y(gy), class: "grid" }));
+      svg.append(el("svg:text", { x: left - 6, y: Y(gy) + 4, class: "tick", "text-anchor": "end" },
+        String(+gy.toPrecision(6))));
     }
     svg.append(el("svg:text", { x: (left + width) / 2, y: height - 6, class: "axis", "text-anchor": "middle" },
       "tokens/s per GPU"));
@@ -178,7 +187,7 @@
         }
       }
     });
-    box.append(el("h3", {}, `Point ${index}: ${point.serving}, ${cells.size} GPUs in ${domains.length} ${unit}s`));
+    box.append(el("h3", {}, `Point ${index}: ${point.serving}, ${cells.size} GPUs in ${domains.length} ${unit}${domains.length === 1 ? "" : "s"}`));
     box.append(svg);
     if (domains.length > shown.length) box.append(el("p", {}, `${domains.length - shown.length} more not drawn`));
     const legend = el("p", { class: "legend" });
