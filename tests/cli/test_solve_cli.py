@@ -27,13 +27,16 @@ def test_json_front_and_plan_files_round_trip(scenario: Path, tmp_path: Path) ->
                      "--model-stats")
     assert result.code == 0, result.err
     data = json.loads(result.out)
-    assert set(data) == {"status", "scenario", "front", "expert_banks", "solver", "candidates", "model_statistics"}
+    assert set(data) == {"status", "termination", "scenario", "gpu_accounting", "cluster_gpus", "coverage", "front",
+                         "expert_banks", "solver", "candidates", "model_statistics"}
+    assert data["termination"] == "completed" and data["gpu_accounting"] == "cluster"
+    assert 0.999 <= data["coverage"]["hypervolume_ratio_at_least"] <= 1.0
     assert data["status"] == "optimal" and data["solver"]["backend"] == "highs" and data["solver"]["gap"] == 0
     assert {"choice", "rate", "cohort", "ttft", "packing"} <= set(data["model_statistics"])
     front = data["front"]
     assert len(front) >= 5
-    keys = {"ttft_ms", "tpot_ms", "tokens_per_s_per_gpu", "tokens_per_s_per_user", "gpus", "serving", "status", "gap",
-            "layout", "placement"}
+    keys = {"ttft_ms", "tpot_ms", "tokens_per_s_per_gpu", "tokens_per_s_per_gpu_used", "tokens_per_s_per_cluster_gpu",
+            "tokens_per_s_per_user", "gpus", "idle_gpus", "serving", "status", "gap", "layout", "placement"}
     assert all(set(p) == keys for p in front)
     assert [p["ttft_ms"] for p in front] == sorted(p["ttft_ms"] for p in front)
     files = sorted(f.name for f in out.iterdir())
@@ -44,8 +47,9 @@ def test_json_front_and_plan_files_round_trip(scenario: Path, tmp_path: Path) ->
         evaluated = run_cli("evaluate", str(scenario), "--layout", str(out / f"plan-{index}.yaml"), "--format", "json")
         assert evaluated.code == 0, evaluated.err
         figures = json.loads(evaluated.out)
-        for key in ("ttft_ms", "tpot_ms", "tokens_per_s_per_gpu", "gpus"):
-            assert figures[key] == pytest.approx(front[index][key], rel=1e-12)
+        for key, solved in (("ttft_ms", "ttft_ms"), ("tpot_ms", "tpot_ms"), ("gpus", "gpus"),
+                            ("tokens_per_s_per_gpu", "tokens_per_s_per_gpu_used")):  # evaluate: per GPU used
+            assert figures[key] == pytest.approx(front[index][solved], rel=1e-12)
     # the layout inside JSON is accepted as-is
     layout_file = tmp_path / "layout.json"
     layout_file.write_text(json.dumps(front[0]["layout"]), encoding="utf-8")

@@ -29,4 +29,4 @@ def test_example_solves(path: Path) -> None:
         prediction = evaluate(resolved, p.layout)
         assert prediction.feasible and prediction.gpus == p.gpus <= resolved.gpus
         assert (prediction.ttft_ms, prediction.tokens_per_s_per_gpu) == pytest.approx(
-            (p.ttft_ms, p.tokens_per_s_per_gpu), rel=1e-12)
+            (p.ttft_ms, p.tokens_per_s_per_gpu_used), rel=1e-12)

@@ -25,6 +25,7 @@ REPO = Path(__file__).resolve().parents[2]
 def front_with_store(capacity: float) -> list[tuple[float, float, int, bool, float]]:
     data = copy.deepcopy(small_data(NAME))
     data["cluster"]["kv_store"]["capacity_bytes"] = capacity
+    data["search"] = {**data["search"], "gpu_accounting": "used"}  # per GPU used: the store's effect alone
     resolved = scenario_from_data(data)
     calibration = default_calibration()
     front = exhaustive_front(resolved, generate(resolved, calibration), calibration)
@@ -81,7 +82,7 @@ def test_each_disaggregated_point_says_where_midfill_runs_and_why() -> None:
         assert choice["first_turn_share"] == pytest.approx(0.1) and "10% of fills" in choice["why"]
         bound = choice["alternative_bound"]
         assert (bound is None) == ("no deployment with" in choice["why"])
-        assert bound is None or f"at most {bound:.1f} tok/s/GPU" in choice["why"]
+        assert bound is None or f"at most {bound:.1f} tok/s per GPU used" in choice["why"]
     data = small_data("qwen3-30b-8xh100-agent-midfill-pool")
     data["search"] = {**data["search"], "separate_midfill": False}
     unsplit = solve(scenario_from_data(data), SolveSettings())
