@@ -281,10 +281,18 @@ class Search(StrictModel):
     threads: Annotated[int, Field(gt=0, le=MAX_THREADS)] | None = Field(
         None, description=f"Solver threads, 1 to {MAX_THREADS}; None = 1 (deterministic)."
     )
-    front_resolution: float = Field(
-        0.0, ge=0.0, lt=0.5,
-        description="Relative TTFT step between front points: 0 finds every non-dominated point; 0.01 keeps "
-        "the front within 1% of TTFT of the exact one with fewer solves on large clusters.",
+    front_resolution: float | Literal["auto", "exact"] = Field(
+        "auto",
+        description="How finely the front is resolved. 'auto' (default): at most 60 points, refined where the "
+        "most hypervolume can hide until the front is certified within 0.05% of the exact front's hypervolume; "
+        "'exact': every non-dominated point; a number r in [0, 0.5): a TTFT step of r x the TTFT range (the "
+        "SLO, else the best-throughput point's TTFT), every exact point then within that much TTFT of a "
+        "returned point with at least its throughput. The output states what the front certifies.",
+    )
+    gpu_accounting: Literal["cluster", "used"] = Field(
+        "cluster",
+        description="Throughput per GPU divides by every GPU of the cluster (cluster: the user owns them, so "
+        "plans fill it with replicas where that raises throughput) or only by the GPUs a deployment holds (used).",
     )
     tp: Degrees | None = Field(None, description="Allowed attention tensor-parallel degrees (None = powers of 2).")
     dp_attention: Degrees | None = Field(None, description="Allowed attention data-parallel degrees.")
@@ -306,6 +314,13 @@ class Search(StrictModel):
         True, description="Multi-turn sessions, disaggregated serving: also consider a separate midfill pool for the "
         "turns after the first (the prefill pool then runs only first turns)."
     )
+
+    @model_validator(mode="after")
+    def _resolution_in_range(self) -> Search:
+        value = self.front_resolution
+        if not isinstance(value, str) and not 0.0 <= value < 0.5:
+            raise ValueError("front_resolution: give 'auto', 'exact' or a number in [0, 0.5)")
+        return self
 
 
 class Scenario(StrictModel):
