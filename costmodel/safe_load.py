@@ -134,8 +134,9 @@ def check_node_tree(root: yaml.Node) -> None:
 
 def load_yaml(text: str) -> Any:
     """yaml.safe_load within the limits; errors are yaml.YAMLError or InputLimitError."""
-    loader = LimitedSafeLoader(text)
+    loader = None
     try:
+        loader = LimitedSafeLoader(text)  # the reader checks the characters here already
         root = loader.get_single_node()
         if root is None:
             return None
@@ -144,7 +145,8 @@ def load_yaml(text: str) -> Any:
     except ValueError:  # an integer of more than 4,300 digits
         raise InputLimitError(TOO_LONG_NUMBER) from None
     finally:
-        loader.dispose()
+        if loader is not None:
+            loader.dispose()
 
 
 def _finite_float(text: str) -> float:

@@ -99,8 +99,9 @@ def _child(node: yaml.Node | None, part: str | int) -> yaml.Node | None:
 
 def parse_text(text: str, path: Path | None = None) -> SourceDocument:
     """Parse YAML (JSON is a subset) text; syntax errors and broken limits become an InputError with the line."""
-    loader = _Loader(text)
+    loader = None
     try:
+        loader = _Loader(text)  # the reader checks the characters here already
         root = loader.get_single_node()
         if root is not None:
             check_node_tree(root)
@@ -109,12 +110,18 @@ def parse_text(text: str, path: Path | None = None) -> SourceDocument:
         mark = exc.problem_mark or exc.context_mark
         line = mark.line + 1 if mark is not None else None
         raise InputError.single(path, line, "", f"not valid YAML: {exc.problem or exc}") from None
+    except yaml.reader.ReaderError as exc:  # a character YAML does not allow (NUL, other controls)
+        line = text.count("\n", 0, exc.position) + 1
+        code = exc.character if isinstance(exc.character, int) else ord(exc.character)
+        raise InputError.single(path, line, "", f"not valid YAML: the control character U+{code:04X} is not "
+                                "allowed; remove it") from None
     except yaml.YAMLError as exc:
         raise InputError.single(path, None, "", f"not valid YAML: {exc}") from None
     except ValueError:  # an integer of more than 4,300 digits
         raise InputError.single(path, None, "", TOO_LONG_NUMBER) from None
     finally:
-        loader.dispose()
+        if loader is not None:
+            loader.dispose()
     return SourceDocument(path=path, data=data, root=root)
 
 
