@@ -1,17 +1,21 @@
 """Fit the cost model's calibration to real serving measurements, deterministically.
 
-What is fitted (18 numbers, nothing per model or per row):
-- per GPU generation present in the data: GEMM, attention and HBM efficiencies (fractions of peak);
-- scale-up and scale-out collective efficiencies and the fixed latency of one collective call;
-- per engine present in the data: fixed overhead per layer and per step, and the cohort fraction of
-  closed-loop arrivals (see `costmodel.serving`).
+What is fitted (nothing per model or per row):
+- per GPU generation present in the data: GEMM efficiency per compute format, attention and HBM
+  efficiencies (fractions of peak), each bounded below by its predecessor generation's achieved rate
+  (`_generation_floor`);
+- scale-up and scale-out collective efficiencies and the fixed latency of one collective step;
+- per engine present in the data: fixed overhead per layer, per step and per sequence per step, the share
+  of the expert all-to-all hidden behind compute, and the cohort fraction of closed-loop arrivals (see
+  `costmodel.serving`).
 Generations absent from the training rows keep their priors; engines absent from them (and `generic`)
 take the mean of the fitted engines, which is how a held-out engine is predicted.
 
 Loss: robust (soft-L1, scale 0.25) least squares on log(predicted / measured) of TTFT and TPOT of every
-training row, by scipy's trust-region reflective method from the priors, with fixed settings: the same
-data gives the same calibration, bit for bit. Each factor is confined to its physical range (`BOUNDS`,
-with the evidence for each range), so that a factor cannot absorb a term the model lacks.
+training row, plus a weak pull of each factor towards its prior (`PRIOR_WEIGHT`), by scipy's
+trust-region reflective method from the priors, with fixed settings: the same data gives the same
+calibration, bit for bit. Each factor is confined to its physical range (`BOUNDS`, with the evidence for
+each range), so that a factor cannot absorb a term the model lacks.
 
 Rows whose layout had to be guessed (disaggregated runs without worker counts) are excluded from the fit
 and from the headline accuracy, and reported on their own.
@@ -31,7 +35,7 @@ from scipy.optimize import least_squares
 from benchmarks.measurements import Measurement, default_measurements_path, load_measurements
 from costmodel.calibration import Calibration, EngineFactors, generation_of, prior_calibration
 from costmodel.evaluate import LayoutPlan, plan_layout, serving_latencies
-from costmodel.hardware import load_system
+from costmodel.hardware import SystemSpec, load_system, system_names
 from costmodel.layout import Layout
 from costmodel.precision import Dtype
 from costmodel.pricing import TablePricer, WorkTable
@@ -42,8 +46,16 @@ from costmodel.work import StepWork
 GENERATION_FIELDS = ("attention_efficiency", "hbm_efficiency")
 COLLECTIVE_FIELDS = ("collectives.allreduce.efficiency", "collectives.allreduce.latency_s",
                      "collectives.alltoall.efficiency", "collectives.alltoall.latency_s", "nic_efficiency")
-ENGINE_FIELDS = ("layer_overhead_s", "step_overhead_s", "alltoall_overlap", "cohort_fraction")
+ENGINE_FIELDS = ("layer_overhead_s", "step_overhead_s", "seq_overhead_s", "alltoall_overlap", "cohort_fraction")
 LOSS_SCALE = 0.25
+# Weak pull of each factor towards its kernel-microbenchmark prior (on the fit's logit scale): two logit units
+# away costs about what one row off by 25% costs. It decides only where the rows leave directions flat (a
+# format a few rows exercise, GEMM against attention efficiency on prefill-heavy rows), which otherwise
+# land wherever the optimiser's path ends, often at a bound.
+PRIOR_WEIGHT = 0.1
+# Stop when an iteration improves the loss, or moves the factors, by less than 0.01% (relative): further
+# digits change no reported figure and cost minutes per fit.
+FIT_TOLERANCE = 1e-4
 
 
 def layout_was_guessed(measurement: Measurement) -> bool:
@@ -128,6 +140,10 @@ class ParameterSpace:
         data = self.prior.model_dump()
         for name, value in zip(self.names(), vector, strict=True):
             _assign(data, name, _from_free(name, float(value)))
+        for name, value in zip(self.names(), vector, strict=True):  # newer generations' floors, once all are set
+            floor = _generation_floor(data, name)
+            if floor is not None:
+                _assign(data, name, _from_free(name, float(value), floor))
         fitted = [EngineFactors.model_validate(data["engines"][e]) for e in self.engines]
         mean = {f: float(np.mean([getattr(e, f) for e in fitted])) for f in ENGINE_FIELDS}
         for engine in set(data["engines"]) - set(self.engines):
@@ -162,13 +178,15 @@ def _assign(data: dict[str, object], name: str, value: float) -> None:
 # - attention: 0.15 (sparse FP8 decode, 350 TF of 2250 on B200, K05) to 0.85;
 # - HBM streaming: 0.5 to 0.95 (FlashMLA decode 3000 of 3350 GB/s, K05);
 # - collectives: 0.1 (small all-to-all messages, DeepEP LL) to 0.95 of link bandwidth, 2-200 us per call;
-# - fixed overheads: up to 100 us per layer and 20 ms per step; cohort fraction 0 to 1; all-to-all
+# - fixed overheads: up to 100 us per layer, 20 ms per step and 50 us per sequence per step (vLLM V0's
+#   Python scheduler and sampler at its slowest); cohort fraction 0 to 1; all-to-all
 #   hidden behind compute 0 to 0.9 (two-batch overlap hides most of it at best, E07/E08).
 BOUNDS: dict[str, tuple[float, float]] = {
     "bf16": (0.25, 0.9), "fp8": (0.25, 0.9), "fp4": (0.25, 0.9), "int4": (0.25, 0.9),
     "attention_efficiency": (0.15, 0.85), "hbm_efficiency": (0.5, 0.95),
     "efficiency": (0.4, 0.95), "nic_efficiency": (0.1, 0.95), "latency_s": (2e-6, 2e-4),
-    "layer_overhead_s": (0.0, 1e-4), "step_overhead_s": (0.0, 2e-2), "cohort_fraction": (0.0, 1.0),
+    "layer_overhead_s": (0.0, 1e-4), "step_overhead_s": (0.0, 2e-2), "seq_overhead_s": (0.0, 5e-5),
+    "cohort_fraction": (0.0, 1.0),
     "alltoall_overlap": (0.0, 0.9),
 }
 
@@ -179,9 +197,46 @@ def _to_free(name: str, value: float) -> float:
     return math.log(share / (1 - share))
 
 
-def _from_free(name: str, value: float) -> float:
+def _from_free(name: str, value: float, floor: float | None = None) -> float:
     lo, hi = BOUNDS[name.split(".")[-1]]
+    lo = min(max(lo, floor or lo), hi)
     return lo + (hi - lo) / (1.0 + math.exp(-value))
+
+
+# A newer GPU generation runs its predecessor's kernels (same tile shapes, more SMs, higher clocks, wider
+# tensor cores): B200 has 148 SMs at up to 1.965 GHz against H100's 132 at 1.98 GHz, and twice the dense
+# tensor FLOP/clock per SM in every format. So what a kernel achieves there, in FLOP/s or bytes/s, is at
+# least what it achieves on the predecessor: the newer generation's efficiency is bounded below by the older
+# one's achieved rate over the newer peak. Without it, formats the data barely exercise (bf16 on Blackwell:
+# 7 GB200 rows) can fit below Hopper's achieved rate and misrank hardware (issue 13).
+PREDECESSOR: dict[str, str] = {"blackwell": "hopper", "cdna4": "cdna3"}
+
+
+def _generation_floor(data: dict[str, object], name: str) -> float | None:
+    """Lower bound of a generation factor from its predecessor's achieved rate (None: no bound applies)."""
+    parts = name.split(".")
+    if parts[0] != "generations" or parts[1] not in PREDECESSOR:
+        return None
+    newer, older = parts[1], PREDECESSOR[parts[1]]
+    older_rate = max((_peak_rate(s, parts[2:]) for s in _systems(older)), default=0.0)
+    newer_rate = min((_peak_rate(s, parts[2:]) for s in _systems(newer)), default=0.0)
+    if older_rate <= 0 or newer_rate <= 0:
+        return None  # e.g. fp4: Hopper has no fp4 tensor cores
+    return _lookup(data, ".".join(["generations", older, *parts[2:]])) * older_rate / newer_rate
+
+
+def _peak_rate(system: SystemSpec, factor: list[str]) -> float:
+    """The peak a generation factor is a fraction of: FLOP/s of the GEMM format, bf16 FLOP/s for attention,
+    HBM bytes/s for streaming."""
+    if factor[0] == "gemm_efficiency":
+        return system.peak_flops_per_s.get(Dtype(factor[1]), 0.0)
+    if factor[0] == "attention_efficiency":
+        return system.peak_flops_per_s.get(Dtype.BF16, 0.0)
+    return system.hbm_bandwidth_bytes_per_s
+
+
+def _systems(generation: str) -> list[SystemSpec]:
+    return [s for s in (load_system(n) for n in system_names()) if generation_of(s) == generation]
 
 
 def fit(planned: PlannedRows, prior: Calibration | None = None, max_evaluations: int = 400) -> Calibration:
@@ -191,13 +246,16 @@ def fit(planned: PlannedRows, prior: Calibration | None = None, max_evaluations:
     measured = np.log(planned.measured())
     label = f"{len(planned.rows)} serving measurements"
 
+    start = space.initial()
+
     def residuals(vector: np.ndarray) -> np.ndarray:
         predicted = planned.predict(space.calibration(vector, label))
         errors = np.log(np.where(np.isfinite(predicted) & (predicted > 0), predicted, 1e-3)) - measured
-        return np.asarray(errors.ravel())
+        return np.concatenate([errors.ravel(), PRIOR_WEIGHT * (vector - start)])
 
-    result = least_squares(residuals, space.initial(), loss="soft_l1", f_scale=LOSS_SCALE, method="trf",
-                           max_nfev=max_evaluations, x_scale=1.0, diff_step=1e-3)
+    result = least_squares(residuals, start, loss="soft_l1", f_scale=LOSS_SCALE, method="trf",
+                           max_nfev=max_evaluations, x_scale=1.0, diff_step=1e-3, ftol=FIT_TOLERANCE,
+                           xtol=FIT_TOLERANCE)
     return space.calibration(result.x, label)
 
 

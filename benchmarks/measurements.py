@@ -18,8 +18,8 @@ Mapping rules, CSV -> our schemas:
 - Layout fields: 0 or empty means 1.
 - Aggregated: one pool {role: mixed, replicas: 1, tp, dp_attention: attention_dp_size, pp, moe_tp, moe_ep,
   batch: batch_size x attention_dp_size} (the CSV's batch_size is per attention-DP rank, the layout's batch
-  per instance). Empty concurrency: batch_size x attention_dp_size (recorded); a concurrency that differs
-  from it is kept as measured (recorded).
+  per instance). Empty concurrency: batch_size x attention_dp_size (recorded); a larger concurrency is the
+  batch (the engine batched every request in flight: measured TPOT grows with it; recorded).
 - Disaggregated: a prefill and a decode pool from the prefill_* / decode_* columns. replicas =
   `*_num_workers`, 1 when missing (recorded). Decode batch = decode_batch_size x decode dp when given, else
   ceil(concurrency / decode replicas) (recorded); prefill batch = prefill_batch_size x prefill dp when given,
@@ -281,6 +281,11 @@ def _aggregated(row: _Row, shape: _ModelShape, notes: list[str]) -> tuple[dict[s
     if not concurrency:
         notes.append(f"concurrency missing: assumed batch_size x attention_dp_size = {batch}")
         concurrency = batch
+    elif concurrency > batch:
+        # The measured TPOT grows with concurrency at a fixed batch_size (GB200 Qwen3-32B: 8.1 ms at c1, 41.9 ms
+        # at c2, batch_size 1): the engine batched every request in flight, so the batch is the concurrency.
+        notes.append(f"concurrency {concurrency} > batch_size x attention_dp_size = {batch}: batch = concurrency")
+        batch = concurrency
     elif concurrency != batch:
         notes.append(
             f"concurrency {concurrency} != batch_size x attention_dp_size = {batch}: kept the measured concurrency"

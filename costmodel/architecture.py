@@ -477,7 +477,7 @@ class Architecture(BaseModel):
     def state_bytes_per_sequence(self, context_tokens: int, kv_dtype: Dtype) -> float:
         """Per-sequence state that does not grow with context past a bound.
 
-        Window/chunk KV at the KV format, linear-attention recurrent states in fp32
+        Window/chunk KV at the KV format, linear-attention recurrent states in bf16
         (STATE_BYTES_PER_ELEMENT) and short-conv states in bf16.
         """
         kv_bytes = BYTES_PER_ELEMENT[Dtype(kv_dtype)]

@@ -58,6 +58,9 @@ class CollectiveFactors(_Frozen):
 class EngineFactors(_Frozen):
     layer_overhead_s: float = Field(ge=0, description="Fixed time per layer per step (launches, syncs), s.")
     step_overhead_s: float = Field(ge=0, description="Fixed time per step (scheduling, sampling), s.")
+    seq_overhead_s: float = Field(
+        0.0, ge=0, description="CPU time per sequence per step (scheduling, input preparation, sampling), s."
+    )
     alltoall_overlap: float = Field(
         0.0, ge=0, le=0.95,
         description="Share of a step's expert all-to-all hidden behind its compute (two-batch overlap).",

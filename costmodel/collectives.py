@@ -8,6 +8,8 @@ Both tiers' times are added (a conservative choice: engines overlap them only pa
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from costmodel.hardware import SystemSpec
 from costmodel.operators import Parallel
 from costmodel.work import CollectiveKind, Tier, Transfer
@@ -29,8 +31,13 @@ def split_by_tier(name: str, kind: CollectiveKind, group: int, bytes_per_gpu: fl
 
 
 def all_reduce(name: str, ranks: int, payload_bytes: float, system: SystemSpec) -> list[Transfer]:
-    """Ring all-reduce: each rank sends 2 (n-1)/n of the payload."""
-    return split_by_tier(name, "allreduce", ranks, 2.0 * (ranks - 1) / ranks * payload_bytes, 1.0, system)
+    """All-reduce among `ranks` GPUs, counted as ring bytes (each rank sends 2 (n-1)/n of the payload).
+    Inside a scale-up domain the transfer keeps its rank count, and pricing takes the fastest algorithm
+    engines choose among by message size (`costmodel.pricing.ALL_REDUCE_ALGORITHMS`); across domains, ring."""
+    transfers = split_by_tier(name, "allreduce", ranks, 2.0 * (ranks - 1) / ranks * payload_bytes, 1.0, system)
+    if ranks <= system.scaleup_domain_gpus:
+        return [replace(t, ranks=ranks) for t in transfers]
+    return transfers
 
 
 def expected_remote_ranks(ep: int, top_k: int) -> float:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from costmodel.calibration import Calibration, default_calibration
+from costmodel.calibration import Calibration, default_calibration, generation_of
 from costmodel.hardware import GB, SystemSpec
 from costmodel.kv_report import kv_tier_report
 from costmodel.kv_tiers import store_use
@@ -21,6 +21,7 @@ from costmodel.serving import (
     PhaseTime,
     PoolPlan,
     PoolTiming,
+    admitted_plan,
     plan_pool,
     pool_turns,
     split_serving,
@@ -71,6 +72,18 @@ class Prediction:
         }
 
 
+# Rows (tokens) of one MoE grouped-GEMM tile: Hopper wgmma computes 64-row tiles per warpgroup (DeepGEMM
+# BLOCK_M 64 for small M, CUTLASS sm90 grouped GEMM); Blackwell tcgen05 UMMA tiles are 128 rows per CTA (CUTLASS
+# sm100 and TRT-LLM MoE grouped GEMMs); CDNA MFMA-based hipBLASLt grouped tiles, assumption: 64 as Hopper.
+EXPERT_TILE_ROWS: dict[str, int] = {"hopper": 64, "blackwell": 128, "cdna3": 64, "cdna4": 64}
+# Engines whose attention computes in fp8 over an fp8 KV cache, prefill included: TRT-LLM's FP8 context and
+# generation FMHA (`use_fp8_context_fmha`, on with an FP8 KV cache on Hopper and Blackwell). vLLM and SGLang
+# dequantise an fp8 cache to bf16 in their FlashAttention/FlashInfer prefill paths; their decode reads fp8
+# bytes (counted in every engine's HBM traffic) but is bound by those bytes, not by compute. FP8 FMHA speed:
+# FlashAttention-3 FP8 about 1.2 PFLOPS on H100 against 0.74 in bf16; FlashMLA FP8 decode 410 TFLOPS (K05).
+FP8_ATTENTION_ENGINES = frozenset({"trtllm"})
+
+
 def pool_context(resolved: ResolvedScenario, pool: Pool) -> PoolContext:
     system = resolved.system
     scenario = resolved.scenario
@@ -82,6 +95,8 @@ def pool_context(resolved: ResolvedScenario, pool: Pool) -> PoolContext:
         weight_compute=compute_dtype(resolved.weights, system),
         expert_compute=compute_dtype(resolved.experts, system),
         peaks=dict(system.peak_flops_per_s),
+        expert_tile_rows=EXPERT_TILE_ROWS[generation_of(system)],
+        fp8_attention=scenario.engine in FP8_ATTENTION_ENGINES,
     )
     par = Parallel(tp=pool.tp, dp=pool.dp_attention, pp=pool.pp, moe_tp=pool.moe_tp, moe_ep=pool.moe_ep)
     return PoolContext(
@@ -109,7 +124,7 @@ def plan_layout(resolved: ResolvedScenario, layout: Layout, pricer: Pricer | Non
              for pool in layout.pools]
     if workload.sessions is not None and pricer is not None:
         plans = [with_session_tiers(plan, time_pool(plan, pricer), workload) for plan in plans]
-    return LayoutPlan(resolved, layout, tuple(plans))
+    return LayoutPlan(resolved, layout, tuple(admitted_plan(plan, workload) for plan in plans))
 
 
 def evaluate(resolved: ResolvedScenario, layout: Layout, calibration: Calibration | None = None) -> Prediction:
@@ -122,7 +137,8 @@ def evaluate(resolved: ResolvedScenario, layout: Layout, calibration: Calibratio
 def _serving(plan: LayoutPlan, timings: list[PoolTiming],
              calibration: Calibration) -> tuple[float, float, float, dict[str, float]]:
     if plan.layout.serving == "aggregated":
-        return _aggregated(timings[0])
+        pool = plan.layout.pools[0]
+        return _aggregated(timings[0], plan.resolved.scenario.workload.concurrency or pool.batch * pool.replicas)
     return _disaggregated(timings, calibration, plan.resolved.scenario.workload, plan.resolved.scenario.engine)
 
 
@@ -175,10 +191,15 @@ def store_breach(resolved: ResolvedScenario, fill: PoolPlan) -> str | None:
     return store_use(fill.request.tiers, kv_bytes, fill.pool.gpus).breach(resolved.scenario.cluster.kv_store)
 
 
-def _aggregated(timing: PoolTiming) -> tuple[float, float, float, dict[str, float]]:
-    """Continuous batching: TTFT, TPOT, requests/s over the whole pool."""
+def _aggregated(timing: PoolTiming, concurrency: int | None = None) -> tuple[float, float, float, dict[str, float]]:
+    """Continuous batching: TTFT, TPOT, requests/s over the whole pool. A closed loop of more requests than
+    the pool has batch slots queues the rest for admission: by Little's law each request spends N / rate in
+    the loop, of which one round in service, so it waits (N / slots - 1) rounds before its first token."""
+    slots = timing.plan.pool.replicas * timing.plan.in_service
     rate = timing.plan.pool.replicas * timing.requests_per_s
-    return timing.ttft_s, timing.tpot_s, rate, {"fill": timing.ttft_s}
+    queue = max(0.0, (concurrency or 0) - slots) / rate
+    parts = {"fill": timing.ttft_s} | ({"queue": queue} if queue else {})
+    return timing.ttft_s + queue, timing.tpot_s, rate, parts
 
 
 def _disaggregated(timings: list[PoolTiming], calibration: Calibration, workload: Workload,

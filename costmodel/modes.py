@@ -105,7 +105,7 @@ def layer_work(ctx: PoolContext, layer: Layer, shape: StepShape) -> StepWork:
 
 def stage_work(ctx: PoolContext, stage: int, shape: StepShape) -> StepWork:
     """One step of pipeline stage `stage` on one GPU."""
-    work = StepWork()
+    work = StepWork(seqs=shape.seqs)
     for layer, count in ctx.stage_counts[stage]:
         one = layer_work(ctx, layer, shape)
         work.ops += [_scaled(op, count) for op in one.ops]
@@ -164,7 +164,8 @@ def merged_work(first: StepWork, second: StepWork) -> StepWork:
     weight is read once (bytes: the larger read); attention work and transfers add; layers count once.
     Both works start with `stage_work` of the same stage, so their operators align one to one; what one
     has beyond that (e.g. MTP drafting passes) is kept as it is."""
-    merged = StepWork(layers=max(first.layers, second.layers), transfers=first.transfers + second.transfers)
+    merged = StepWork(layers=max(first.layers, second.layers), transfers=first.transfers + second.transfers,
+                      seqs=first.seqs + second.seqs)
     common = min(len(first.ops), len(second.ops))
     for a, b in zip(first.ops[:common], second.ops[:common], strict=True):
         if a.name != b.name:

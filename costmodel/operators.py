@@ -11,7 +11,8 @@ Conventions (each a modelling choice, stated once):
 - GQA KV is split by KV head up to `num_kv_heads` ranks, replicated beyond; query heads (and their
   projections) likewise up to `num_heads` ranks: a tp larger than the head count replicates heads (each
   head computed on tp / heads ranks), as engines do when attention runs at a smaller tp than the experts;
-- linear attention (KDA, Gated DeltaNet) reads and writes its fp32 state once per step and costs
+- linear attention (KDA, Gated DeltaNet) reads and writes its state (bf16, as engines keep it) once per
+  step and costs
   about 4 x heads x d_k x d_v FLOPs per token (state update plus output; chunked fill is of the same order);
 - a sparse-attention indexer (DeepSeek V3.2, GLM-5) scores every cached key with fp8 index heads and
   then MLA attends only to `index_topk` keys.
@@ -54,6 +55,8 @@ class Formats:
     weight_compute: Dtype
     expert_compute: Dtype
     peaks: dict[Dtype, float]  # FLOP/s per compute format on this GPU
+    expert_tile_rows: int = 0  # rows (tokens) of one grouped-GEMM tile: each expert's rows are padded to it
+    fp8_attention: bool = False  # the engine's attention kernels compute in fp8 over an fp8 KV cache
 
     def peak(self, dtype: Dtype) -> float:
         return self.peaks[dtype]
@@ -95,9 +98,16 @@ def _gemm(name: str, tokens: float, params: float, fmt_bytes: float, fmt: Format
     return Op(name, "gemm", 2.0 * tokens * params, params * fmt_bytes, fmt.peak(dtype), dtype)
 
 
+def attention_dtype(fmt: Formats) -> Dtype:
+    """Format attention kernels compute in: fp8 over an fp8 KV cache for engines whose kernels do
+    (`Formats.fp8_attention`) on GPUs with fp8 tensor cores, bf16 otherwise, whatever the weight format."""
+    fp8 = fmt.fp8_attention and fmt.kv_dtype == Dtype.FP8 and Dtype.FP8 in fmt.peaks
+    return Dtype.FP8 if fp8 else Dtype.BF16
+
+
 def _attention(name: str, flops: float, hbm_bytes: float, fmt: Formats) -> Op:
-    """Attention kernels compute in bf16 (FlashAttention / FlashMLA), whatever the weight format."""
-    return Op(name, "attention", flops, hbm_bytes, fmt.peak(Dtype.BF16), Dtype.BF16)
+    dtype = attention_dtype(fmt)
+    return Op(name, "attention", flops, hbm_bytes, fmt.peak(dtype), dtype)
 
 
 def attention_ops(attn: Attention, shape: StepShape, par: Parallel, fmt: Formats) -> list[Op]:
@@ -237,7 +247,8 @@ def routed_expert_ops(ffn: Ffn, group_tokens: float, par: Parallel, fmt: Formats
     """Routed experts on one GPU of the expert group (moe_tp x moe_ep GPUs share `group_tokens`).
 
     Weight bytes: the distinct local experts the step touches (their moe_tp slice), read once.
-    FLOPs: the GPU's share of token-expert pairs, scaled by the load imbalance of the busiest GPU.
+    FLOPs: the GPU's token-expert rows, scaled by the load imbalance of the busiest GPU, with each touched
+    expert's rows padded to whole grouped-GEMM tiles (`padded_rows`), on its moe_tp slice.
     """
     if ffn.kind != "moe":
         return []
@@ -246,6 +257,18 @@ def routed_expert_ops(ffn: Ffn, group_tokens: float, par: Parallel, fmt: Formats
     # Tokens reaching this GPU's experts, spread over its local experts.
     touched_share = distinct_experts(ffn.num_experts, ffn.top_k, group_tokens) / ffn.num_experts
     weight_bytes = local_experts * touched_share * per_expert / par.moe_tp * fmt.expert_bytes
-    pairs = group_tokens * ffn.top_k / (par.moe_ep * par.moe_tp) * imbalance
-    return [Op("routed_experts", "gemm", 2.0 * pairs * per_expert, weight_bytes, fmt.peak(fmt.expert_compute),
-               fmt.expert_compute)]
+    rows = group_tokens * ffn.top_k / par.moe_ep * imbalance
+    padded = padded_rows(rows, local_experts * touched_share, fmt.expert_tile_rows)
+    return [Op("routed_experts", "gemm", 2.0 * padded * per_expert / par.moe_tp, weight_bytes,
+               fmt.peak(fmt.expert_compute), fmt.expert_compute)]
+
+
+def padded_rows(rows: float, touched: float, tile: int) -> float:
+    """Rows a grouped GEMM computes for `rows` token-expert rows spread over `touched` experts when each
+    expert's rows are padded to whole tiles of `tile` rows: an expert with m rows computes about m + tile/2
+    (the last tile half empty on average) and never less than one tile. Kernel tails that the fit would
+    otherwise push into the GEMM efficiency (K06: DeepGEMM masked 4x256 rows 932 TFLOPS vs contiguous 4x8192
+    1346)."""
+    if tile <= 0 or touched <= 0:
+        return rows
+    return max(rows + touched * tile / 2.0, touched * float(tile))

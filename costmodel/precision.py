@@ -36,8 +36,10 @@ BYTES_PER_ELEMENT: dict[Dtype, float] = {
 # Formats a KV cache may be stored in (4-bit KV is not offered by the engines we model).
 KV_DTYPES: frozenset[Dtype] = frozenset({Dtype.BF16, Dtype.FP8})
 
-# Linear-attention recurrent states are kept in fp32 by the reference kernels (fla KDA / GDN).
-STATE_BYTES_PER_ELEMENT = 4.0
+# Linear-attention recurrent states as serving engines keep them: in the model's dtype, bf16 (vLLM
+# `mamba_ssm_cache_dtype: auto` for Qwen3-Next and Kimi-Linear, SGLang likewise); the fla reference kernels
+# accumulate in fp32 registers but read and write the cached state in its storage dtype.
+STATE_BYTES_PER_ELEMENT = 2.0
 
 
 def bytes_per_element(dtype: Dtype | str) -> float:

@@ -8,7 +8,7 @@ calibration fitting) run the same code.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -23,6 +23,22 @@ _TIERS = ("scaleup", "nic", "host", "storage")
 _TIER_TERM = (2, 3, 4, 5)  # column of each tier in TERMS
 _KINDS: tuple[CollectiveKind, ...] = ("allreduce", "alltoall", "p2p")
 _DTYPES = tuple(Dtype)
+
+# All-reduce algorithms inside a scale-up domain, as (bytes sent relative to ring's 2 (n-1)/n of the payload,
+# sequential steps per call, each paying the call latency), for n ranks. Engines pick by message size
+# (TRT-LLM AllReduceStrategy AUTO, vLLM custom all-reduce, NCCL's tuner); pricing takes the fastest, so the
+# time is concave and nondecreasing in the message size.
+# - one-shot: every rank sends its whole payload to every peer, (n-1) P = ring bytes x n/2, one step;
+# - two-shot: reduce-scatter then all-gather over direct links, ring bytes, two steps;
+# - ring: ring bytes, 2 (n-1) steps;
+# - NVLS (NVLink SHARP, NVIDIA switches only): the switch reduces; all-reduce bus bandwidth about 480 GB/s
+#   against ring's 360 on H100 (NVIDIA developer blog on NCCL 2.17 NVLS, 2023): ring bytes x 360/480, two steps.
+ALL_REDUCE_ALGORITHMS: dict[str, tuple[Callable[[np.ndarray], np.ndarray], Callable[[np.ndarray], np.ndarray]]] = {
+    "one_shot": (lambda n: n / 2.0, lambda n: np.ones_like(n)),
+    "two_shot": (lambda n: np.ones_like(n), lambda n: 2.0 * np.ones_like(n)),
+    "ring": (lambda n: np.ones_like(n), lambda n: 2.0 * (n - 1.0)),
+    "nvls": (lambda n: 0.75 * np.ones_like(n), lambda n: 2.0 * np.ones_like(n)),
+}
 
 
 class Pricer(Protocol):
@@ -42,6 +58,7 @@ class WorkTable:
 
     def __init__(self, works: Sequence[StepWork], systems: Sequence[SystemSpec], engines: Sequence[str]) -> None:
         self.works = list(works)
+        self.systems = list(systems)
         self.index = {id(work): i for i, work in enumerate(self.works)}
         self.engines = list(engines)
         self.generations = [generation_of(system) for system in systems]
@@ -60,7 +77,11 @@ class WorkTable:
         self.tr_kind = np.array([_KINDS.index(t.kind) for _, t in transfers], dtype=np.int64)
         self.tr_bytes = np.array([t.bytes for _, t in transfers], dtype=float)
         self.tr_calls = np.array([t.calls for _, t in transfers], dtype=float)
+        self.tr_ranks = np.array([t.ranks for _, t in transfers], dtype=float)
+        nvls = np.array([s.vendor == "nvidia" and s.scaleup_topology == "switch" for s in systems], dtype=bool)
+        self.tr_nvls = nvls[self.tr_work] if transfers else np.zeros(0, dtype=bool)
         self.layers = np.array([work.layers for work in self.works], dtype=float)
+        self.seqs = np.array([work.seqs for work in self.works], dtype=float)
         self.hbm_bw = np.array([s.hbm_bandwidth_bytes_per_s for s in systems], dtype=float)
         self.tier_bw = np.array([_tier_bandwidths(s) for s in systems], dtype=float).reshape(len(self.works), 4)
 
@@ -81,7 +102,17 @@ class WorkTable:
         efficiency = np.where(self.tr_tier == 0, scaleup, calibration.nic_efficiency)
         latency = np.array([k.latency_s for k in kinds])[self.tr_kind]
         bandwidth = self.tier_bw[self.tr_work, self.tr_tier] * efficiency
-        return np.asarray(self.tr_bytes / bandwidth + self.tr_calls * latency)
+        seconds = self.tr_bytes / bandwidth + self.tr_calls * latency
+        grouped = self.tr_ranks > 1
+        if grouped.any():
+            n, size, calls = self.tr_ranks[grouped], self.tr_bytes[grouped] / bandwidth[grouped], self.tr_calls[grouped]
+            options = [share(n) * size + steps(n) * calls * latency[grouped]
+                       for name, (share, steps) in ALL_REDUCE_ALGORITHMS.items() if name != "nvls"]
+            nvls_share, nvls_steps = ALL_REDUCE_ALGORITHMS["nvls"]
+            nvls = np.where(self.tr_nvls[grouped], nvls_share(n) * size + nvls_steps(n) * calls * latency[grouped],
+                            np.inf)
+            seconds[grouped] = np.minimum(np.min(options, axis=0), nvls)
+        return np.asarray(seconds)
 
     def overlapped_transfer_seconds(self, calibration: Calibration, busy: np.ndarray) -> np.ndarray:
         """Transfer seconds left after engines hide part of the expert all-to-all behind compute
@@ -111,7 +142,8 @@ class WorkTable:
             terms[:, column] = np.bincount(self.tr_work[mask], moved[mask], minlength=n)
         engines = [calibration.engine(e) for e in self.engines]
         terms[:, 6] = (self.layers * np.array([e.layer_overhead_s for e in engines])
-                       + np.array([e.step_overhead_s for e in engines]))
+                       + np.array([e.step_overhead_s for e in engines])
+                       + self.seqs * np.array([e.seq_overhead_s for e in engines]))
         return terms, seconds, moved
 
 
@@ -155,5 +187,11 @@ class TablePricer:
     engine: str
 
     def price(self, work: StepWork) -> StepTime:
-        row = self.terms[self.table.index[id(work)]]
+        index = self.table.index.get(id(work))
+        if index is None:  # a work the table was not built with: priced directly, on the table's one system
+            systems = {system.name: system for system in self.table.systems}
+            if len(systems) != 1:
+                raise KeyError("work not in a table of several systems: build the table with every work")
+            return price(work, next(iter(systems.values())), self.calibration, self.engine)
+        row = self.terms[index]
         return StepTime(terms=dict(zip(TERMS, row.tolist(), strict=True)), by_name={})

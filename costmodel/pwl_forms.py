@@ -51,9 +51,11 @@ class ModeForm:
 
 
 def _only(work: StepWork, names: frozenset[str]) -> StepWork:
-    """The part of a step made of the named operators and transfers (no fixed overheads)."""
+    """The part of a step made of the named operators and transfers (no per-layer overheads); the
+    per-sequence overhead goes with decode attention, the part that also counts sequences."""
     return StepWork(ops=[op for op in work.ops if op.name in names],
-                    transfers=[t for t in work.transfers if t.name in names], layers=0)
+                    transfers=[t for t in work.transfers if t.name in names], layers=0,
+                    seqs=work.seqs if names == DECODE_ATTENTION_OPS else 0.0)
 
 
 def _builder(ctx: PoolContext, mode: Mode, request: RequestShape,

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
 from costmodel.calibration import Calibration
@@ -132,6 +132,12 @@ class PoolPlan:
     mixed_steps: float  # mixed steps per round (mixed pools)
     own_steps: float  # mixed steps one request's own prefill needs
     turns: Turns = "all"
+    admitted: int | None = None  # a mixed pool whose batch does not fit: the batch the engine admits (the rest wait)
+
+    @property
+    def in_service(self) -> int:
+        """Sequences in service per instance: the pool's batch, or what the engine admits of it."""
+        return self.pool.batch if self.admitted is None else self.admitted
 
 
 def pool_turns(pool: Pool, split_fills: bool) -> Turns:
@@ -255,7 +261,7 @@ class PoolTiming:
     @property
     def requests_per_s(self) -> float:
         """Mixed pools: requests completed per second per instance; fill pools: requests filled (capacity)."""
-        return self.plan.pool.batch / self.cycle_s
+        return self.plan.in_service / self.cycle_s
 
 
 def time_pool(plan: PoolPlan, pricer: Pricer) -> PoolTiming:
@@ -272,17 +278,22 @@ def time_pool(plan: PoolPlan, pricer: Pricer) -> PoolTiming:
         return PoolTiming(plan, None, decode, None, 0.0, t_decode / request.accepted, t_decode)
     t_mix = pp * mixed.max_s
     steps = request.output / request.accepted
-    decoding = min(plan.mixed_steps, steps) * t_mix + max(0.0, steps - plan.mixed_steps) * t_decode
-    extra_fill = max(0.0, plan.mixed_steps - steps) * t_mix  # prefill outpaces decode
     backlog = max(0.0, plan.mixed_steps - plan.own_steps)
     ttft = t_mix * (plan.own_steps + pricer.calibration.engine(pricer.engine).cohort_fraction * backlog / 2.0)
-    cycle = decoding + extra_fill
+    cycle = _round_s(plan.mixed_steps, t_mix, steps, t_decode)
     # Closed loop: a request's end-to-end time is the round, so its TPOT is what the round leaves after its
     # first token, (round - TTFT) / (osl - 1), as benchmarks measure it; never below a decode-only step.
     tpot = t_decode / request.accepted
     if request.output > 1:
         tpot = max(tpot, (cycle - ttft) / (request.output - 1))
     return PoolTiming(plan, None, decode, mixed, ttft, tpot, cycle)
+
+
+def _round_s(mixed_steps: float, t_mix: float, decode_steps: float, t_decode: float) -> float:
+    """One round of a mixed pool: the prefill chunks ride on decode steps; any left over (prefill outpacing
+    decode) run as steps of their own."""
+    riding = min(mixed_steps, decode_steps)
+    return riding * t_mix + (decode_steps - riding) * t_decode + max(0.0, mixed_steps - decode_steps) * t_mix
 
 
 def pool_memory(ctx: PoolContext, pool: Pool, workload: Workload, request: RequestShape) -> tuple[MemoryUse, int]:
@@ -388,3 +399,14 @@ def closed_loop_wait_s(concurrency: float, capacity_per_s: float, min_latency_s:
     steady = concurrency / capacity_per_s - elsewhere_s
     bunched = min_latency_s + cohort_fraction * (concurrency - 1.0) / (2.0 * capacity_per_s)
     return max(min_latency_s, steady, bunched)
+
+
+def admitted_plan(plan: PoolPlan, workload: Workload) -> PoolPlan:
+    """A mixed pool whose batch does not fit in HBM runs as engines run it: the largest batch that fits is in
+    service (vLLM and SGLang admit requests while KV blocks last, TRT-LLM's capacity scheduler likewise)
+    and the rest wait for a slot. The memory report stays the requested batch's."""
+    if plan.pool.role != "mixed" or plan.memory.fits or not 0 < plan.max_batch < plan.pool.batch:
+        return plan
+    capped = plan.pool.model_copy(update={"batch": plan.max_batch})
+    served = plan_pool(plan.ctx, capped, workload, plan.request.tiers, plan.turns)
+    return replace(served, pool=plan.pool, memory=plan.memory, max_batch=plan.max_batch, admitted=plan.max_batch)

@@ -10,7 +10,8 @@ Overlap rules (stated once, applied everywhere):
 - communication does not overlap computation, except the share `alltoall_overlap` of an engine's expert
   all-to-all that two-batch overlap hides behind the step's compute and HBM time (`costmodel.pricing`);
 - each collective call pays a fixed latency on top of its bytes over bandwidth;
-- each layer pays a fixed launch/sync overhead, each step a fixed scheduling overhead.
+- each layer pays a fixed launch/sync overhead, each step a fixed scheduling overhead, and each sequence
+  in the step a fixed CPU cost (scheduling, input preparation, sampling).
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ class Transfer:
     bytes: float
     calls: float
     kind: CollectiveKind = "p2p"
+    ranks: int = 0  # all-reduce inside a scale-up domain: its group size (pricing picks the algorithm); else 0
 
 
 @dataclass
@@ -56,11 +58,13 @@ class StepWork:
     ops: list[Op] = field(default_factory=list)
     transfers: list[Transfer] = field(default_factory=list)
     layers: int = 0
+    seqs: float = 0.0  # sequences the step advances on this GPU (per-sequence scheduling and sampling)
 
     def extend(self, other: StepWork) -> None:
         self.ops.extend(other.ops)
         self.transfers.extend(other.transfers)
         self.layers += other.layers
+        self.seqs += other.seqs
 
     @property
     def flops(self) -> float:

@@ -112,3 +112,43 @@ def test_tp_beyond_the_head_count_replicates_heads() -> None:
     assert any("tp 64 exceeds the 32 attention heads" in w for w in evaluate(resolved, layout).warnings)
     with pytest.raises(InputError, match="tp 48 does not divide the 32 attention heads"):
         layout_from_text("serving: aggregated\npools:\n  - {role: mixed, tp: 48, moe_tp: 48, batch: 16}\n", resolved)
+
+
+# (smaller, larger): the second has at least as much of every resource (FLOP/s in every format, HBM
+# capacity and bandwidth, scale-up and scale-out bandwidth, host link) as the first.
+BIGGER = [("h100-sxm", "b200-sxm"), ("h200-sxm", "b200-sxm"), ("b200-sxm", "b300-sxm"), ("b200-sxm", "gb200-nvl72")]
+
+
+def _generation_cases() -> list[tuple[str, str, str, int, str, int]]:
+    """(model, weights, role, layout degree, input tokens, batch): dense and MoE models, every compute
+    format, each pool role, light and heavy batches (the issue's case: Llama-3.1-8B bf16 prefill, batch 16)."""
+    cases = []
+    for model, degree in (("llama3.1-8b", 1), ("gpt-oss-20b", 1), ("mixtral-8x7b", 2), ("qwen3-30b", 2),
+                          ("deepseek-v3", 8)):
+        for weights in ("bf16", "fp8", "fp4"):
+            if model == "deepseek-v3" and weights == "bf16":
+                continue  # 1.3 TB of bf16 weights fit no 8-GPU board
+            for role in ("mixed", "prefill", "decode"):
+                for tokens, batch in ((1024, 16), (8192, 1), (1024, 256)):
+                    cases.append((model, weights, role, degree, tokens, batch))
+    return cases
+
+
+@pytest.mark.parametrize("small, large", BIGGER)
+def test_a_bigger_gpu_is_never_slower(small: str, large: str) -> None:
+    """Same layout, precision and workload: TTFT and TPOT no longer, tokens/s per GPU no lower."""
+    slower = []
+    for model, weights, role, degree, tokens, batch in _generation_cases():
+        dense = _scenario(model, small, weights, tokens, 512).architecture.num_experts is None
+        tp, dp = (degree, 1) if dense else (1, degree)
+        layout = _layout(role, tp, dp, 1, 1 if dense else degree, batch * dp)
+        before = evaluate(_scenario(model, small, weights, tokens, 512), layout)
+        after = evaluate(_scenario(model, large, weights, tokens, 512), layout)
+        if not before.feasible:
+            continue
+        ours = (after.ttft_ms, after.tpot_ms, 1.0 / after.tokens_per_s_per_gpu)
+        theirs = (before.ttft_ms, before.tpot_ms, 1.0 / before.tokens_per_s_per_gpu)
+        if not after.feasible or any(a > b * (1 + 1e-9) for a, b in zip(ours, theirs, strict=True)):
+            slower.append((model, weights, role, tokens, batch, [round(b / a, 3) for a, b in zip(ours, theirs,
+                                                                                               strict=True)]))
+    assert not slower, f"{large} predicted slower than {small} (speed-ups TTFT, TPOT, 1/throughput): {slower}"

@@ -1,0 +1,133 @@
+"""The cost-model terms of issue 13, each by hand: all-reduce algorithm by message size, grouped-GEMM tile
+padding, per-sequence step overhead, FP8 attention, bf16 linear-attention state, the admission queue, and
+the generation floor of the calibration fit."""
+
+from __future__ import annotations
+
+import pytest
+
+from benchmarks.fit import _generation_floor
+from costmodel.calibration import default_calibration
+from costmodel.collectives import all_reduce
+from costmodel.evaluate import evaluate, plan_layout, pool_context
+from costmodel.hardware import load_system
+from costmodel.layout import Layout
+from costmodel.modes import decode_work
+from costmodel.operators import padded_rows
+from costmodel.precision import Dtype
+from costmodel.pricing import WorkTable, price
+from costmodel.resolve import ResolvedScenario
+from costmodel.work import StepWork, Transfer
+from planner.scenario import scenario_from_data
+
+
+def _scenario(model: str = "deepseek-v3", engine: str = "generic", kv: str = "fp8", concurrency: int | None = None,
+              system: str = "h200-sxm") -> ResolvedScenario:
+    workload: dict[str, object] = {"input_tokens": 2048, "output_tokens": 512}
+    if concurrency:
+        workload["concurrency"] = concurrency
+    return scenario_from_data({
+        "schema_version": 1, "name": "t", "model": model, "precision": {"weights": "fp8", "kv_cache": kv},
+        "cluster": {"system": system, "gpus": 8}, "workload": workload, "engine": engine})
+
+
+def _mixed(batch: int, dp: int = 8) -> Layout:
+    return Layout.model_validate({"serving": "aggregated", "pools": [
+        {"role": "mixed", "tp": 8 // dp, "dp_attention": dp, "moe_ep": 8, "batch": batch}]})
+
+
+def _allreduce_s(payload: float, system: str) -> float:
+    spec = load_system(system)
+    work = StepWork(transfers=all_reduce("tp_allreduce", 8, payload, spec))
+    return price(work, spec, default_calibration(), "generic").terms["scaleup_network"]
+
+
+def test_all_reduce_takes_the_fastest_algorithm_for_its_size() -> None:
+    calibration = default_calibration().collectives["allreduce"]
+    bandwidth = load_system("h200-sxm").scaleup_bandwidth_bytes_per_s * calibration.efficiency
+    small, large = 1e3, 1e9
+    # one-shot: (n - 1) P bytes, one latency
+    assert _allreduce_s(small, "h200-sxm") == pytest.approx(7 * small / bandwidth + calibration.latency_s)
+    # NVLS: ring bytes x 0.75, two latencies
+    ring = 2 * 7 / 8 * large
+    assert _allreduce_s(large, "h200-sxm") == pytest.approx(0.75 * ring / bandwidth + 2 * calibration.latency_s)
+    # no NVLink SHARP on an xGMI mesh: two-shot at large sizes
+    mesh = load_system("mi300x")
+    mesh_bandwidth = mesh.scaleup_bandwidth_bytes_per_s * calibration.efficiency
+    assert _allreduce_s(large, "mi300x") == pytest.approx(ring / mesh_bandwidth + 2 * calibration.latency_s)
+
+
+def test_all_reduce_time_is_nondecreasing_in_size() -> None:
+    sizes = [10.0**e for e in range(2, 10)]
+    times = [_allreduce_s(size, "b200-sxm") for size in sizes]
+    assert times == sorted(times)
+
+
+def test_grouped_gemm_pads_each_expert_to_whole_tiles() -> None:
+    assert padded_rows(1000.0, 10.0, 0) == 1000.0
+    assert padded_rows(40.0, 10.0, 128) == 1280.0  # 4 rows an expert: one tile each
+    assert padded_rows(10_000.0, 10.0, 128) == 10_640.0  # half a tile of tail per expert
+
+
+def test_blackwell_pads_decode_experts_to_larger_tiles() -> None:
+    hopper, blackwell = (pool_context(_scenario(system=s), _mixed(64).pools[0]) for s in ("h200-sxm", "b200-sxm"))
+    assert (hopper.fmt.expert_tile_rows, blackwell.fmt.expert_tile_rows) == (64, 128)
+    flops = [next(op.flops for op in decode_work(ctx, 0, 8, 4096).ops if op.name == "routed_experts")
+             for ctx in (hopper, blackwell)]
+    assert flops[1] > flops[0]
+
+
+def test_each_sequence_in_a_step_pays_the_engines_overhead() -> None:
+    calibration = default_calibration()
+    system = load_system("h200-sxm")
+    table = WorkTable([StepWork(seqs=0.0), StepWork(seqs=100.0)], [system] * 2, ["sglang"] * 2)
+    overheads = table.price(calibration)[:, 6]
+    assert overheads[1] - overheads[0] == pytest.approx(100 * calibration.engine("sglang").seq_overhead_s)
+
+
+def test_fp8_attention_where_the_engine_runs_it() -> None:
+    for engine, kv, expected in (("trtllm", "fp8", Dtype.FP8), ("vllm", "fp8", Dtype.BF16),
+                                 ("trtllm", "bf16", Dtype.BF16)):
+        ctx = pool_context(_scenario(engine=engine, kv=kv), _mixed(64).pools[0])
+        core = next(op for op in decode_work(ctx, 0, 8, 4096).ops if op.name == "attention_core")
+        assert core.dtype == expected, (engine, kv)
+
+
+def test_linear_attention_state_is_bf16() -> None:
+    resolved = scenario_from_data({
+        "schema_version": 1, "name": "t", "model": "kimi-linear", "precision": {"weights": "bf16"},
+        "cluster": {"system": "h200-sxm", "gpus": 8}, "workload": {"input_tokens": 1024, "output_tokens": 64}})
+    layout = Layout.model_validate({"serving": "aggregated", "pools": [{"role": "mixed", "tp": 1, "batch": 4}]})
+    ctx = pool_context(resolved, layout.pools[0])
+    moved = sum(op.hbm_bytes for op in decode_work(ctx, 0, 4, 1024).ops if op.name == "linear_attention_state")
+    states = sum(layer.attention.linear_state_elements() for layer in ctx.arch.layers
+                 if layer.attention.kind == "linear")
+    assert moved == pytest.approx(2 * 4 * states * 2.0)  # read and written, 4 sequences, 2 bytes
+
+
+def test_requests_beyond_the_batch_wait_for_a_slot() -> None:
+    """Little's law: N requests in a loop with B slots wait (N - B) / rate before their first token."""
+    alone = evaluate(_scenario(concurrency=64), _mixed(64))
+    queued = evaluate(_scenario(concurrency=96), _mixed(64))
+    rate = alone.tokens_per_s_per_gpu * 8 / 512
+    assert queued.tpot_ms == pytest.approx(alone.tpot_ms)
+    assert queued.ttft_ms == pytest.approx(alone.ttft_ms + 32 / rate * 1e3)
+
+
+def test_a_batch_that_does_not_fit_runs_at_the_largest_that_does() -> None:
+    resolved = _scenario(concurrency=100_000)
+    plan = plan_layout(resolved, _mixed(100_000)).pools[0]
+    assert not plan.memory.fits and plan.admitted == plan.max_batch > 0
+    prediction = evaluate(resolved, _mixed(100_000))
+    assert not prediction.feasible and "queue" in prediction.ttft_breakdown_ms
+
+
+def test_blackwell_factors_are_floored_by_hoppers_achieved_rate() -> None:
+    data = {"generations": {"hopper": {"gemm_efficiency": {"bf16": 0.7}, "attention_efficiency": 0.5,
+                                       "hbm_efficiency": 0.8}}}
+    floor = _generation_floor(data, "generations.blackwell.gemm_efficiency.bf16")
+    assert floor == pytest.approx(0.7 * 989e12 / 2250e12)
+    assert _generation_floor(data, "generations.blackwell.gemm_efficiency.fp4") is None  # Hopper has no fp4
+    assert _generation_floor(data, "generations.hopper.hbm_efficiency") is None
+    transfer = Transfer("x", "scaleup", 1.0, 1.0)
+    assert transfer.ranks == 0
