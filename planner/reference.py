@@ -1,7 +1,9 @@
 """Exhaustive reference: every deployment of the planner's decision space, timed exactly, filtered to
 its Pareto front. For small clusters only: it is the oracle the MILP is tested against.
 
-Decision space: the one the MILP searches (see `planner.deployment`), separate midfill pools included.
+Decision space: the one the MILP searches (see `planner.deployment`), separate midfill pools included;
+with `generate(..., every_batch=True)` candidates, every integer batch of each layout (what the planner
+certifies under cluster accounting, `planner.batches`).
 A deployment must meet the scenario's TTFT and TPOT targets.
 """
 

@@ -9,20 +9,22 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 
 from costmodel.calibration import Calibration, default_calibration
 from costmodel.resolve import ResolvedScenario
 from planner import diagnose
+from planner.batches import BatchCoverage, refine
 from planner.errors import NoSolutionInTimeError
 from planner.experts import ExpertPlacement, place_experts
 from planner.formulation.model import build_model
-from planner.formulation.options import DeploymentOptions, deployment_options
+from planner.formulation.options import DeploymentOptions
 from planner.solvers import SolveStatus, backend
 from planner.sweep import Coverage, Resolution, SolvedPoint, SweepResult, SweepSettings, Termination, sweep
 from planner.templates import generate
 
+BATCH_SHARE = 0.5  # of the time limit, at most, for timing batches between the grid's (planner.batches)
 EXPERT_TIME_S = 0.5  # CP-SAT deterministic time per expert-parallel degree: the swap search does most of the work
 
 
@@ -48,6 +50,7 @@ class SolveResult:
     experts: dict[int, ExpertPlacement] = field(default_factory=dict)  # by expert-parallel degree
     options: DeploymentOptions | None = None
     prepare_s: float = 0.0  # candidates and options, before the first MILP
+    batches: BatchCoverage = field(default_factory=lambda: BatchCoverage(certified=False))
     fastest_ttft_s: float = 0.0  # no deployment has a lower TTFT (the fastest fill of any layout)
 
     @property
@@ -91,7 +94,7 @@ def solve(resolved: ResolvedScenario, settings: SolveSettings, calibration: Cali
     start = time.perf_counter()
     calibration = calibration or default_calibration()
     candidates = generate(resolved, calibration)
-    options = deployment_options(resolved, candidates, calibration)
+    options, batches = refine(resolved, calibration, candidates, start + BATCH_SHARE * settings.time_limit_s)
     if not options.mixed and not options.disaggregated:
         raise diagnose.no_candidates(resolved, candidates)
     prepare_s = time.perf_counter() - start
@@ -102,16 +105,27 @@ def solve(resolved: ResolvedScenario, settings: SolveSettings, calibration: Cali
                                  settings.pair_screening, settings.resolution, settings.on_point), fastest)
     front = result.front
     if not front:
-        if result.timed_out:
+        if result.out_of_time:
             raise NoSolutionInTimeError(f"no deployment found within the time limit of {settings.time_limit_s:g} s; "
                                         "raise --time-limit")
         raise diagnose.no_deployment(resolved)
     counts = {str(role): len(c) for role, c in candidates.by_role.items()}
+    front = [_with_batch_bound(solved, batches, resolved.gpus) for solved in front]
     solved = SolveResult(resolved, settings, front, result, 0.0, counts, options=options, prepare_s=prepare_s,
-                         fastest_ttft_s=fastest)
+                         fastest_ttft_s=fastest, batches=batches)
     solved.experts = _expert_placements(resolved, front, settings)
     solved.time_s = time.perf_counter() - start
     return solved
+
+
+def _with_batch_bound(solved: SolvedPoint, batches: BatchCoverage, cluster_gpus: int) -> SolvedPoint:
+    """A point that an untimed batch could still beat (batch intervals left open at the time limit) is
+    feasible, its gap measured against the most such a batch could reach at its TTFT."""
+    bound = batches.bound_at(solved.point.ttft_ms / 1e3) / cluster_gpus
+    value = solved.point.tokens_per_s_per_gpu
+    if bound <= value:
+        return solved
+    return replace(solved, status=SolveStatus.FEASIBLE, gap=max(solved.gap, (bound - value) / bound))
 
 
 def _expert_placements(resolved: ResolvedScenario, front: list[SolvedPoint],

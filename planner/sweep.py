@@ -276,7 +276,7 @@ class _Sweeper:
         """No new point can come from this cap: it is at or below the floor, or inside a resolved interval."""
         if cap <= self.result.floor_s:
             return True
-        return any(t - GRID_S * 1e-3 <= cap <= c for t, c in self.result.resolved)
+        return any(t <= cap * (1 + 1e-12) and cap <= c for t, c in self.result.resolved)
 
     def _solve_cap(self, eps: float | None, previous: Selection | None) -> SolvedPoint | None:
         """The best deployment within the cap, recorded (None when none exists or time ran out)."""

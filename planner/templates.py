@@ -24,7 +24,17 @@ from costmodel.layout import Pool, PoolRole
 from costmodel.pricing import TablePricer, WorkTable
 from costmodel.resolve import ResolvedScenario
 from costmodel.scenario import KvStore
-from costmodel.serving import PoolPlan, PoolTiming, Turns, plan_pool, time_pool, turn_share, with_session_tiers
+from costmodel.serving import (
+    ENGINE_STEP_TOKENS,
+    PoolPlan,
+    PoolTiming,
+    RequestShape,
+    Turns,
+    plan_pool,
+    time_pool,
+    turn_share,
+    with_session_tiers,
+)
 
 POWERS_OF_TWO = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
 BATCH_PER_RANK = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
@@ -79,6 +89,9 @@ class CandidateSet:
     pruned: dict[str, int] = field(default_factory=dict)
     fastest_ms: dict[str, float] = field(default_factory=dict)  # best TPOT / TTFT among layouts that fit HBM
     instance_gpus: int = 0  # GPUs of the largest instance layout tried
+    # per kind and parallel layout, every timed batch that fits HBM, in batch order (planner.batches)
+    ladders: dict[tuple[CandidateKind, tuple[int, int, int, int, int]], list[Candidate]] = field(
+        default_factory=dict)
 
     def total(self) -> int:
         return sum(len(c) for c in self.by_role.values())
@@ -94,6 +107,20 @@ class CandidateSet:
 
     def count(self, reason: str) -> None:
         self.pruned[reason] = self.pruned.get(reason, 0) + 1
+
+    def add(self, resolved: ResolvedScenario, kind: CandidateKind, candidate: Candidate, ladder: bool) -> None:
+        """Keep a timed candidate that fits HBM: among the kind's candidates unless it breaks an SLO on its
+        own, and (`ladder`) on its layout's batch ladder either way."""
+        self.note_speed(candidate)
+        if ladder:
+            rungs = self.ladders.setdefault((kind, layout_key(candidate.pool)), [])
+            rungs.append(candidate)
+            rungs.sort(key=lambda c: c.pool.batch)
+        reason = _slo_breach(resolved, candidate)
+        if reason:
+            self.count(reason)
+        else:
+            self.by_role.setdefault(kind, []).append(candidate)
 
 
 def kinds_for(resolved: ResolvedScenario) -> tuple[CandidateKind, ...]:
@@ -154,34 +181,73 @@ def candidate_pools(resolved: ResolvedScenario, role: PoolRole) -> list[Pool]:
     return pools
 
 
-def generate(resolved: ResolvedScenario, calibration: Calibration) -> CandidateSet:
-    """Every candidate of every kind the scenario allows, timed, with infeasible ones pruned."""
+def generate(resolved: ResolvedScenario, calibration: Calibration, every_batch: bool = False) -> CandidateSet:
+    """Every candidate of every kind the scenario allows, timed, with infeasible ones pruned. Without
+    sessions, each layout's batches also include the ends of its batch range (`ladder_ends`), and every
+    timed batch that fits is kept in `ladders` (SLO breaches too: they bound the batches between);
+    `every_batch` times every integer batch of each range (the exhaustive reference's candidates)."""
     result = CandidateSet()
     workload = resolved.scenario.workload
     for kind in kinds_for(resolved):
         role, turns = kind_role(kind)
-        plans = []
-        for pool in candidate_pools(resolved, role):
-            result.instance_gpus = max(result.instance_gpus, pool.gpus_per_instance)
-            plan = plan_pool(pool_context(resolved, pool), pool, workload, None, turns)
-            if plan.memory.fits:
-                plans.append(plan)
-            else:
-                result.count("over HBM")
+        plans = _planned(resolved, candidate_pools(resolved, role), turns, result)
+        if workload.sessions is None:
+            plans += _planned(resolved, _ladder_extras(resolved, plans, every_batch), turns, result)
         timings = _timed(plans, resolved, calibration)
         if workload.sessions is not None and role != "decode" and turns != "first":
             timings = _timed(_session_variants(resolved, timings), resolved, calibration)
-        kept = []
+        result.by_role[kind] = []
         for timing in timings:
-            candidate = Candidate(timing.plan.pool, timing)
-            result.note_speed(candidate)
-            reason = _slo_breach(resolved, candidate)
-            if reason:
-                result.count(reason)
-            else:
-                kept.append(candidate)
-        result.by_role[kind] = kept
+            result.add(resolved, kind, Candidate(timing.plan.pool, timing), ladder=workload.sessions is None)
     return result
+
+
+def _planned(resolved: ResolvedScenario, pools: list[Pool], turns: Turns, result: CandidateSet) -> list[PoolPlan]:
+    plans = []
+    for pool in pools:
+        result.instance_gpus = max(result.instance_gpus, pool.gpus_per_instance)
+        plan = plan_pool(pool_context(resolved, pool), pool, resolved.scenario.workload, None, turns)
+        if plan.memory.fits:
+            plans.append(plan)
+        else:
+            result.count("over HBM")
+    return plans
+
+
+def layout_key(pool: Pool) -> tuple[int, int, int, int, int]:
+    return pool.tp, pool.dp_attention, pool.pp, pool.moe_tp, pool.moe_ep
+
+
+def ladder_ends(resolved: ResolvedScenario, role: PoolRole, dp: int, largest: int) -> set[int]:
+    """The ends of a layout's batch range: 1, and the largest batch worth running: the largest that fits HBM
+    (and `search.max_batch`) for decode and mixed pools; for fill pools the batch that fills one engine
+    step per rank (ENGINE_STEP_TOKENS), beyond which capacity stays flat and fill latency grows (dominated:
+    same capacity, longer fill)."""
+    top = largest
+    if role in ("prefill", "midfill"):
+        new = max(1.0, RequestShape.of(resolved.scenario.workload).new)
+        top = min(top, dp * max(1, math.ceil(ENGINE_STEP_TOKENS / new)))
+    cap = resolved.scenario.search.max_batch
+    top = top if cap is None else min(top, cap)
+    return {1, top} if top >= 1 else set()
+
+
+def _ladder_extras(resolved: ResolvedScenario, plans: list[PoolPlan], every_batch: bool = False) -> list[Pool]:
+    """Pools at each planned layout's batch-range ends (or, `every_batch`, at each batch of the range) that
+    the grid lacks."""
+    by_layout: dict[tuple[int, int, int, int, int], list[PoolPlan]] = {}
+    for plan in plans:
+        by_layout.setdefault(layout_key(plan.pool), []).append(plan)
+    extras = []
+    for group in by_layout.values():
+        first = group[0].pool
+        have = {plan.pool.batch for plan in group}
+        largest = max(plan.max_batch for plan in group)
+        ends = ladder_ends(resolved, first.role, first.dp_attention, largest)
+        wanted = set(range(1, max(ends) + 1)) if every_batch and ends else ends
+        for batch in sorted(wanted - have):
+            extras.append(first.model_copy(update={"batch": batch}))
+    return extras
 
 
 def _timed(plans: list[PoolPlan], resolved: ResolvedScenario, calibration: Calibration) -> list[PoolTiming]:

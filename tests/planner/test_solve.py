@@ -40,9 +40,12 @@ def resolved(name: str) -> ResolvedScenario:
 
 @functools.cache
 def reference(name: str, accounting: str = "cluster") -> tuple[FrontPoint, ...]:
+    """Cluster accounting: every integer batch of every layout (the planner certifies that space);
+    used accounting and sessions: the batch grid (what the planner certifies there)."""
     calibration = default_calibration()
     scenario = resolved(name) if accounting == "cluster" else used_accounting(name)
-    return tuple(exhaustive_front(scenario, generate(scenario, calibration), calibration))
+    every = accounting == "cluster" and scenario.scenario.workload.sessions is None
+    return tuple(exhaustive_front(scenario, generate(scenario, calibration, every_batch=every), calibration))
 
 
 def figures(points: list[FrontPoint] | tuple[FrontPoint, ...]) -> list[float]:
