@@ -1,4 +1,5 @@
-"""`python -m benchmarks <command>`: fit (calibration), accuracy (held-out cost-model error), speed,
+"""`python -m benchmarks <command>`: fit (calibration), accuracy (held-out cost-model error), published
+(against published figures), speed,
 solver (front quality and time against a baseline), scaling (time and memory against size)."""
 
 from __future__ import annotations
@@ -7,7 +8,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from benchmarks import accuracy, fit, scaling, solver, speed
+from benchmarks import accuracy, fit, published, scaling, solver, speed
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -18,6 +19,7 @@ def main(argv: list[str] | None = None) -> int:
     accuracy_parser = commands.add_parser("accuracy", help="leave-group-out error of TTFT and TPOT")
     accuracy_parser.add_argument("--json", type=Path, help="also write the figures as JSON here")
     accuracy_parser.add_argument("--markdown", action="store_true", help="also print markdown tables")
+    commands.add_parser("published", help="the calibration against published serving figures (never fitted)")
     speed_parser = commands.add_parser("speed", help="cost-model evaluations per second")
     speed_parser.add_argument("--count", type=int, default=10_000)
     solver_parser = commands.add_parser("solver", help="front quality and solve time against the baseline")
@@ -41,6 +43,8 @@ def main(argv: list[str] | None = None) -> int:
         return scaling.main(args.time_limit, args.jobs)
     if args.command == "speed":
         return speed.main(args.count)
+    if args.command == "published":
+        return published.main()
     if args.command == "fit":
         return fit.main(write=args.write)
     return accuracy.main(json_out=args.json, markdown=args.markdown)

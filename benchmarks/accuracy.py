@@ -4,7 +4,8 @@ For each grouping key (model, system, engine, serving) every group is held out i
 is refitted on the other groups (`benchmarks.fit`) and the held-out rows are predicted. The tables give
 the median and 90th-percentile absolute percentage error of TTFT and TPOT per held-out group; the
 in-sample fit is shown for comparison. Disaggregated rows whose worker counts are not in the data are
-predicted with the full calibration and reported apart (their layouts were guessed).
+predicted with the full calibration and reported apart, their worker counts bounded
+(`benchmarks.worker_counts`).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import numpy as np
 from benchmarks.crossval import HeldOutPrediction, error_table, format_table, in_sample, leave_group_out, to_markdown
 from benchmarks.fit import PlannedRows, fit, layout_was_guessed
 from benchmarks.measurements import Measurement, default_measurements_path, load_measurements
+from benchmarks.worker_counts import bounded
 from costmodel.calibration import Calibration
 
 KEYS = ("model", "system", "engine", "serving")
@@ -68,10 +70,11 @@ def run(path: Path | None = None) -> dict[str, Any]:
 
 
 def _guessed_table(guessed: Sequence[Measurement], calibration: Calibration) -> str:
+    guessed = [bounded(m, calibration) for m in guessed]
     planned = FastModel.build(guessed)
     predictions = [HeldOutPrediction(m, "guessed_layout", "all", *planned.predict(calibration, m)) for m in guessed]
     return format_table(error_table(predictions, ("serving",)),
-                        "disaggregated rows without worker counts (layout guessed), full calibration")
+                        "disaggregated rows without worker counts (bounded counts), full calibration")
 
 
 def _rows_json(rows: Sequence[Any]) -> list[dict[str, Any]]:

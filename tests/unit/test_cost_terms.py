@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 
 from benchmarks.fit import _generation_floor
+from benchmarks.published import CASES, predict
 from costmodel.calibration import default_calibration
 from costmodel.collectives import all_reduce
 from costmodel.evaluate import evaluate, plan_layout, pool_context
@@ -131,3 +132,37 @@ def test_blackwell_factors_are_floored_by_hoppers_achieved_rate() -> None:
     assert _generation_floor(data, "generations.hopper.hbm_efficiency") is None
     transfer = Transfer("x", "scaleup", 1.0, 1.0)
     assert transfer.ranks == 0
+
+
+def test_published_figures_are_within_the_stated_band() -> None:
+    """The second check (never fitted): every published case within 0.5x-2.5x of its figures."""
+    for case in CASES:
+        per_gpu, per_user = predict(case)
+        assert 0.5 < per_gpu / case.tokens_per_s_per_gpu < 2.5, case.row
+        assert 0.5 < per_user / case.tokens_per_s_per_user < 2.5, case.row
+
+
+def test_unrecorded_worker_counts_are_bounded() -> None:
+    """A disaggregated row without worker counts: enough decode workers to hold its concurrency, enough
+    prefill workers to keep up with them."""
+    from benchmarks.measurements import Measurement
+    from benchmarks.worker_counts import bounded
+
+    pools = [{"role": "prefill", "replicas": 1, "tp": 1, "dp_attention": 8, "pp": 1, "moe_tp": 1, "moe_ep": 8,
+              "batch": 8},
+             {"role": "decode", "replicas": 1, "tp": 1, "dp_attention": 8, "pp": 1, "moe_tp": 1, "moe_ep": 8,
+              "batch": 20_000}]
+    scenario = {"schema_version": 1, "name": "g", "model": "deepseek-ai/DeepSeek-R1",
+                "precision": {"weights": "fp8", "experts": "fp8", "kv_cache": "fp8"},
+                "cluster": {"system": "h200-sxm", "gpus": 16},
+                "workload": {"input_tokens": 8192, "output_tokens": 1024, "concurrency": 20_000}, "engine": "sglang"}
+    row = Measurement("g", "deepseek-ai/DeepSeek-R1", "h200-sxm", "sglang", "", "disaggregated", 8192, 1024, 20_000,
+                      scenario, {"schema_version": 1, "serving": "disaggregated", "pools": pools}, 1.0, 1.0,
+                      ("prefill_num_workers missing: assumed 1", "decode_num_workers missing: assumed 1"))
+    calibration = default_calibration()
+    out = bounded(row, calibration)
+    prefill, decode = out.layout["pools"]
+    assert decode["replicas"] > 1 and decode["replicas"] * decode["batch"] >= 20_000
+    resolved = scenario_from_data(out.scenario)
+    assert plan_layout(resolved, Layout.model_validate(out.layout)).pools[1].memory.fits
+    assert 1 <= prefill["replicas"] <= 8
