@@ -33,7 +33,7 @@ import numpy as np
 
 from costmodel.calibration import Calibration
 from costmodel.resolve import ResolvedScenario
-from planner.formulation.options import DeploymentOptions, deployment_options
+from planner.formulation.options import DecodeOption, DeploymentOptions, deployment_options
 from planner.formulation.pairs import pair_figures
 from planner.formulation.units import _most_beside, unit_table
 from planner.templates import Candidate, CandidateKind, CandidateSet, _planned, _timed, kind_role
@@ -166,34 +166,20 @@ def _alive(options: DeploymentOptions, intervals: list[Interval], front: _Front,
     for i in feasible:
         if intervals[i].kind == "mixed":
             check(i, *_mixed_box(intervals[i], resolved, options, cap))
-    fills = _optimistic_fills(options, [intervals[i] for i in feasible])
+    open_intervals = [intervals[i] for i in feasible]
+    fills = _optimistic_fills(options, open_intervals)
     decode = [i for i in feasible if intervals[i].kind == "decode"]
-    for size in sorted({intervals[i].low.gpus for i in decode}):
+    for size in sorted({intervals[i].low.gpus for i in decode}):  # each decode interval with every fill
         members = [i for i in decode if intervals[i].low.gpus == size]
-        lo = [intervals[i].low for i in members]
-        hi = [intervals[i].high for i in members]
-        osl = float(options.output_tokens - 1)
-        concurrency = (np.array([c.pool.batch for c in lo], dtype=float),
-                       np.array([c.pool.batch for c in hi], dtype=float))
-        decoding = (osl * np.array([c.timing.tpot_s for c in hi]), osl * np.array([c.timing.tpot_s for c in lo]))
-        limit = np.full(len(members), options.domains.gpus // size)
-        bounds = _boxes(options, fills, size, concurrency, decoding, limit, cap)
-        for row, (ttft, value) in zip(members, bounds, strict=True):
+        rows = _Decodes.of_intervals(options, [intervals[i] for i in members])
+        for row, (ttft, value) in zip(members, _boxes(options, fills, size, rows, cap), strict=True):
             check(row, ttft, value)
-    prefill = [i for i in feasible if intervals[i].kind == "prefill"]
-    for i in prefill:
-        one = _one_fill(options, intervals[i])
-        ttft_parts, value_parts = [], []
-        for size in sorted({d.gpus for d in options.decode}):
-            group = [d for d in options.decode if d.gpus == size]
-            slots = np.array([d.slots for d in group], dtype=float)
-            away = np.array([d.decoding_s for d in group])
-            most = np.array([d.most for d in group])
-            for ttft, value in _boxes(options, one, size, (slots, slots), (away, away), most, cap):
-                ttft_parts.append(ttft)
-                value_parts.append(value)
-        if ttft_parts:
-            check(i, np.concatenate(ttft_parts), np.concatenate(value_parts))
+    decodes = _optimistic_decodes(options, open_intervals)
+    for i in (i for i in feasible if intervals[i].kind == "prefill"):  # each fill interval with every decode
+        parts = [box for size, rows in decodes.items() for box in _boxes(options, _one_fill(options, intervals[i]),
+                                                                         size, rows, cap)]
+        if parts:
+            check(i, np.concatenate([t for t, _ in parts]), np.concatenate([v for _, v in parts]))
     return alive, _concatenate([t for t, _ in boxes]), _concatenate([v for _, v in boxes])
 
 
@@ -248,14 +234,61 @@ def _one_fill(options: DeploymentOptions, interval: Interval) -> _Fills:
                   np.array([interval.high.requests_per_s]), np.array([interval.low.timing.ttft_s]))
 
 
-def _boxes(options: DeploymentOptions, fills: _Fills, size: int, slots: tuple[np.ndarray, np.ndarray],
-           away: tuple[np.ndarray, np.ndarray], most_d: np.ndarray,
+@dataclass(frozen=True)
+class _Decodes:
+    """Decode rows of one instance size: sequences and decoding time for the TTFT bound (fewest sequences,
+    longest decoding) and for the rate bound (most sequences, shortest decoding), and most instances. A
+    timed option has one value of each."""
+
+    slots_ttft: np.ndarray
+    away_ttft: np.ndarray
+    slots_rate: np.ndarray
+    away_rate: np.ndarray
+    most: np.ndarray
+
+    @staticmethod
+    def of_intervals(options: DeploymentOptions, intervals: list[Interval]) -> _Decodes:
+        osl = float(options.output_tokens - 1)
+        size = intervals[0].low.gpus
+        return _Decodes(np.array([i.low.pool.batch for i in intervals], dtype=float),
+                        osl * np.array([i.high.timing.tpot_s for i in intervals]),
+                        np.array([i.high.pool.batch for i in intervals], dtype=float),
+                        osl * np.array([i.low.timing.tpot_s for i in intervals]),
+                        np.full(len(intervals), _most_instances(size, options)))
+
+    @staticmethod
+    def of_options(group: list[DecodeOption]) -> _Decodes:
+        slots = np.array([d.slots for d in group], dtype=float)
+        away = np.array([d.decoding_s for d in group])
+        return _Decodes(slots, away, slots, away, np.array([d.most for d in group]))
+
+    @staticmethod
+    def join(parts: list[_Decodes]) -> _Decodes:
+        return _Decodes(*(np.concatenate([getattr(p, f) for p in parts]) for f in
+                          ("slots_ttft", "away_ttft", "slots_rate", "away_rate", "most")))
+
+
+def _optimistic_decodes(options: DeploymentOptions, intervals: list[Interval]) -> dict[int, _Decodes]:
+    """Per instance size: the timed decode options and the open decode intervals at their bounds."""
+    result: dict[int, list[_Decodes]] = {}
+    for size in sorted({d.gpus for d in options.decode}):
+        result.setdefault(size, []).append(_Decodes.of_options([d for d in options.decode if d.gpus == size]))
+    decode = [i for i in intervals if i.kind == "decode"]
+    for size in sorted({i.low.gpus for i in decode}):
+        result.setdefault(size, []).append(_Decodes.of_intervals(options, [i for i in decode if i.low.gpus == size]))
+    return {size: _Decodes.join(parts) for size, parts in result.items()}
+
+
+def _boxes(options: DeploymentOptions, fills: _Fills, size: int, rows: _Decodes,
            cap: float) -> list[tuple[np.ndarray, np.ndarray]]:
-    """Per decode row (slots and decoding time for the TTFT bound, then for the rate bound; most instances),
-    the (TTFT lower bound, tokens/s upper bound) of each (fill option, decode count) at P_max."""
-    rows = len(most_d)
-    if fills.gpus.size == 0 or rows == 0:
-        return [(np.zeros(0), np.zeros(0))] * rows
+    """Per decode row, the (TTFT lower bound, tokens/s upper bound) of each (fill option, decode count) at
+    P_max."""
+    most_d = rows.most
+    slots = (rows.slots_ttft, rows.slots_rate)
+    away = (rows.away_ttft, rows.away_rate)
+    rows_n = len(most_d)
+    if fills.gpus.size == 0 or rows_n == 0:
+        return [(np.zeros(0), np.zeros(0))] * rows_n
     counts = np.arange(1, int(most_d.max()) + 1)
     most = np.minimum(fills.most[:, None], _most_beside(fills.gpus, size, counts, options.domains))
     capacity = np.where(most >= 1, fills.capacity[:, None] * most, np.nan)[None]
@@ -264,7 +297,7 @@ def _boxes(options: DeploymentOptions, fills: _Fills, size: int, slots: tuple[np
     fill = fills.fill[None, :, None]
     result = []
     step = max(1, CHUNK // (fills.gpus.size * counts.size))
-    for start in range(0, rows, step):
+    for start in range(0, rows_n, step):
         part = slice(start, start + step)
         conc_t = slots[0][part, None, None] * counts[None, None, :]
         conc_r = slots[1][part, None, None] * counts[None, None, :]
