@@ -181,7 +181,11 @@ def import_hf(config: Path, output: Path | None, name: str | None) -> None:
     if output is None:
         click.echo(text, nl=False)
     else:
-        output.write_text(text, encoding="utf-8")
+        try:
+            output.write_text(text, encoding="utf-8")
+        except OSError as exc:  # a read-only folder, a path under a file: the user's to fix
+            raise InputError.single(output, None, "--output", f"cannot write there ({exc.strerror or exc}); give "
+                                    "a writable path") from None
         click.echo(f"wrote {output}", err=True)
 
 

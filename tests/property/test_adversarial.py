@@ -232,3 +232,11 @@ def test_sigint_exits_130_and_writes_nothing(tmp_path: Path) -> None:
     assert process.returncode == 130, err
     assert "interrupted" in err and "Traceback" not in err, err
     assert not out.exists(), list(out.iterdir())
+
+
+def test_import_hf_to_an_unwritable_path_exits_2(tmp_path: Path) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder\n")
+    config = REPO / "costmodel" / "data" / "models" / "Qwen--Qwen3-32B.config.json"
+    result = run_cli("import-hf", str(config), "-o", str(blocker / "model.yaml"))
+    assert result.code == 2 and "--output: cannot write there" in result.err, result.err
