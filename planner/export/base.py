@@ -251,7 +251,10 @@ def plan_comments(plan: Plan) -> list[str]:
     return lines
 
 
-class _NoAliases(yaml.SafeDumper):
+_Dumper: type[yaml.SafeDumper] = getattr(yaml, "CSafeDumper", yaml.SafeDumper)  # libyaml: load balancers are large
+
+
+class _NoAliases(_Dumper):  # type: ignore[valid-type,misc]
     """Repeated lists (one expert map per layer) written out in full: engines' YAML readers differ on aliases."""
 
     def ignore_aliases(self, data: Any) -> bool:

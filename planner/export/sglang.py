@@ -44,7 +44,9 @@ def server_args(plan: Plan, pool: Pool, placement_file: str | None) -> list[str]
     if pool.dp_attention > 1:
         args += ["--dp-size", str(pool.dp_attention), "--enable-dp-attention"]
     if pool.moe_ep > 1:
-        args += ["--ep-size", str(pool.moe_ep), "--moe-a2a-backend", "deepep"]
+        args += ["--ep-size", str(pool.moe_ep)]
+        if pool.moe_ep == pool.gpus_per_stage:  # DeepEP all-to-all spans the whole stage (no expert TP)
+            args += ["--moe-a2a-backend", "deepep"]
     slots = expert_slots(pool)
     if slots is not None and placement_file is not None:
         experts = plan.resolved.architecture.num_experts or 0
@@ -99,7 +101,8 @@ def export(plan: Plan) -> Export:
 def _unexpressed(pool: Pool) -> list[str]:
     notes = []
     if pool.moe_tp > 1 and pool.moe_ep > 1:
-        notes.append(f"expert TP {pool.moe_tp} inside each of {pool.moe_ep} banks follows from --tp-size / --ep-size")
+        notes.append(f"expert TP {pool.moe_tp} inside each of {pool.moe_ep} banks follows from --tp-size / --ep-size; "
+                     "the all-to-all stays SGLang's default (DeepEP needs EP over the whole stage)")
     if pool.banks is not None and pool.moe_ep > 1 and len({len(g) for g in pool.banks["gpu_experts"]}) > 1:
         notes.append("ranks hold unequal bank counts in the plan; shorter ranks are padded with copies of their own "
                      "experts (SGLang needs equal slots per rank)")

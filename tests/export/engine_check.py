@@ -114,3 +114,35 @@ def dotted_keys(data: Any, prefix: str = "") -> list[str]:
 def check_trtllm_options(options: dict[str, Any]) -> list[str]:
     known = set(definitions("trtllm")["keys"])
     return [f"{key}: not a known LLM-API option" for key in dotted_keys(options) if key not in known]
+
+
+DYNAMO_WORKER_FLAGS = {
+    "trtllm": ("dynamo:trtllm", "dynamo:common"),
+    "sglang": ("sglang", "dynamo:sglang", "dynamo:common"),
+    "vllm": ("vllm", "dynamo:vllm", "dynamo:common"),
+}
+
+
+def check_every_engine(plan: Any) -> tuple[int, list[str]]:
+    """Export `plan` (a `planner.export.Plan`) for every engine, Dynamo with each backend; the flags and
+    TensorRT-LLM keys checked, and the problems found."""
+    from planner.export import export_plan
+
+    checked, problems = 0, []
+    for engine, groups, positionals in (("sglang", ("sglang",), 0), ("vllm", ("vllm",), 1)):
+        for commands in export_plan(plan, engine).commands.values():
+            for command in commands:
+                problems += check_args(command.args, flags_of(*groups), positionals)
+                checked += sum(1 for word in command.args if word.startswith("--"))
+    for name, data in export_plan(plan, "trtllm").configs.items():
+        if not name.startswith("trtllm-eplb-"):
+            problems += check_trtllm_options(data)
+            checked += len(dotted_keys(data))
+    for backend, groups in DYNAMO_WORKER_FLAGS.items():
+        documents = export_plan(plan, "dynamo", backend).configs["dynamo-deployment.yaml"]["documents"]
+        for service in documents[-1]["spec"]["services"].values():
+            args = service["extraPodSpec"]["mainContainer"]["args"]
+            frontend = service["componentType"] == "frontend"
+            problems += check_args(args, flags_of(*(("dynamo:frontend", "dynamo:common") if frontend else groups)))
+            checked += sum(1 for word in args if word.startswith("--"))
+    return checked, problems
