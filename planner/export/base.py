@@ -32,7 +32,7 @@ FILL_CHUNK_TOKENS = 8192  # the cost model's chunked-prefill size (costmodel.ser
 HBM_OUTSIDE_POOLS = 0.10  # share of HBM engines keep outside their pools (the cost model's memory rule)
 HOST = "0.0.0.0"
 PORT = 8000
-_PLACEHOLDER = re.compile(r"^\$\{[A-Z_][A-Z0-9_]*\}$")  # a shell variable the user sets per node
+_PLACEHOLDER = re.compile(r"^\$\{[A-Z_][A-Z0-9_]*\}[\w.:-]*$")  # a shell variable set per node (e.g. ${HEAD_ADDR}:5000)
 
 
 @dataclass(frozen=True)
@@ -217,12 +217,16 @@ def moe_layer_indices(plan: Plan) -> list[int]:
     return [i for i, layer in enumerate(plan.resolved.architecture.layers) if layer.ffn.kind == "moe"]
 
 
-def pool_comments(plan: Plan, pool: Pool) -> list[str]:
-    """The plan's own numbers for a pool, printed above its command."""
+def pool_comments(plan: Plan, pool: Pool, operator: bool = False) -> list[str]:
+    """The plan's own numbers for a pool, printed above its command (`operator`: a Kubernetes operator
+    starts the nodes of an instance, not the user)."""
     lines = [f"{pool.role} pool: {pool.replicas} instance(s) of {pool.gpus_per_instance} GPUs "
              f"(tp {pool.tp} x attention-DP {pool.dp_attention} x pp {pool.pp}; experts moe_tp {pool.moe_tp} x "
              f"moe_ep {pool.moe_ep}); batch {pool.batch} sequences per instance"]
-    if pool.nodes_per_instance > 1:
+    if pool.nodes_per_instance > 1 and operator:
+        lines.append(f"one instance spans {pool.nodes_per_instance} nodes of {pool.gpus_per_node} GPUs "
+                     "(multinode.nodeCount)")
+    elif pool.nodes_per_instance > 1:
         lines.append(f"one instance spans {pool.nodes_per_instance} nodes of {pool.gpus_per_node} GPUs: run the "
                      "command on each, NODE_RANK 0..n-1, HEAD_ADDR the address of node 0")
     if pool.role == "midfill":

@@ -57,7 +57,8 @@ def worker_args(plan: Plan, pool: Pool, backend: str) -> tuple[list[str], dict[s
         name = sglang.placement_name(pool)
         files = {} if placement is None else {name: json.dumps(placement, separators=(",", ":"))}
         path = f"{CONFIG_DIR}/{name}" if placement is not None else None
-        args = [*sglang.server_args(plan, pool, path), "--served-model-name", plan.model, "--host", "0.0.0.0"]
+        args = [*sglang.server_args(plan, pool, path, node_flags=False), "--served-model-name", plan.model,
+                "--host", "0.0.0.0"]
         return args, files
     args = ["--model", plan.model, *vllm.engine_args(plan, pool)]
     if pool.engine_role != "aggregated":
@@ -92,7 +93,7 @@ def manifest(plan: Plan, backend: str) -> tuple[list[dict[str, Any]], list[str]]
     for pool, args, pool_files in per_pool:
         files.update(pool_files)
         services[pool.name] = service(plan, pool, backend, args, mounted)
-        comments += [f"service {pool.name}: " + line for line in pool_comments(plan, pool)]
+        comments += [f"service {pool.name}: " + line for line in pool_comments(plan, pool, operator=True)]
         comments += [f"service {pool.name}: " + line for line in _unexpressed(pool, backend)]
     deployment = {"apiVersion": API_VERSION, "kind": "DynamoGraphDeployment",
                   "metadata": {"name": _name(plan)},

@@ -32,8 +32,9 @@ DISAGG_BACKEND = "nixl"
 BOOTSTRAP_PORT = 8998
 
 
-def server_args(plan: Plan, pool: Pool, placement_file: str | None) -> list[str]:
-    """SGLang server flags of one pool (also what `python -m dynamo.sglang` takes)."""
+def server_args(plan: Plan, pool: Pool, placement_file: str | None, node_flags: bool = True) -> list[str]:
+    """SGLang server flags of one pool (also what `python -m dynamo.sglang` takes; under Dynamo the operator
+    adds the node flags of a multi-node instance: `node_flags` False)."""
     context, _ = max_context_tokens(plan)
     args = ["--model-path", plan.model, "--trust-remote-code",
             "--tp-size", str(pool.gpus_per_stage), "--pp-size", str(pool.pp),
@@ -55,7 +56,7 @@ def server_args(plan: Plan, pool: Pool, placement_file: str | None) -> list[str]
         args += ["--disaggregation-mode", pool.engine_role, "--disaggregation-transfer-backend", DISAGG_BACKEND]
         if pool.engine_role == "prefill":
             args += ["--disaggregation-bootstrap-port", str(BOOTSTRAP_PORT)]
-    if pool.nodes_per_instance > 1:
+    if pool.nodes_per_instance > 1 and node_flags:
         args += ["--nnodes", str(pool.nodes_per_instance), "--node-rank", "${NODE_RANK}",
                  "--dist-init-addr", "${HEAD_ADDR}:5000"]
     return args

@@ -51,6 +51,7 @@ def test_multinode_commands_carry_node_placeholders() -> None:
     assert decode[decode.index("--nnodes") + 1] == "4" and "${NODE_RANK}" in decode
     script = sglang.files["launch-sglang.sh"]
     assert '--node-rank "${NODE_RANK}"' in script  # quoted so the shell expands it
+    assert '--dist-init-addr "${HEAD_ADDR}:5000"' in script
     vllm = export_plan(plan, "vllm").commands["decode"]
     assert len(vllm) == 2 and "--headless" in vllm[1].args and "--headless" not in vllm[0].args
 
