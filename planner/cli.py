@@ -199,7 +199,8 @@ def schema(what: str) -> None:
 @cli.command("export")
 @click.argument("plan_file", metavar="PLAN", type=click.Path(path_type=Path))
 @click.option("--engine", required=True, type=click.Choice(["trtllm", "sglang", "vllm", "dynamo"]),
-              help="Serving engine (versions pinned: `plan export --help` of each module, README).")
+              help="Serving engine, at the versions Dynamo 1.6.1 pins: tensorrt-llm 1.3.0rc29, sglang 0.5.21, "
+              "vllm 0.31.0 (README: From a plan to running engines).")
 @click.option("--out", "out_dir", type=click.Path(path_type=Path, file_okay=False),
               help="Write the launch script and config files here (default: print the files).")
 @click.option("--scenario", type=click.Path(path_type=Path), help="Scenario file (default: the one in PLAN).")
