@@ -16,6 +16,7 @@ import tempfile
 import time
 import warnings
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -69,6 +70,9 @@ def _status(problem: pulp.LpProblem) -> SolveStatus:
     return SolveStatus.ERROR
 
 
+BROKEN = "returned a solution that breaks the model's rows"
+
+
 class _PulpBackend:
     name = ""
 
@@ -81,12 +85,27 @@ class _PulpBackend:
     def _bound(self, problem: pulp.LpProblem, log: Path | None) -> float:
         raise NotImplementedError
 
+    def _careful(self, options: SolveOptions, log: Path | None) -> Any:
+        """A second try after an answer that breaks a row (None: no other setting to try)."""
+        return None
+
     def solve(self, model: LinearModel, options: SolveOptions) -> SolveReport:
+        report = self._solve(model, options, careful=False)
+        if report.status == SolveStatus.ERROR and BROKEN in report.message:
+            left = replace(options, time_limit_s=max(0.01, options.time_limit_s - report.time_s))
+            retried = self._solve(model, left, careful=True)
+            if retried.status != SolveStatus.ERROR or BROKEN not in retried.message:
+                return retried
+        return report
+
+    def _solve(self, model: LinearModel, options: SolveOptions, careful: bool) -> SolveReport:
         start = time.perf_counter()
         problem, variables = to_pulp(model)
         with tempfile.TemporaryDirectory() as folder:
             log = Path(folder) / "solver.log"
-            solver = self._solver(options, log)
+            solver = self._careful(options, log) if careful else self._solver(options, log)
+            if solver is None:
+                return SolveReport(SolveStatus.ERROR, math.nan, math.nan, 0.0, message=BROKEN)
             try:
                 with _quiet_stdout():
                     problem.solve(solver)
@@ -99,7 +118,7 @@ class _PulpBackend:
             values = tuple(float(v.varValue or 0.0) for v in variables)
             if model.violation(values) > VIOLATION_TOL:  # seen once with CBC: "optimal" all-zero values
                 return SolveReport(SolveStatus.ERROR, math.nan, math.nan, time.perf_counter() - start,
-                                   message=f"{self.name} returned a solution that breaks the model's rows")
+                                   message=f"{self.name} {BROKEN}")
             objective = model.value_of(model.objective, list(values)) + model.objective_constant
             bound = objective if status == SolveStatus.OPTIMAL else self._bound(problem, log)
         return SolveReport(status, objective, bound, time.perf_counter() - start, values)
@@ -131,6 +150,14 @@ class CbcBackend(_PulpBackend):
             return pulp.PULP_CBC_CMD(msg=False, timeLimit=options.time_limit_s, threads=threads,
                                      gapRel=options.relative_gap, logPath=str(log) if log else None,
                                      options=[f"randomCbcSeed {options.seed + 1}"])
+
+    def _careful(self, options: SolveOptions, log: Path | None) -> Any:
+        """CBC 2.10's wrong answers come from its preprocessing: the second try runs without it."""
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)
+            return pulp.PULP_CBC_CMD(msg=False, timeLimit=options.time_limit_s, gapRel=options.relative_gap,
+                                     logPath=str(log) if log else None,
+                                     options=[f"randomCbcSeed {options.seed + 1}", "preprocess off", "presolve off"])
 
     def _bound(self, problem: pulp.LpProblem, log: Path | None) -> float:
         # CBC minimises -objective: its "Lower bound" line is minus our upper bound.
