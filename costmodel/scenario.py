@@ -252,6 +252,11 @@ class Workload(StrictModel):
             raise ValueError("give at most one of concurrency (closed loop) or arrival_rate_per_s (open loop)")
         if self.sessions is not None and self.cached_tokens:
             raise ValueError("with sessions the cached context follows from the turns: set cached_tokens to 0")
+        new = self.input_tokens * (1.0 - self.prefix_hit_rate)
+        if new < 1.0:  # a fill computes at least the last token; zero new tokens divided the chunking by zero
+            raise ValueError(f"prefix_hit_rate {self.prefix_hit_rate:g} of {self.input_tokens} input tokens leaves "
+                             f"{new:g} to compute; leave at least one (prefix_hit_rate <= "
+                             f"{1 - 1 / self.input_tokens:.6g})")
         return self
 
 

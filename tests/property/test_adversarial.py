@@ -78,6 +78,7 @@ EXPECTED: dict[str, tuple[str, int, str]] = {
     "input-tokens-nan.yaml": ("validate", 2, "workload.input_tokens"),
     "arrival-rate-subnormal.yaml": ("validate", 2, "workload.arrival_rate_per_s"),
     "concurrency-1e30.yaml": ("validate", 2, "workload.concurrency"),
+    "prefix-hit-rate-1.yaml": ("validate", 2, "prefix_hit_rate 1 of 1024 input tokens leaves 0 to compute"),
     "think-time-inf.yaml": ("validate", 2, "workload.sessions.think_time_s: Input should be a finite number"),
     "think-time-1e308.yaml": ("validate", 2, "workload.sessions.think_time_s: Input should be less than"),
     "pause-nan.yaml": ("validate", 2, "workload.sessions.pause_s: Input should be a finite number"),

@@ -109,6 +109,8 @@ def numbers() -> None:
     scenario("input-tokens-nan.yaml", workload="{input_tokens: .nan, output_tokens: 256}")
     scenario("arrival-rate-subnormal.yaml",
              workload="{input_tokens: 1024, output_tokens: 256, arrival_rate_per_s: 1e-320}")
+    scenario("prefix-hit-rate-1.yaml",
+             workload="{input_tokens: 1024, output_tokens: 256, prefix_hit_rate: 1.0, cached_tokens: 10000}")
     scenario("concurrency-1e30.yaml", workload=f"{{input_tokens: 1024, output_tokens: 256, concurrency: {BIG}}}")
     scenario("think-time-inf.yaml", workload=SESSIONS % "think_time_s: .inf")
     scenario("think-time-1e308.yaml", workload=SESSIONS % "think_time_s: 1e308")
