@@ -137,8 +137,7 @@ def evaluate(resolved: ResolvedScenario, layout: Layout, calibration: Calibratio
 def _serving(plan: LayoutPlan, timings: list[PoolTiming],
              calibration: Calibration) -> tuple[float, float, float, dict[str, float]]:
     if plan.layout.serving == "aggregated":
-        pool = plan.layout.pools[0]
-        return _aggregated(timings[0], plan.resolved.scenario.workload.concurrency or pool.batch * pool.replicas)
+        return _aggregated(timings[0])
     return _disaggregated(timings, calibration, plan.resolved.scenario.workload, plan.resolved.scenario.engine)
 
 
@@ -191,13 +190,15 @@ def store_breach(resolved: ResolvedScenario, fill: PoolPlan) -> str | None:
     return store_use(fill.request.tiers, kv_bytes, fill.pool.gpus).breach(resolved.scenario.cluster.kv_store)
 
 
-def _aggregated(timing: PoolTiming, concurrency: int | None = None) -> tuple[float, float, float, dict[str, float]]:
-    """Continuous batching: TTFT, TPOT, requests/s over the whole pool. A closed loop of more requests than
-    the pool has batch slots queues the rest for admission: by Little's law each request spends N / rate in
-    the loop, of which one round in service, so it waits (N / slots - 1) rounds before its first token."""
-    slots = timing.plan.pool.replicas * timing.plan.in_service
-    rate = timing.plan.pool.replicas * timing.requests_per_s
-    queue = max(0.0, (concurrency or 0) - slots) / rate
+def _aggregated(timing: PoolTiming) -> tuple[float, float, float, dict[str, float]]:
+    """Continuous batching: TTFT, TPOT, requests/s over the whole pool. When the engine admits fewer than the
+    layout's batch (it does not fit, `admitted_plan`), the rest queue for admission: by Little's law each of
+    the N requests spends N / rate in the loop, of which one round in service, so it waits (N - slots) / rate
+    before its first token."""
+    pool = timing.plan.pool
+    slots = pool.replicas * timing.plan.in_service
+    rate = pool.replicas * timing.requests_per_s
+    queue = (pool.replicas * pool.batch - slots) / rate
     parts = {"fill": timing.ttft_s} | ({"queue": queue} if queue else {})
     return timing.ttft_s + queue, timing.tpot_s, rate, parts
 
