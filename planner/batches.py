@@ -27,7 +27,7 @@ from __future__ import annotations
 import itertools
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -39,6 +39,7 @@ from planner.formulation.units import _most_beside, unit_table
 from planner.templates import Candidate, CandidateKind, CandidateSet, _planned, _timed, kind_role
 
 TOL = 1e-9  # relative: an interval tied with the front is closed (it cannot beat it)
+PIECES = 4  # a decode interval's bound is taken over this many sub-ranges of its sequences (no timing needed)
 CHUNK = 2_000_000  # bound evaluations per numpy block
 
 
@@ -58,6 +59,7 @@ class BatchCoverage:
     """After the rounds: intervals still open (a deployment there may beat the front) with their bounds."""
 
     certified: bool
+    tolerance: float = 0.0  # an untimed batch beats no front point by more than this (relative), when certified
     rounds: int = 0
     timed: int = 0  # batches timed beyond the grid
     open_ttft: np.ndarray = field(default_factory=lambda: np.zeros(0))  # lower bounds of TTFT, s
@@ -82,16 +84,17 @@ class _Front:
 
 
 def refine(resolved: ResolvedScenario, calibration: Calibration, candidates: CandidateSet,
-           deadline: float) -> tuple[DeploymentOptions, BatchCoverage]:
-    """Time batches until no interval can beat the front (or the deadline): the options to solve over."""
+           deadline: float, tolerance: float = 0.0) -> tuple[DeploymentOptions, BatchCoverage]:
+    """Time batches until no interval can beat the front by more than `tolerance` (relative, in tokens/s
+    at equal TTFT), or the deadline: the options to solve over."""
     options = deployment_options(resolved, candidates, calibration)
     if resolved.scenario.workload.sessions is not None or resolved.scenario.search.gpu_accounting != "cluster":
         return options, BatchCoverage(certified=False)
     intervals = _intervals(candidates)
-    coverage = BatchCoverage(certified=True)
+    coverage = BatchCoverage(certified=True, tolerance=tolerance)
     while intervals:
         front = _front(options, resolved)
-        alive, ttft_lb, value_ub = _alive(options, intervals, front, resolved)
+        alive, ttft_lb, value_ub = _alive(options, intervals, front, resolved, tolerance)
         intervals = [i for i, keep in zip(intervals, alive, strict=True) if keep]
         if not intervals:
             break
@@ -149,7 +152,7 @@ def _front(options: DeploymentOptions, resolved: ResolvedScenario) -> _Front:
 
 
 def _alive(options: DeploymentOptions, intervals: list[Interval], front: _Front,
-           resolved: ResolvedScenario) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+           resolved: ResolvedScenario, tolerance: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Which intervals may hold a deployment the front does not beat; with the bounds of those that do."""
     slo = resolved.scenario.slo
     cap = math.inf if slo.ttft_ms is None else slo.ttft_ms / 1e3
@@ -157,7 +160,7 @@ def _alive(options: DeploymentOptions, intervals: list[Interval], front: _Front,
     boxes: list[tuple[np.ndarray, np.ndarray]] = []
 
     def check(index: int, ttft: np.ndarray, value: np.ndarray) -> None:
-        unbeaten = front.at(ttft) < value * (1 - TOL)
+        unbeaten = front.at(ttft) < value * (1 - TOL) / (1 + tolerance)
         if unbeaten.any():
             alive[index] = True
             boxes.append((ttft[unbeaten], value[unbeaten]))
@@ -167,19 +170,29 @@ def _alive(options: DeploymentOptions, intervals: list[Interval], front: _Front,
         if intervals[i].kind == "mixed":
             check(i, *_mixed_box(intervals[i], resolved, options, cap))
     open_intervals = [intervals[i] for i in feasible]
-    fills = _optimistic_fills(options, open_intervals)
+    factor = (1 - TOL) / (1 + tolerance)
+    every = _optimistic_fills(options, open_intervals)
+    best = _best_per_size(every)
     decode = [i for i in feasible if intervals[i].kind == "decode"]
     for size in sorted({intervals[i].low.gpus for i in decode}):  # each decode interval with every fill
         members = [i for i in decode if intervals[i].low.gpus == size]
-        rows = _Decodes.of_intervals(options, [intervals[i] for i in members])
-        for row, (ttft, value) in zip(members, _boxes(options, fills, size, rows, cap), strict=True):
-            check(row, ttft, value)
-    decodes = _optimistic_decodes(options, open_intervals)
-    for i in (i for i in feasible if intervals[i].kind == "prefill"):  # each fill interval with every decode
-        parts = [box for size, rows in decodes.items() for box in _boxes(options, _one_fill(options, intervals[i]),
-                                                                         size, rows, cap)]
-        if parts:
-            check(i, np.concatenate([t for t, _ in parts]), np.concatenate([v for _, v in parts]))
+        # first against one fill per size that beats them all (cheap, looser), then the survivors in full
+        owners, rows = _Decodes.of_intervals(options, [intervals[i] for i in members], 1)
+        survivors = [members[i] for i in np.flatnonzero(_boxes(options, best, size, rows, cap, front, factor)[0])]
+        if not survivors:
+            continue
+        owners, rows = _Decodes.of_intervals(options, [intervals[i] for i in survivors])
+        per_row, _, found = _boxes(options, every, size, rows, cap, front, factor)
+        for owner in np.unique(np.asarray(owners, dtype=int)[per_row]):
+            alive[survivors[owner]] = True
+        boxes.append(found)
+    prefill = [i for i in feasible if intervals[i].kind == "prefill"]
+    if prefill:  # each fill interval with every decode option and open decode interval
+        virtual = _optimistic_fills(replace(options, prefill=()), [intervals[i] for i in prefill])
+        for size, rows in _optimistic_decodes(options, open_intervals).items():
+            _, per_fill, found = _boxes(options, virtual, size, rows, cap, front, factor)
+            alive[np.asarray(prefill)[per_fill]] = True
+            boxes.append(found)
     return alive, _concatenate([t for t, _ in boxes]), _concatenate([v for _, v in boxes])
 
 
@@ -229,6 +242,17 @@ def _optimistic_fills(options: DeploymentOptions, intervals: list[Interval]) -> 
                   fill=np.array([p.fill_s for p in timed] + [i.low.timing.ttft_s for i in virtual]))
 
 
+def _best_per_size(fills: _Fills) -> _Fills:
+    """One fill option per instance size that is at least as good as each of that size: the most
+    instances, the largest capacity and the shortest fill among them (P_max and the KV transfer depend on
+    the size only). Pairing decode intervals with these instead of every fill keeps the bound sound and
+    its cost independent of the number of fill layouts."""
+    sizes = np.unique(fills.gpus)
+    pick = [fills.gpus == size for size in sizes]
+    return _Fills(sizes, np.array([fills.most[m].max() for m in pick]),
+                  np.array([fills.capacity[m].max() for m in pick]), np.array([fills.fill[m].min() for m in pick]))
+
+
 def _one_fill(options: DeploymentOptions, interval: Interval) -> _Fills:
     return _Fills(np.array([interval.low.gpus]), np.array([_most_instances(interval.low.gpus, options)]),
                   np.array([interval.high.requests_per_s]), np.array([interval.low.timing.ttft_s]))
@@ -247,14 +271,24 @@ class _Decodes:
     most: np.ndarray
 
     @staticmethod
-    def of_intervals(options: DeploymentOptions, intervals: list[Interval]) -> _Decodes:
+    def of_intervals(options: DeploymentOptions, intervals: list[Interval],
+                     pieces: int = 0) -> tuple[list[int], _Decodes]:
+        """Rows for decode intervals, each cut into up to PIECES sub-ranges of sequences per instance (the
+        decoding time bounded by the interval's ends); with the interval each row belongs to."""
         osl = float(options.output_tokens - 1)
         size = intervals[0].low.gpus
-        return _Decodes(np.array([i.low.pool.batch for i in intervals], dtype=float),
-                        osl * np.array([i.high.timing.tpot_s for i in intervals]),
-                        np.array([i.high.pool.batch for i in intervals], dtype=float),
-                        osl * np.array([i.low.timing.tpot_s for i in intervals]),
-                        np.full(len(intervals), _most_instances(size, options)))
+        owners, low, high, slow, fast = [], [], [], [], []
+        for index, interval in enumerate(intervals):
+            edges = np.unique(np.rint(np.geomspace(interval.low.pool.batch, interval.high.pool.batch,
+                                                   (pieces or PIECES) + 1)))
+            for a, b in itertools.pairwise(edges):
+                owners.append(index)
+                low.append(a)
+                high.append(b)
+                slow.append(osl * interval.high.timing.tpot_s)
+                fast.append(osl * interval.low.timing.tpot_s)
+        return owners, _Decodes(np.array(low, dtype=float), np.array(slow), np.array(high, dtype=float),
+                                np.array(fast), np.full(len(owners), _most_instances(size, options)))
 
     @staticmethod
     def of_options(group: list[DecodeOption]) -> _Decodes:
@@ -275,39 +309,43 @@ def _optimistic_decodes(options: DeploymentOptions, intervals: list[Interval]) -
         result.setdefault(size, []).append(_Decodes.of_options([d for d in options.decode if d.gpus == size]))
     decode = [i for i in intervals if i.kind == "decode"]
     for size in sorted({i.low.gpus for i in decode}):
-        result.setdefault(size, []).append(_Decodes.of_intervals(options, [i for i in decode if i.low.gpus == size]))
+        result.setdefault(size, []).append(_Decodes.of_intervals(options, [i for i in decode if i.low.gpus == size])[1])
     return {size: _Decodes.join(parts) for size, parts in result.items()}
 
 
-def _boxes(options: DeploymentOptions, fills: _Fills, size: int, rows: _Decodes,
-           cap: float) -> list[tuple[np.ndarray, np.ndarray]]:
-    """Per decode row, the (TTFT lower bound, tokens/s upper bound) of each (fill option, decode count) at
-    P_max."""
+def _boxes(options: DeploymentOptions, fills: _Fills, size: int, rows: _Decodes, cap: float, front: _Front,
+           factor: float) -> tuple[np.ndarray, np.ndarray, tuple[np.ndarray, np.ndarray]]:
+    """Every (fill option, decode row, decode count) at P_max, bounded: TTFT from below, tokens/s from above.
+    Returns which decode rows and which fill options have a bound the front does not beat (its best within
+    the TTFT bound below value x `factor`), and those bounds."""
     most_d = rows.most
-    slots = (rows.slots_ttft, rows.slots_rate)
-    away = (rows.away_ttft, rows.away_rate)
-    rows_n = len(most_d)
-    if fills.gpus.size == 0 or rows_n == 0:
-        return [(np.zeros(0), np.zeros(0))] * rows_n
+    per_row = np.zeros(len(most_d), dtype=bool)
+    per_fill = np.zeros(fills.gpus.size, dtype=bool)
+    found_t: list[np.ndarray] = []
+    found_v: list[np.ndarray] = []
+    if fills.gpus.size == 0 or len(most_d) == 0:
+        return per_row, per_fill, (np.zeros(0), np.zeros(0))
     counts = np.arange(1, int(most_d.max()) + 1)
     most = np.minimum(fills.most[:, None], _most_beside(fills.gpus, size, counts, options.domains))
     capacity = np.where(most >= 1, fills.capacity[:, None] * most, np.nan)[None]
     fallback = min(options.kv_transfer_s.values())  # an unseen size pair: the shortest transfer (optimistic)
     transfer = np.array([options.kv_transfer_s.get((int(g), size), fallback) for g in fills.gpus])[None, :, None]
     fill = fills.fill[None, :, None]
-    result = []
     step = max(1, CHUNK // (fills.gpus.size * counts.size))
-    for start in range(0, rows_n, step):
+    for start in range(0, len(most_d), step):
         part = slice(start, start + step)
-        conc_t = slots[0][part, None, None] * counts[None, None, :]
-        conc_r = slots[1][part, None, None] * counts[None, None, :]
         with np.errstate(divide="ignore", invalid="ignore"):
-            ttft, _ = pair_figures(capacity, fill, transfer, conc_t, away[0][part, None, None],
-                                   options.cohort_fraction)
-            _, rate = pair_figures(capacity, fill, transfer, conc_r, away[1][part, None, None],
-                                   options.cohort_fraction)
+            ttft, _ = pair_figures(capacity, fill, transfer, rows.slots_ttft[part, None, None] * counts,
+                                   rows.away_ttft[part, None, None], options.cohort_fraction)
+            _, rate = pair_figures(capacity, fill, transfer, rows.slots_rate[part, None, None] * counts,
+                                   rows.away_rate[part, None, None], options.cohort_fraction)
+        value = options.output_tokens * np.asarray(rate, dtype=float)
         ok = ((most >= 1)[None] & (counts[None, None, :] <= most_d[part, None, None]) & np.isfinite(ttft)
               & (ttft <= cap * (1 + 1e-12)))
-        value = options.output_tokens * np.asarray(rate, dtype=float)
-        result += [(np.asarray(ttft[k][ok[k]], dtype=float), value[k][ok[k]]) for k in range(ttft.shape[0])]
-    return result
+        bound_t = np.where(ok, ttft, np.inf)
+        unbeaten = ok & (front.at(bound_t) < value * factor)
+        per_row[part] = unbeaten.any(axis=(1, 2))
+        per_fill |= unbeaten.any(axis=(0, 2))
+        found_t.append(np.asarray(ttft[unbeaten], dtype=float))
+        found_v.append(value[unbeaten])
+    return per_row, per_fill, (_concatenate(found_t), _concatenate(found_v))

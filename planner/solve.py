@@ -25,6 +25,7 @@ from planner.sweep import Coverage, Resolution, SolvedPoint, SweepResult, SweepS
 from planner.templates import generate
 
 BATCH_SHARE = 0.5  # of the time limit, at most, for timing batches between the grid's (planner.batches)
+BATCH_TOLERANCE = 0.01  # but `exact`: no untimed batch beats the front by more than 1% (a point's gap at most)
 EXPERT_TIME_S = 0.5  # CP-SAT deterministic time per expert-parallel degree: the swap search does most of the work
 
 
@@ -94,7 +95,9 @@ def solve(resolved: ResolvedScenario, settings: SolveSettings, calibration: Cali
     start = time.perf_counter()
     calibration = calibration or default_calibration()
     candidates = generate(resolved, calibration)
-    options, batches = refine(resolved, calibration, candidates, start + BATCH_SHARE * settings.time_limit_s)
+    tolerance = 0.0 if settings.resolution == "exact" else BATCH_TOLERANCE
+    options, batches = refine(resolved, calibration, candidates, start + BATCH_SHARE * settings.time_limit_s,
+                              tolerance)
     if not options.mixed and not options.disaggregated:
         raise diagnose.no_candidates(resolved, candidates)
     prepare_s = time.perf_counter() - start
@@ -123,6 +126,8 @@ def _with_batch_bound(solved: SolvedPoint, batches: BatchCoverage, cluster_gpus:
     feasible, its gap measured against the most such a batch could reach at its TTFT."""
     bound = batches.bound_at(solved.point.ttft_ms / 1e3) / cluster_gpus
     value = solved.point.tokens_per_s_per_gpu
+    if batches.certified and batches.tolerance > 0:  # what the tolerance leaves unproven
+        bound = max(bound, value * (1 + batches.tolerance))
     if bound <= value:
         return solved
     return replace(solved, status=SolveStatus.FEASIBLE, gap=max(solved.gap, (bound - value) / bound))
