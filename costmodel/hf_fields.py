@@ -43,7 +43,7 @@ MEANINGS: dict[str, str] = {
 # Largest value each key may take: far above any published model, low enough that building the layer list
 # and counting parameters stay cheap and no float overflows (num_hidden_layers: 10**30 overflowed).
 _LIMITS: dict[str, int] = {
-    "num_hidden_layers": 4096,
+    "num_hidden_layers": 512,  # 4x the deepest published model (126); grouping layers is quadratic in the count
     "num_nextn_predict_layers": 64,
     "mtp_num_hidden_layers": 64,
     "num_mtp_modules": 64,
