@@ -39,6 +39,7 @@ from planner.formulation.units import _most_beside, unit_table
 from planner.templates import Candidate, CandidateKind, CandidateSet, _planned, _timed, kind_role
 
 TOL = 1e-9  # relative: an interval tied with the front is closed (it cannot beat it)
+WORK_LIMIT = 200_000_000  # first-round bound evaluations beyond which the batch grid is kept (~10 s on one core)
 PIECES = 4  # a decode interval's bound is taken over this many sub-ranges of its sequences (no timing needed)
 CHUNK = 2_000_000  # bound evaluations per numpy block
 
@@ -59,6 +60,7 @@ class BatchCoverage:
     """After the rounds: intervals still open (a deployment there may beat the front) with their bounds."""
 
     certified: bool
+    skipped: int = 0  # the first round's bound evaluations, when too many to try (the grid's batches only)
     tolerance: float = 0.0  # an untimed batch beats no front point by more than this (relative), when certified
     rounds: int = 0
     timed: int = 0  # batches timed beyond the grid
@@ -91,6 +93,9 @@ def refine(resolved: ResolvedScenario, calibration: Calibration, candidates: Can
     if resolved.scenario.workload.sessions is not None or resolved.scenario.search.gpu_accounting != "cluster":
         return options, BatchCoverage(certified=False)
     intervals = _intervals(candidates)
+    work = _first_round_work(options, intervals)
+    if work > WORK_LIMIT:  # too large to bound in time: the front is certified over the grid's batches only
+        return options, BatchCoverage(certified=False, skipped=work)
     coverage = BatchCoverage(certified=True, tolerance=tolerance)
     while intervals:
         front = _front(options, resolved)
@@ -107,6 +112,15 @@ def refine(resolved: ResolvedScenario, calibration: Calibration, candidates: Can
         coverage.timed += len(intervals) // 2
         options = deployment_options(resolved, candidates, calibration)
     return options, coverage
+
+
+def _first_round_work(options: DeploymentOptions, intervals: list[Interval]) -> int:
+    """Bound evaluations of the first round (fill options x decode rows x decode counts), an estimate."""
+    fills = len(options.prefill) + sum(i.kind == "prefill" for i in intervals)
+    decode_rows = sum(PIECES * (options.domains.gpus // i.low.gpus) for i in intervals if i.kind == "decode")
+    timed_rows = sum(options.domains.gpus // d.gpus for d in options.decode)
+    prefill = sum(i.kind == "prefill" for i in intervals)
+    return fills * decode_rows + prefill * (timed_rows + decode_rows)
 
 
 def _intervals(candidates: CandidateSet) -> list[Interval]:
@@ -188,8 +202,14 @@ def _alive(options: DeploymentOptions, intervals: list[Interval], front: _Front,
         boxes.append(found)
     prefill = [i for i in feasible if intervals[i].kind == "prefill"]
     if prefill:  # each fill interval with every decode option and open decode interval
+        decodes = _optimistic_decodes(options, open_intervals)
         virtual = _optimistic_fills(replace(options, prefill=()), [intervals[i] for i in prefill])
-        for size, rows in _optimistic_decodes(options, open_intervals).items():
+        maybe = np.zeros(len(prefill), dtype=bool)  # first against one decode row per size that beats them all
+        for size, rows in decodes.items():
+            maybe |= _boxes(options, virtual, size, rows.best(), cap, front, factor)[1]
+        prefill = [i for i, keep in zip(prefill, maybe, strict=True) if keep]
+        virtual = _optimistic_fills(replace(options, prefill=()), [intervals[i] for i in prefill])
+        for size, rows in decodes.items() if prefill else ():
             _, per_fill, found = _boxes(options, virtual, size, rows, cap, front, factor)
             alive[np.asarray(prefill)[per_fill]] = True
             boxes.append(found)
@@ -295,6 +315,13 @@ class _Decodes:
         slots = np.array([d.slots for d in group], dtype=float)
         away = np.array([d.decoding_s for d in group])
         return _Decodes(slots, away, slots, away, np.array([d.most for d in group]))
+
+    def best(self) -> _Decodes:
+        """One row at least as good as each: fewest sequences and longest decoding for the TTFT bound, most
+        sequences and shortest decoding for the rate bound, most instances."""
+        return _Decodes(self.slots_ttft.min(keepdims=True), self.away_ttft.max(keepdims=True),
+                        self.slots_rate.max(keepdims=True), self.away_rate.min(keepdims=True),
+                        self.most.max(keepdims=True))
 
     @staticmethod
     def join(parts: list[_Decodes]) -> _Decodes:

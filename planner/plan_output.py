@@ -33,6 +33,23 @@ def _gap(value: float) -> float | None:
     return None if math.isinf(value) else round(value, 9)
 
 
+def batches_dict(result: SolveResult) -> dict[str, Any]:
+    """Which batches the front is certified over: every integer batch of each layout (within `tolerance`,
+    relative tokens/s), or only the grid's (multi-turn sessions, used accounting, clusters too large to
+    bound in time)."""
+    batches = result.batches
+    scope = "every_integer_batch" if batches.certified else "batch_grid"
+    why = None
+    if not batches.certified:
+        search, workload = result.resolved.scenario.search, result.resolved.scenario.workload
+        why = ("multi-turn sessions: KV tiers are sized per batch" if workload.sessions is not None
+               else "used GPU accounting" if search.gpu_accounting != "cluster"
+               else f"too large to bound in time ({batches.skipped:,} bound evaluations)" if batches.skipped
+               else "the time limit ended the batch rounds (each point's gap counts what untimed batches could add)")
+    return {"scope": scope, "tolerance": batches.tolerance, "rounds": batches.rounds, "timed": batches.timed,
+            "why_grid": why}
+
+
 def coverage_dict(result: SolveResult) -> dict[str, Any] | None:
     """The front's certified resolution: every exact front point lies within `certified_ttft_ms` of TTFT of
     a returned point with at least its throughput; `uncovered` are the TTFT ranges a longer solve could
@@ -44,6 +61,7 @@ def coverage_dict(result: SolveResult) -> dict[str, Any] | None:
                                                                         round(coverage.top_ms, 6)],
             "step_ms": round(coverage.step_ms, 6), "certified_ttft_ms": round(coverage.certified_ms, 6),
             "hypervolume_ratio_at_least": round(coverage.hypervolume_ratio_at_least, 9),
+            "batches": batches_dict(result),
             "uncovered": [{"ttft_ms": [round(a, 6), round(b, 6)],
                            "tokens_per_s_per_gpu_at_most": None if math.isnan(v) else v}
                           for a, b, v in coverage.uncovered_ms]}
@@ -260,6 +278,10 @@ def print_table(result: SolveResult, console: Any, model_stats: bool) -> None:
                       f"TTFT of a point above with at least its throughput; hypervolume within "
                       f"{1 - coverage.hypervolume_ratio_at_least:.2%} of the exact front's "
                       f"(resolution {result.settings.resolution}){uncovered}")
+        batches = batches_dict(result)
+        console.print("batches: every integer batch of each layout" + (
+            f" (an untimed batch gains at most {batches['tolerance']:.1%})" if batches["tolerance"] else "")
+            if batches["scope"] == "every_integer_batch" else f"batches: the grid's only ({batches['why_grid']})")
     for error in sweep.errors:
         console.print(f"[yellow]backend error, front cut short: {error}[/yellow]")
     if result.resolved.scenario.workload.sessions is not None:

@@ -105,7 +105,7 @@ def _prefill_counts(options: DeploymentOptions, prefill: list[PrefillOption], si
     count_p = np.minimum(most_p[:, None], _most_beside(gpus_p, size, counts, options.domains))
     if not divisible:
         count_p = _packed_counts(gpus_p, size, counts, count_p, options.domains)
-    return count_p
+    return np.asarray(count_p)
 
 
 def _block(options: DeploymentOptions, prefill: list[PrefillOption], members: list[int], counts: np.ndarray,
