@@ -2,7 +2,7 @@
 
 Cluster sizes: DeepSeek-V3 (256 experts) on 8, 72, 288, 1,152 and 4,608 GB200 GPUs (partial rack, 1, 4, 16,
 64 NVL72 racks); expert counts: models with 8 to 896 experts on one rack. CP-SAT, one thread, each run in a
-fresh process; the largest clusters use a 1% front resolution (`search.front_resolution`) and every run a
+fresh process; every run uses the default (`auto`) front resolution and a
 time limit, so a run that stops on it is marked. Prints the least-squares growth exponent of time against
 GPUs (log-log).
 """

@@ -74,7 +74,7 @@ def run_case(case: Case) -> Case:
     signal.signal(signal.SIGALRM, _watchdog)
     signal.alarm(int(WATCHDOG_FACTOR * case.time_limit_s + WATCHDOG_SLACK_S))
     start = time.perf_counter()
-    resolution = SCENARIOS[case.scenario].get("search", {}).get("front_resolution", 0.0)
+    resolution = SCENARIOS[case.scenario].get("search", {}).get("front_resolution", "auto")
     try:
         result = solve(scenario_from_data(scenario_data(case.scenario)),
                        SolveSettings(case.backend, case.time_limit_s, threads=1, seed=case.seed,
@@ -126,8 +126,11 @@ def reference_front(name: str) -> tuple[Front, str]:
 
     resolved = scenario_from_data(scenario_data(name))
     calibration = default_calibration()
+    # the space the planner certifies: every integer batch (cluster accounting, no sessions), else the grid
+    every = resolved.scenario.search.gpu_accounting == "cluster" and resolved.scenario.workload.sessions is None
     try:
-        front = exhaustive_front(resolved, generate(resolved, calibration), calibration, EXHAUSTIVE_LIMIT)
+        candidates = generate(resolved, calibration, every_batch=every)
+        front = exhaustive_front(resolved, candidates, calibration, EXHAUSTIVE_LIMIT)
         return [(p.ttft_ms, p.tokens_per_s_per_gpu) for p in front], "exhaustive"
     except TooLargeForReference:
         path = REFERENCES / f"{name}.json"

@@ -85,10 +85,14 @@ SCENARIOS: dict[str, dict[str, Any]] = {
         "model": "deepseek-v3", "precision": {"weights": "fp8", "experts": "fp4", "kv_cache": "fp8"},
         "cluster": {"system": "gb200-nvl72", "racks": 16}, "workload": CHAT,
         "slo": {"ttft_ms": 2000, "tpot_ms": 50}, "engine": "trtllm"},
-    "kimi-k2-4608xgb200": {  # 64 racks, front at 1% TTFT resolution
+    "kimi-k2-4608xgb200": {  # 64 racks
         "model": "kimi-k2", "precision": {"weights": "fp8", "experts": "fp4", "kv_cache": "fp8"},
         "cluster": {"system": "gb200-nvl72", "racks": 64}, "workload": CHAT,
-        "slo": {"ttft_ms": 2000, "tpot_ms": 50}, "engine": "trtllm", "search": {"front_resolution": 0.01}},
+        "slo": {"ttft_ms": 2000, "tpot_ms": 50}, "engine": "trtllm"},
+    "deepseek-v3-4608xgb200": {  # 64 racks
+        "model": "deepseek-v3", "precision": {"weights": "fp8", "experts": "fp4", "kv_cache": "fp8"},
+        "cluster": {"system": "gb200-nvl72", "racks": 64}, "workload": CHAT,
+        "slo": {"ttft_ms": 2000, "tpot_ms": 50}, "engine": "trtllm"},
 }
 
 QUICK = ("mixtral-8x7b-8xh100", "qwen3-30b-8xh200", "llama-70b-dense-8xh200-disaggregated",
@@ -107,8 +111,7 @@ def _scaling() -> list[tuple[str, str, int]]:
     rows: list[tuple[str, str, int]] = []
     for gpus in (8, 72, 288, 1152, 4608):
         name = f"scaling-deepseek-v3-{gpus}xgb200"
-        search = {"front_resolution": 0.01} if gpus >= 1152 else {}
-        SCENARIOS[name] = {**base, "cluster": {"system": "gb200-nvl72", "gpus": gpus}, "search": search}
+        SCENARIOS[name] = {**base, "cluster": {"system": "gb200-nvl72", "gpus": gpus}}
         rows.append(("gpus", name, gpus))
     experts = {"mixtral-8x22b": 8, "gpt-oss-20b": 32, "qwen3-235b": 128, "deepseek-v3": 256, "kimi-k2": 384,
                "qwen3.5": 512, "kimi-k3": 896}

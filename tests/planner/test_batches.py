@@ -1,0 +1,81 @@
+"""Any integer batch: the cost model is monotone in the batch for a fixed layout (what the interval bounds
+of `planner.batches` rest on), and no deployment at any integer batch beats the exact front."""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from costmodel.calibration import default_calibration
+from costmodel.resolve import ResolvedScenario
+from planner.deployment import aggregated_point, disaggregated_point
+from planner.pareto import FrontPoint
+from planner.placement import domain_bins, fits
+from planner.scenario import scenario_from_data
+from planner.solve import SolveSettings, solve
+from planner.templates import Candidate, CandidateSet, _planned, _timed, candidate_pools, kind_role, layout_key
+from tests.planner.small_scenarios import small_data
+
+NAME = "qwen3-30b-4xh200"  # aggregated and disaggregated, attention DP 1 and 2, batches up to 128
+
+
+@functools.cache
+def scenario() -> ResolvedScenario:
+    return scenario_from_data(small_data(NAME))
+
+
+@functools.cache
+def front() -> tuple[FrontPoint, ...]:
+    return tuple(s.point for s in solve(scenario(), SolveSettings("cpsat", 120.0, resolution="exact")).front)
+
+
+def timed(kind: str, pool_index: int, batch: int) -> Candidate | None:
+    role, turns = kind_role(kind)  # type: ignore[arg-type]
+    layouts = list({layout_key(p): p for p in candidate_pools(scenario(), role)}.values())
+    pool = layouts[pool_index % len(layouts)].model_copy(update={"batch": batch})
+    plans = _planned(scenario(), [pool], turns, CandidateSet())
+    return Candidate(pool, _timed(plans, scenario(), default_calibration())[0]) if plans else None
+
+
+@pytest.mark.parametrize("kind", ["mixed", "prefill", "decode"])
+def test_figures_are_monotone_in_the_batch(kind: str) -> None:
+    """Step time grows and time per sequence does not, so along integer batches TTFT, TPOT and fill
+    latency never fall and requests per second per instance never fall."""
+    role, turns = kind_role(kind)  # type: ignore[arg-type]
+    for pool in {layout_key(p): p for p in candidate_pools(scenario(), role)}.values():
+        pools = [pool.model_copy(update={"batch": b}) for b in range(1, 129)]
+        timings = _timed(_planned(scenario(), pools, turns, CandidateSet()), scenario(), default_calibration())
+        for name in ("ttft_s", "tpot_s", "requests_per_s"):
+            values = np.array([getattr(t, name) for t in timings])
+            assert np.all(np.diff(values) >= -1e-12 * np.abs(values[:-1])), (kind, layout_key(pool), name)
+
+
+def assert_not_beaten(point: FrontPoint) -> None:
+    best = max((p.tokens_per_s_per_gpu for p in front() if p.ttft_ms <= point.ttft_ms * (1 + 1e-12)), default=0.0)
+    assert best >= point.tokens_per_s_per_gpu * (1 - 1e-9), (point.ttft_ms, point.tokens_per_s_per_gpu)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck), derandomize=True)
+@given(st.integers(0, 50), st.integers(1, 128), st.integers(0, 50), st.integers(1, 16), st.integers(1, 4),
+       st.integers(1, 4))
+def test_no_deployment_at_any_batch_beats_the_front(layout_p: int, batch_d: int, layout_d: int, batch_p: int,
+                                                   count_p: int, count_d: int) -> None:
+    """Random layouts at random (mostly not powers of two) batches, evaluated exactly: none is better than
+    the front at its TTFT."""
+    slo = scenario().scenario.slo
+    mixed = timed("mixed", layout_d, batch_d)
+    if mixed is not None and (slo.tpot_ms is None or mixed.timing.tpot_s * 1e3 <= slo.tpot_ms):
+        point = aggregated_point(scenario(), mixed)
+        if point is not None:
+            assert_not_beaten(point)
+    prefill, decode = timed("prefill", layout_p, batch_p), timed("decode", layout_d, batch_d)
+    if prefill is None or decode is None or not fits([(prefill.gpus, count_p), (decode.gpus, count_d)],
+                                                     domain_bins(scenario())):
+        return
+    point = disaggregated_point(scenario(), default_calibration(), [(prefill, count_p)], decode, count_d)
+    if point is not None and (slo.tpot_ms is None or point.tpot_ms <= slo.tpot_ms):
+        assert_not_beaten(point)
