@@ -130,6 +130,8 @@ def reference_front(name: str) -> tuple[Front, str]:
     every = resolved.scenario.search.gpu_accounting == "cluster" and resolved.scenario.workload.sessions is None
     try:
         candidates = generate(resolved, calibration, every_batch=every)
+        if every:  # every integer batch: too many deployments to evaluate one by one
+            return closed_form_front(resolved, candidates, calibration), "exhaustive (closed form)"
         front = exhaustive_front(resolved, candidates, calibration, EXHAUSTIVE_LIMIT)
         return [(p.ttft_ms, p.tokens_per_s_per_gpu) for p in front], "exhaustive"
     except TooLargeForReference:
@@ -137,6 +139,28 @@ def reference_front(name: str) -> tuple[Front, str]:
         if path.exists():
             return [(float(p[0]), float(p[1])) for p in json.loads(path.read_text())["front"]], "best found"
         return [], "none"
+
+
+def closed_form_front(resolved: Any, candidates: Any, calibration: Any) -> Front:
+    """Cluster accounting: every aggregated deployment and every (prefill layout, decode layout, D) at the
+    most prefill instances that fit (`planner.formulation.units`, which dominate every smaller count), by
+    the cost model's closed form, without the MILP: the exhaustive front over every integer batch."""
+    from planner.formulation.options import deployment_options
+    from planner.formulation.units import unit_table
+
+    options = deployment_options(resolved, candidates, calibration)
+    slo = resolved.scenario.slo.ttft_ms
+    points = [(m.point.ttft_ms, m.point.tokens_per_s_per_gpu) for m in options.mixed
+              if slo is None or m.point.ttft_ms <= slo]
+    table = unit_table(options, None if slo is None else slo / 1e3)
+    if table is not None:
+        per_gpu = options.output_tokens / resolved.gpus
+        points += [(float(t) * 1e3, float(r) * per_gpu) for t, r in zip(table.ttft, table.rate, strict=True)]
+    front: Front = []
+    for ttft, value in sorted(points, key=lambda p: (p[0], -p[1])):
+        if not front or value > front[-1][1]:
+            front.append((ttft, value))
+    return front
 
 
 def ttft_reference(name: str, reference: Front, cases: list[Case]) -> float:
