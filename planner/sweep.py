@@ -163,8 +163,11 @@ class SweepResult:
         loss = sum(w.loss for w in windows)
         ratio = volume / (volume + loss) if volume + loss > 0 else 1.0
         certified = max([self.step_s] + [w.high_s - w.low_s for w in windows])
+        # what a longer solve could still add: windows wider than the resolution's own steps (at `auto`, which
+        # has no step, only when the sweep was cut short)
+        cut_short = self.termination != "completed"
         wide = [(w.low_s * 1e3, w.high_s * 1e3, w.above) for w in windows
-                if w.high_s - w.low_s > self.step_s * (1 + 1e-6) + GRID_S]
+                if (self.step_s > 0 or cut_short) and w.high_s - w.low_s > self.step_s * (1 + 1e-6) + GRID_S]
         return Coverage(self.top_s * 1e3, max(self.floor_s, fastest_s) * 1e3, self.step_s * 1e3, certified * 1e3,
                         ratio, wide)
 
