@@ -23,7 +23,7 @@ def main(argv: list[str] | None = None) -> int:
     speed_parser = commands.add_parser("speed", help="cost-model evaluations per second")
     speed_parser.add_argument("--count", type=int, default=10_000)
     solver_parser = commands.add_parser("solver", help="front quality and solve time against the baseline")
-    solver_parser.add_argument("--suite", choices=["quick", "full"], default="quick")
+    solver_parser.add_argument("--suite", choices=["quick", "fleet", "full"], default="quick")
     solver_parser.add_argument("--json", type=Path, help="also write the figures as JSON here")
     solver_parser.add_argument("--write-baseline", action="store_true", help="record this run as the baseline")
     solver_parser.add_argument("--backends", nargs="+", choices=solver.BACKENDS, default=list(solver.BACKENDS))

@@ -97,7 +97,9 @@ SCENARIOS: dict[str, dict[str, Any]] = {
 
 QUICK = ("mixtral-8x7b-8xh100", "qwen3-30b-8xh200", "llama-70b-dense-8xh200-disaggregated",
          "gpt-oss-20b-8xb200-sglang", "qwen3-30b-8xh100-agent-sessions")
-SUITES = {"quick": QUICK, "full": tuple(SCENARIOS)}
+FLEET = ("deepseek-v3-72xgb200", "kimi-k2-72xgb200", "deepseek-v3-288xgb200", "deepseek-v3-1152xgb200",
+         "kimi-k2-4608xgb200", "deepseek-v3-4608xgb200")  # issue 11's targets: 1, 4, 16 and 64 racks
+SUITES = {"quick": QUICK, "fleet": FLEET, "full": tuple(SCENARIOS)}
 
 
 def scenario_data(name: str) -> dict[str, Any]:
