@@ -63,7 +63,7 @@ def coverage_dict(result: SolveResult) -> dict[str, Any] | None:
             "hypervolume_ratio_at_least": round(coverage.hypervolume_ratio_at_least, 9),
             "batches": batches_dict(result),
             "uncovered": [{"ttft_ms": [round(a, 6), round(b, 6)],
-                           "tokens_per_s_per_gpu_at_most": None if math.isnan(v) else v}
+                           "tokens_per_s_per_gpu_at_most": None if not math.isfinite(v) else v}
                           for a, b, v in coverage.uncovered_ms]}
 
 
@@ -133,7 +133,7 @@ def point_dict(result: SolveResult, point: SolvedPoint) -> dict[str, Any]:
         "tokens_per_s_per_cluster_gpu": p.tokens_per_s_per_cluster_gpu,
         "tokens_per_s_per_user": p.tokens_per_s_per_user, "gpus": p.gpus, "idle_gpus": p.idle_gpus,
         "serving": p.layout.serving,
-        "status": point.status.value, "gap": _gap(point.gap), "layout": layout_dict(p.layout),
+        "status": point.status.value, "gap": _gap(point.gap), "proof": point.proof, "layout": layout_dict(p.layout),
         "placement": placement(result, point), **extra,
     }
 

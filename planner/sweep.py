@@ -73,6 +73,7 @@ class SolvedPoint:
     selection: Selection
     status: SolveStatus
     gap: float  # relative, on the ranked tokens/s per GPU
+    proof: str = "milp"  # what proves the status: the MILP, or (time ran out first) the closed-form enumeration
 
 
 @dataclass(frozen=True)
@@ -99,7 +100,7 @@ class Window:
 
     @property
     def loss(self) -> float:
-        """Most hypervolume (s x tokens/s per GPU) the window can hide."""
+        """Most hypervolume (s x tokens/s per GPU) the window can hide (inf: nothing proven there)."""
         return (self.high_s - self.low_s) * max(0.0, self.above - self.below)
 
 
@@ -149,6 +150,9 @@ class SweepResult:
                 below = max((v for time_s, v in values if time_s <= edge), default=0.0)
                 result.append(Window(edge, t, above, below))
             edge = max(edge, c)
+        if edge < self.top_s:  # above every proven cap: nothing is known there (time ran out first)
+            below = max((v for time_s, v in values if time_s <= edge), default=0.0)
+            result.append(Window(edge, self.top_s, math.inf, below))
         return result
 
     def hypervolume_s(self) -> float:
@@ -161,7 +165,8 @@ class SweepResult:
         windows = self.windows(fastest_s)
         volume = self.hypervolume_s()
         loss = sum(w.loss for w in windows)
-        ratio = volume / (volume + loss) if volume + loss > 0 else 1.0
+        ratio = volume / (volume + loss) if volume + loss > 0 and math.isfinite(loss) else (
+            1.0 if loss == 0 else 0.0)
         certified = max([self.step_s] + [w.high_s - w.low_s for w in windows])
         # what a longer solve could still add: windows wider than the resolution's own steps (at `auto`, which
         # has no step, only when the sweep was cut short)
@@ -228,6 +233,7 @@ class _Sweeper:
         return PairTable(self.options, everything.prefill, everything.decode)
 
     def run(self) -> SweepResult:
+        self.result.top_s = self.first_cap or 0.0
         first = self._solve_cap(self.first_cap, None)
         if first is None:
             return self.result
@@ -240,7 +246,7 @@ class _Sweeper:
         if self.settings.resolution != "auto":
             queue.append(self._next_cap(first))
         previous = first.selection
-        while queue and not self.result.out_of_time:
+        while queue and (not self.result.out_of_time or self._enumerated()):
             cap = queue.popleft()
             if self._covered(cap):
                 continue
@@ -258,7 +264,7 @@ class _Sweeper:
         certified within AUTO_HV_TOL of the exact one's hypervolume, or holds AUTO_POINTS points."""
         fastest = self.options_fastest_s
         for _ in range(4 * AUTO_POINTS):
-            if self.result.out_of_time or len(self.result.front) >= AUTO_POINTS:
+            if (self.result.out_of_time and not self._enumerated()) or len(self.result.front) >= AUTO_POINTS:
                 return
             windows = [w for w in self.result.windows(fastest) if w.high_s - w.low_s > 2 * GRID_S]
             loss = sum(w.loss for w in windows)
@@ -338,6 +344,8 @@ class _Sweeper:
         """Cluster accounting: one MILP maximising the deployment's tokens/s within the cap, over the
         configurations that may beat the incumbent (`screen_cluster`); a solution that does not pack is
         cut off and the MILP solved again."""
+        if self._enumerated() and self.deadline - time.perf_counter() <= 0:
+            return self._by_enumeration(incumbent)
         target = 0.0 if incumbent is None else incumbent.point.tokens_per_s
         if self.settings.pair_screening:
             screened = screen_cluster(self.options, self.units, eps, target)
@@ -350,6 +358,8 @@ class _Sweeper:
         best = incumbent
         while True:
             report = self._solve(dm)
+            if report.status in (SolveStatus.NO_SOLUTION, SolveStatus.FEASIBLE) and self._enumerated():
+                return self._by_enumeration(incumbent)  # the time limit stopped the MILP: the table proves it
             if not report.status.has_solution:
                 return self._no_better(best, report)
             try:
@@ -367,6 +377,19 @@ class _Sweeper:
             bound = max(report.bound, best.point.tokens_per_s) / self.resolved.gpus
             return replace(best, status=SolveStatus.FEASIBLE,
                            gap=max(0.0, bound - best.point.tokens_per_s_per_gpu) / bound)
+
+    def _enumerated(self) -> bool:
+        """Cluster accounting without a separate-midfill structure: the unit table and the aggregated
+        options enumerate every deployment (the table's prefill counts dominate the others), so the best of
+        them within a cap is the optimum, a proof that stands when the MILP has no time left."""
+        return self.cluster and self.options.split is None and (self.units is not None or not self.options.prefill)
+
+    def _by_enumeration(self, incumbent: SolvedPoint | None) -> SolvedPoint | None:
+        self.result.termination = "time_limit"
+        self._proven_empty = incumbent is None
+        if incumbent is None:
+            return None
+        return replace(incumbent, status=SolveStatus.OPTIMAL, gap=0.0, proof="enumeration")
 
     def _note_size(self, dm: DeploymentModel) -> None:
         if self.result.largest_model is None or len(dm.model.variables) > len(self.result.largest_model.variables):
