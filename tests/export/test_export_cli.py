@@ -137,6 +137,7 @@ def test_unwritable_out_exits_2(tmp_path: Path) -> None:
     assert result.code == 2 and "--out: cannot write there" in result.err
 
 
+@pytest.mark.slow  # solves every example again (test_examples does once): minutes on 2 cores
 @pytest.mark.parametrize("scenario", sorted(p.name for p in SCENARIOS.glob("*.yaml") if ".layout." not in p.name))
 def test_every_point_of_every_example_exports_for_every_engine(scenario: str, tmp_path: Path) -> None:
     """solve -> export on each bundled example: every front point, every engine, every flag checked."""
