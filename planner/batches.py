@@ -81,6 +81,8 @@ class _Front:
     best: np.ndarray
 
     def at(self, ttft_s: np.ndarray) -> np.ndarray:
+        if self.ttft.size == 0:  # nothing timed deploys: every bound is unbeaten
+            return np.zeros(np.shape(ttft_s))
         where = np.searchsorted(self.ttft, ttft_s * (1 + 1e-12), "right") - 1
         return np.where(where >= 0, self.best[np.maximum(where, 0)], 0.0)
 
@@ -99,6 +101,8 @@ def refine(resolved: ResolvedScenario, calibration: Calibration, candidates: Can
     coverage = BatchCoverage(certified=True, tolerance=tolerance)
     while intervals:
         front = _front(options, resolved)
+        if front.ttft.size == 0:  # no timed deployment at all: the smallest batches (timed) deploy nothing
+            return options, BatchCoverage(certified=False)
         alive, ttft_lb, value_ub = _alive(options, intervals, front, resolved, tolerance)
         intervals = [i for i, keep in zip(intervals, alive, strict=True) if keep]
         if not intervals:
