@@ -159,11 +159,11 @@ def batch_estimate(ctx: PoolContext, context_tokens: float, step_tokens_per_rank
 def largest_fitting(fits: Callable[[int], bool], guess: int, ceiling: int = 10**9) -> int:
     """The largest batch n <= `ceiling` with fits(n), for a `fits` that is monotone (true up to some n, false
     beyond: memory never shrinks as the batch grows); 0 when even one sequence does not fit. Gallops from
-    `guess` (exact in a few calls when the guess is close), then bisects."""
-    low, high = 0, max(1, min(guess, ceiling))  # invariant: fits(low) or low == 0; not fits(high) once found
+    `guess` up or down (a close guess settles in two calls), then bisects."""
+    guess = max(1, min(guess, ceiling))
     step = 1
-    if fits(high):
-        low = high
+    if fits(guess):  # low fits; find a high that does not
+        low = guess
         while low < ceiling:
             high = min(low + step, ceiling)
             if not fits(high):
@@ -171,7 +171,14 @@ def largest_fitting(fits: Callable[[int], bool], guess: int, ceiling: int = 10**
             low, step = high, step * 2
         else:
             return low
-    while high - low > 1:
+    else:  # high does not fit; find a low that does (0: none)
+        high = guess
+        while True:
+            low = max(high - step, 0)
+            if low == 0 or fits(low):
+                break
+            high, step = low, step * 2
+    while high - low > 1:  # fits(low) or low == 0; not fits(high)
         middle = (low + high) // 2
         if fits(middle):
             low = middle

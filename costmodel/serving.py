@@ -36,7 +36,7 @@ from typing import Literal
 from costmodel.calibration import Calibration
 from costmodel.kv_tiers import FETCHED_TIERS, TierPlan, plan_tiers, turn_context
 from costmodel.layout import Pool
-from costmodel.memory import MemoryUse, batch_estimate, largest_fitting, memory_use, seqs_per_rank
+from costmodel.memory import MemoryUse, largest_fitting, memory_use, seqs_per_rank
 from costmodel.modes import CacheTier, PoolContext, decode_work, layer_work, merged_work, midfill_work
 from costmodel.operators import StepShape
 from costmodel.pricing import Pricer
@@ -311,8 +311,18 @@ def pool_memory(ctx: PoolContext, pool: Pool, workload: Workload, request: Reque
     def use(batch: int) -> MemoryUse:
         return memory_use(ctx, batch, context, step_tokens(batch), with_mtp)
 
-    guess = batch_estimate(ctx, context, step_tokens(pool.batch), with_mtp)
-    return use(pool.batch), largest_fitting(lambda batch: use(batch).fits, guess)
+    return use(pool.batch), largest_fitting(lambda batch: use(batch).fits, _secant_guess(use, ctx.par.dp))
+
+
+def _secant_guess(use: Callable[[int], MemoryUse], dp: int) -> int:
+    """Where memory, nearly linear in the batch past one sequence per rank, reaches capacity: the line
+    through one and two sequences per rank (exact but for the workspace's kinks), so that
+    `largest_fitting` needs only a check or two."""
+    one, two = use(dp), use(2 * dp)
+    slope = (two.total - one.total) / dp
+    if slope <= 0:
+        return dp
+    return max(1, int(dp + (one.capacity - one.total) / slope))
 
 
 def kv_transfer_s(prefill: PoolContext, decode: PoolContext, request: RequestShape,
