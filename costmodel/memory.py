@@ -143,19 +143,6 @@ def memory_use(ctx: PoolContext, batch: int, context_tokens: float, step_tokens_
     return max(uses, key=lambda use: use.total)
 
 
-def batch_estimate(ctx: PoolContext, context_tokens: float, step_tokens_per_rank: float, with_mtp: bool) -> int:
-    """Largest batch per instance whose KV and states fit next to the weights and a workspace of
-    `step_tokens_per_rank` on every stage: a first guess for `largest_fitting` (it leaves out the workspace
-    that grows with the batch, the logits of each sequence and the fractional last rank)."""
-    per_rank = []
-    for stage in range(len(ctx.stages)):
-        empty = stage_memory(ctx, stage, 0.0, context_tokens, step_tokens_per_rank, with_mtp)
-        kv, states = kv_bytes_per_sequence(ctx, stage, context_tokens)
-        free = max(0.0, empty.capacity - empty.total)
-        per_rank.append(int(free // (kv + states)) if kv + states > 0 else 10**9)
-    return min(per_rank) * ctx.par.dp
-
-
 def largest_fitting(fits: Callable[[int], bool], guess: int, ceiling: int = 10**9) -> int:
     """The largest batch n <= `ceiling` with fits(n), for a `fits` that is monotone (true up to some n, false
     beyond: memory never shrinks as the batch grows); 0 when even one sequence does not fit. Gallops from
