@@ -25,27 +25,27 @@ SMALL: dict[str, dict[str, Any]] = {
     "qwen3-30b-4xh200": {
         "model": "qwen3-30b", "cluster": {"system": "h200-sxm", "gpus": 4},
         "workload": {"input_tokens": 2048, "output_tokens": 256}, "slo": {"tpot_ms": 50},
-        "search": {"pp": [1], "dp_attention": [1, 2], "max_batch": 128},
+        "search": {"pp": [1], "dp_attention": [1, 2], "max_batch": 48},
     },
     "gpt-oss-20b-4xb200-sglang": {
         "model": "gpt-oss-20b", "cluster": {"system": "b200-sxm", "gpus": 4}, "engine": "sglang",
         "workload": {"input_tokens": 4096, "output_tokens": 512}, "slo": {"ttft_ms": 3000},
-        "search": {"pp": [1], "dp_attention": [1], "max_batch": 256},
+        "search": {"pp": [1], "dp_attention": [1], "max_batch": 48},
     },
     "llama-8b-dense-6xh100-disaggregated": {
         "model": "llama3.1-8b", "cluster": {"system": "h100-sxm", "gpus": 6},
         "workload": {"input_tokens": 1024, "output_tokens": 128}, "slo": {"tpot_ms": 30},
-        "search": {"serving": ["disaggregated"], "pp": [1], "dp_attention": [1], "max_batch": 128},
+        "search": {"serving": ["disaggregated"], "pp": [1], "dp_attention": [1], "max_batch": 48},
     },
     "mixtral-8x7b-8xgb200-vllm": {
         "model": "mixtral-8x7b", "cluster": {"system": "gb200-nvl72", "gpus": 8}, "engine": "vllm",
         "workload": {"input_tokens": 8192, "output_tokens": 256}, "slo": {"ttft_ms": 2000, "tpot_ms": 60},
-        "search": {"pp": [1, 2], "dp_attention": [1], "tp": [1, 2, 4], "max_batch": 64},
+        "search": {"pp": [1, 2], "dp_attention": [1], "tp": [1, 2, 4], "max_batch": 32},
     },
     "qwen3-30b-16xh100-prefix-cache": {
         "model": "qwen3-30b", "cluster": {"system": "h100-sxm", "gpus": 16},
         "workload": {"input_tokens": 4096, "output_tokens": 256, "prefix_hit_rate": 0.5},
-        "search": {"serving": ["disaggregated"], "pp": [1], "dp_attention": [1], "tp": [1, 2, 4], "max_batch": 64},
+        "search": {"serving": ["disaggregated"], "pp": [1], "dp_attention": [1], "tp": [1, 2, 4], "max_batch": 24},
     },
     # Agent sessions whose paused contexts overflow small host tiers into a shared store too small for the
     # largest prefill pools: the store's capacity row decides how many prefill instances park there.

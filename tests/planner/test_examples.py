@@ -13,7 +13,7 @@ from planner.solve import SolveSettings, solve
 from tests.conftest import SCENARIOS
 
 EXAMPLES = sorted(p for p in SCENARIOS.glob("*.yaml") if not p.name.endswith(".layout.yaml"))
-TIME_LIMIT_S = 20.0
+TIME_LIMIT_S = 8.0  # the batch search gets half; a larger front is not what this test checks
 
 
 @pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.stem)

