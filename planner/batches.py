@@ -35,8 +35,8 @@ from costmodel.calibration import Calibration
 from costmodel.resolve import ResolvedScenario
 from planner.formulation.options import DecodeOption, DeploymentOptions, deployment_options
 from planner.formulation.pairs import pair_figures
-from planner.formulation.units import _most_beside, unit_table
-from planner.templates import Candidate, CandidateKind, CandidateSet, _planned, _timed, kind_role
+from planner.formulation.units import most_beside, unit_table
+from planner.templates import Candidate, CandidateKind, CandidateSet, kind_role, planned, timed_plans
 
 TOL = 1e-9  # relative: an interval tied with the front is closed (it cannot beat it)
 WORK_LIMIT = 200_000_000  # first-round bound evaluations beyond which the batch grid is kept (~10 s on one core)
@@ -143,10 +143,10 @@ def _split(resolved: ResolvedScenario, calibration: Calibration, candidates: Can
     halves = []
     for interval, pool in zip(intervals, pools, strict=True):
         _, turns = kind_role(interval.kind)
-        plans = _planned(resolved, [pool], turns, candidates)
+        plans = planned(resolved, [pool], turns, candidates)
         if not plans:  # memory is monotone in the batch: the high end fits, so the middle does
             raise AssertionError(f"batch {pool.batch} does not fit although {interval.high.pool.batch} does")
-        middle = Candidate(pool, _timed(plans, resolved, calibration)[0])
+        middle = Candidate(pool, timed_plans(plans, resolved, calibration)[0])
         candidates.add(resolved, interval.kind, middle, ladder=True)
         halves += [h for h in (Interval(interval.kind, interval.low, middle), Interval(interval.kind, middle,
                                                                                          interval.high))
@@ -357,7 +357,7 @@ def _boxes(options: DeploymentOptions, fills: _Fills, size: int, rows: _Decodes,
     if fills.gpus.size == 0 or len(most_d) == 0:
         return per_row, per_fill, (np.zeros(0), np.zeros(0))
     counts = np.arange(1, int(most_d.max()) + 1)
-    most = np.minimum(fills.most[:, None], _most_beside(fills.gpus, size, counts, options.domains))
+    most = np.minimum(fills.most[:, None], most_beside(fills.gpus, size, counts, options.domains))
     capacity = np.where(most >= 1, fills.capacity[:, None] * most, np.nan)[None]
     fallback = min(options.kv_transfer_s.values())  # an unseen size pair: the shortest transfer (optimistic)
     transfer = np.array([options.kv_transfer_s.get((int(g), size), fallback) for g in fills.gpus])[None, :, None]

@@ -190,19 +190,20 @@ def generate(resolved: ResolvedScenario, calibration: Calibration, every_batch: 
     workload = resolved.scenario.workload
     for kind in kinds_for(resolved):
         role, turns = kind_role(kind)
-        plans = _planned(resolved, candidate_pools(resolved, role), turns, result)
+        plans = planned(resolved, candidate_pools(resolved, role), turns, result)
         if workload.sessions is None:
-            plans += _planned(resolved, _ladder_extras(resolved, plans, every_batch), turns, result)
-        timings = _timed(plans, resolved, calibration)
+            plans += planned(resolved, _ladder_extras(resolved, plans, every_batch), turns, result)
+        timings = timed_plans(plans, resolved, calibration)
         if workload.sessions is not None and role != "decode" and turns != "first":
-            timings = _timed(_session_variants(resolved, timings), resolved, calibration)
+            timings = timed_plans(_session_variants(resolved, timings), resolved, calibration)
         result.by_role[kind] = []
         for timing in timings:
             result.add(resolved, kind, Candidate(timing.plan.pool, timing), ladder=workload.sessions is None)
     return result
 
 
-def _planned(resolved: ResolvedScenario, pools: list[Pool], turns: Turns, result: CandidateSet) -> list[PoolPlan]:
+def planned(resolved: ResolvedScenario, pools: list[Pool], turns: Turns, result: CandidateSet) -> list[PoolPlan]:
+    """The work of each pool that fits HBM (the others counted in `result` as pruned)."""
     plans = []
     for pool in pools:
         result.instance_gpus = max(result.instance_gpus, pool.gpus_per_instance)
@@ -250,7 +251,7 @@ def _ladder_extras(resolved: ResolvedScenario, plans: list[PoolPlan], every_batc
     return extras
 
 
-def _timed(plans: list[PoolPlan], resolved: ResolvedScenario, calibration: Calibration) -> list[PoolTiming]:
+def timed_plans(plans: list[PoolPlan], resolved: ResolvedScenario, calibration: Calibration) -> list[PoolTiming]:
     """Time planned pools, priced in bulk."""
     engine = resolved.scenario.engine
     works = [w for plan in plans for phase in (plan.fill, plan.decode, plan.mixed) for w in phase or []]

@@ -102,7 +102,7 @@ def _prefill_counts(options: DeploymentOptions, prefill: list[PrefillOption], si
     """P_max per prefill option (rows) and decode count (columns)."""
     gpus_p = np.array([p.gpus for p in prefill])
     most_p = np.array([p.most for p in prefill])
-    count_p = np.minimum(most_p[:, None], _most_beside(gpus_p, size, counts, options.domains))
+    count_p = np.minimum(most_p[:, None], most_beside(gpus_p, size, counts, options.domains))
     if not divisible:
         count_p = _packed_counts(gpus_p, size, counts, count_p, options.domains)
     return np.asarray(count_p)
@@ -161,7 +161,7 @@ def _front_mask(ttft: np.ndarray, rate: np.ndarray) -> np.ndarray:
     return np.asarray(order[keep])
 
 
-def _most_beside(size_p: np.ndarray, size_d: int, counts: np.ndarray, domains: Domains) -> np.ndarray:
+def most_beside(size_p: np.ndarray, size_d: int, counts: np.ndarray, domains: Domains) -> np.ndarray:
     """Most prefill instances of each size in `size_p` (rows) beside `counts` decode instances of `size_d`
     (columns), by the packing rows: instances larger than a domain take whole domains; for every size s
     up to a domain, the GPUs of instances of size >= s fit the domains' multiples of s."""

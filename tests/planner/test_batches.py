@@ -17,7 +17,7 @@ from planner.pareto import FrontPoint
 from planner.placement import domain_bins, fits
 from planner.scenario import scenario_from_data
 from planner.solve import SolveSettings, solve
-from planner.templates import Candidate, CandidateSet, _planned, _timed, candidate_pools, kind_role, layout_key
+from planner.templates import Candidate, CandidateSet, candidate_pools, kind_role, layout_key, planned, timed_plans
 from tests.planner.small_scenarios import small_data
 
 NAME = "qwen3-30b-4xh200"  # aggregated and disaggregated, attention DP 1 and 2, batches up to 48
@@ -37,8 +37,8 @@ def timed(kind: str, pool_index: int, batch: int) -> Candidate | None:
     role, turns = kind_role(kind)  # type: ignore[arg-type]
     layouts = list({layout_key(p): p for p in candidate_pools(scenario(), role)}.values())
     pool = layouts[pool_index % len(layouts)].model_copy(update={"batch": batch})
-    plans = _planned(scenario(), [pool], turns, CandidateSet())
-    return Candidate(pool, _timed(plans, scenario(), default_calibration())[0]) if plans else None
+    plans = planned(scenario(), [pool], turns, CandidateSet())
+    return Candidate(pool, timed_plans(plans, scenario(), default_calibration())[0]) if plans else None
 
 
 @pytest.mark.parametrize("kind", ["mixed", "prefill", "decode"])
@@ -48,7 +48,7 @@ def test_figures_are_monotone_in_the_batch(kind: str) -> None:
     role, turns = kind_role(kind)  # type: ignore[arg-type]
     for pool in {layout_key(p): p for p in candidate_pools(scenario(), role)}.values():
         pools = [pool.model_copy(update={"batch": b}) for b in range(1, 129)]
-        timings = _timed(_planned(scenario(), pools, turns, CandidateSet()), scenario(), default_calibration())
+        timings = timed_plans(planned(scenario(), pools, turns, CandidateSet()), scenario(), default_calibration())
         for name in ("ttft_s", "tpot_s", "requests_per_s"):
             values = np.array([getattr(t, name) for t in timings])
             assert np.all(np.diff(values) >= -1e-12 * np.abs(values[:-1])), (kind, layout_key(pool), name)

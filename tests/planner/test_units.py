@@ -9,7 +9,7 @@ import pytest
 from costmodel.calibration import default_calibration
 from planner.formulation.options import DeploymentOptions, deployment_options
 from planner.formulation.pairs import pair_figures
-from planner.formulation.units import _most_beside, unit_table
+from planner.formulation.units import most_beside, unit_table
 from planner.pareto import TIE_REL
 from planner.placement import fits
 from planner.scenario import scenario_from_data
@@ -35,7 +35,7 @@ def test_most_beside_matches_the_exact_packer(gpus: int, domain: int) -> None:
     sizes = np.array([1, 2, 4, 8, 16, 32, 64, 128])
     for size_d in (1, 4, 8, 32, 128):
         counts = np.arange(1, gpus // size_d + 2)
-        most = _most_beside(sizes, size_d, counts, domains)
+        most = most_beside(sizes, size_d, counts, domains)
         for row, size in enumerate(sizes):
             for col, count_d in enumerate(counts):
                 brute = 0
