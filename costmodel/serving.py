@@ -28,6 +28,7 @@ so that calibration fitting can re-time planned work cheaply.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -124,7 +125,7 @@ class PoolPlan:
     pool: Pool
     request: RequestShape
     memory: MemoryUse
-    max_batch: int
+    largest_batch: Callable[[], int]  # the largest batch that fits, computed when first asked (`max_batch`)
     fill: list[StepWork] | None  # prefill pools: one fill of the pool's batch (per stage)
     decode: list[StepWork] | None  # decode and mixed pools: one decode-only step
     mixed: list[StepWork] | None  # mixed pools: one decode step carrying a prefill chunk
@@ -133,6 +134,11 @@ class PoolPlan:
     own_steps: float  # mixed steps one request's own prefill needs
     turns: Turns = "all"
     admitted: int | None = None  # a mixed pool whose batch does not fit: the batch the engine admits (the rest wait)
+
+    @functools.cached_property
+    def max_batch(self) -> int:
+        """The largest batch of this layout that fits HBM (a search of several memory counts: only on demand)."""
+        return self.largest_batch()
 
     @property
     def in_service(self) -> int:
@@ -296,7 +302,8 @@ def _round_s(mixed_steps: float, t_mix: float, decode_steps: float, t_decode: fl
     return riding * t_mix + (decode_steps - riding) * t_decode + max(0.0, mixed_steps - decode_steps) * t_mix
 
 
-def pool_memory(ctx: PoolContext, pool: Pool, workload: Workload, request: RequestShape) -> tuple[MemoryUse, int]:
+def pool_memory(ctx: PoolContext, pool: Pool, workload: Workload,
+                request: RequestShape) -> tuple[MemoryUse, Callable[[], int]]:
     """Memory per GPU at the pool's batch (the whole context of `request` held as KV), and the largest
     batch that fits, exactly: the same memory count at that batch fits, one more does not."""
     context = request.cached + request.new
@@ -311,7 +318,7 @@ def pool_memory(ctx: PoolContext, pool: Pool, workload: Workload, request: Reque
     def use(batch: int) -> MemoryUse:
         return memory_use(ctx, batch, context, step_tokens(batch), with_mtp)
 
-    return use(pool.batch), largest_fitting(lambda batch: use(batch).fits, _secant_guess(use, ctx.par.dp))
+    return use(pool.batch), lambda: largest_fitting(lambda batch: use(batch).fits, _secant_guess(use, ctx.par.dp))
 
 
 def _secant_guess(use: Callable[[int], MemoryUse], dp: int) -> int:
@@ -419,4 +426,5 @@ def admitted_plan(plan: PoolPlan, workload: Workload) -> PoolPlan:
         return plan
     capped = plan.pool.model_copy(update={"batch": plan.max_batch})
     served = plan_pool(plan.ctx, capped, workload, plan.request.tiers, plan.turns)
-    return replace(served, pool=plan.pool, memory=plan.memory, max_batch=plan.max_batch, admitted=plan.max_batch)
+    largest = plan.max_batch
+    return replace(served, pool=plan.pool, memory=plan.memory, largest_batch=lambda: largest, admitted=largest)

@@ -243,7 +243,7 @@ def _ladder_extras(resolved: ResolvedScenario, plans: list[PoolPlan], every_batc
     for group in by_layout.values():
         first = group[0].pool
         have = {plan.pool.batch for plan in group}
-        largest = max(plan.max_batch for plan in group)
+        largest = group[0].max_batch  # the largest batch that fits does not depend on the planned batch
         ends = ladder_ends(resolved, first.role, first.dp_attention, largest)
         wanted = set(range(1, max(ends) + 1)) if every_batch and ends else ends
         for batch in sorted(wanted - have):
