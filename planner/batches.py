@@ -111,9 +111,9 @@ def refine(resolved: ResolvedScenario, calibration: Calibration, candidates: Can
             coverage.certified = False
             coverage.open_ttft, coverage.open_value = ttft_lb, value_ub
             break
-        intervals = _split(resolved, calibration, candidates, intervals)
         coverage.rounds += 1
-        coverage.timed += len(intervals) // 2
+        coverage.timed += len(intervals)  # one middle batch each
+        intervals = _split(resolved, calibration, candidates, intervals)
         options = deployment_options(resolved, candidates, calibration)
     return options, coverage
 

@@ -12,7 +12,7 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.helpers import run_cli
+from tests.helpers import field_paths, run_cli
 
 VALID_SCENARIO: dict[str, Any] = {
     "schema_version": 1,
@@ -38,22 +38,11 @@ values = st.recursive(scalars, lambda inner: st.lists(inner, max_size=3) | st.di
     st.text(max_size=8), inner, max_size=3), max_leaves=6)
 
 
-def _paths(doc: Any, prefix: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
-    found = [prefix] if prefix else []
-    if isinstance(doc, dict):
-        for key, value in doc.items():
-            found += _paths(value, (*prefix, key))
-    elif isinstance(doc, list):
-        for index, value in enumerate(doc):
-            found += _paths(value, (*prefix, index))
-    return found
-
-
 @st.composite
 def mutated(draw: st.DrawFn, base: dict[str, Any]) -> Any:
     doc = copy.deepcopy(base)
     for _ in range(draw(st.integers(1, 3))):
-        paths = _paths(doc)
+        paths = field_paths(doc)
         if not paths or not isinstance(doc, dict):
             break
         path = draw(st.sampled_from(paths))

@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 
 from planner.evaluation import evaluate_line
 from planner.finite import dumps
-from tests.helpers import run_cli
+from tests.helpers import field_paths, run_cli
 
 MODELS = Path(__file__).resolve().parents[2] / "costmodel" / "data" / "models"
 SCENARIO: dict[str, Any] = {
@@ -67,24 +67,13 @@ values = st.recursive(scalars, lambda inner: st.lists(inner, max_size=3) | st.di
 TEXT_EDITS = [*"[]{}&*!?:-,#'\"|>\n\t ", "&a ", "*a", "? ", "\x00", "\ufeff", "\udcff", ".inf", ".nan", "1e999"]
 
 
-def _paths(doc: Any, prefix: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
-    found = [prefix] if prefix else []
-    if isinstance(doc, dict):
-        for key, value in doc.items():
-            found += _paths(value, (*prefix, key))
-    elif isinstance(doc, list):
-        for index, value in enumerate(doc):
-            found += _paths(value, (*prefix, index))
-    return found
-
-
 @st.composite
 def mutated(draw: st.DrawFn, base: dict[str, Any]) -> Any:
     """`base` with one to four fields replaced (mostly by numbers: plausible, at the bounds, or extreme),
     deleted or added."""
     doc = copy.deepcopy(base)
     for _ in range(draw(st.sampled_from([1, 1, 2, 3, 4]))):
-        paths = _paths(doc)
+        paths = field_paths(doc)
         if not paths:
             break
         path = draw(st.sampled_from(paths))
@@ -105,7 +94,7 @@ def mutated(draw: st.DrawFn, base: dict[str, Any]) -> Any:
 def numbers_changed(draw: st.DrawFn, base: dict[str, Any]) -> Any:
     """`base` with one to three of its numbers replaced: mostly accepted values, so the cost model runs on them."""
     doc = copy.deepcopy(base)
-    paths = [p for p in _paths(doc) if _is_number(_at(doc, p)) and p != ("schema_version",)]
+    paths = [p for p in field_paths(doc) if _is_number(_at(doc, p)) and p != ("schema_version",)]
     for path in draw(st.lists(st.sampled_from(paths), min_size=1, max_size=3, unique=True)):
         kept = int_like if isinstance(_at(doc, path), int) else float_like  # mostly of the field's own type
         _at(doc, path[:-1])[path[-1]] = draw(st.one_of(kept, kept, kept, extreme))
