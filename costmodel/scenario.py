@@ -319,6 +319,12 @@ class Search(StrictModel):
         True, description="Multi-turn sessions, disaggregated serving: also consider a separate midfill pool for the "
         "turns after the first (the prefill pool then runs only first turns)."
     )
+    objective: Literal["tokens_per_gpu", "usd_per_million_tokens"] = Field(
+        "tokens_per_gpu",
+        description="What ranks deployments where systems or prices differ (plan compare, plan sweep: the best "
+        "point per TTFT band and per case): tokens/s per GPU (highest first) or USD per million tokens (lowest "
+        "first, from `economics`). On one system at one price the two rank a front alike.",
+    )
 
     @model_validator(mode="after")
     def _resolution_in_range(self) -> Search:
@@ -326,6 +332,27 @@ class Search(StrictModel):
         if not isinstance(value, str) and not 0.0 <= value < 0.5:
             raise ValueError("front_resolution: give 'auto', 'exact' or a number in [0, 0.5)")
         return self
+
+
+PriceOrPerSystem = Annotated[float, Field(gt=0, le=1e4)] | dict[str, Annotated[float, Field(gt=0, le=1e4)]]
+PowerOrPerSystem = Annotated[float, Field(ge=0, le=1e5)] | dict[str, Annotated[float, Field(ge=0, le=1e5)]]
+
+
+class Economics(StrictModel):
+    """Prices and power behind `usd_per_million_tokens` and `tokens_per_s_per_mw` of every front point.
+    Omitted fields take the defaults of `costmodel/data/economics.yaml` (each with its source)."""
+
+    usd_per_gpu_hour: PriceOrPerSystem | None = Field(
+        None, description="USD per GPU-hour: one number for the cluster's system, or a mapping by system name "
+        "({b200-sxm: 4.5, gb200-nvl72: 6.0}; systems left out keep their default).",
+    )
+    node_w_per_gpu: PowerOrPerSystem | None = Field(
+        None, description="Non-GPU power per GPU (CPUs, NICs, switches, fans), W: a number or a mapping by "
+        "system name. The GPU's own TDP is the system's power_w (cluster.overrides may change it).",
+    )
+    pue: float | None = Field(
+        None, ge=1.0, le=3.0, description="Power usage effectiveness of the facility (facility / IT power)."
+    )
 
 
 class Scenario(StrictModel):
@@ -344,3 +371,4 @@ class Scenario(StrictModel):
     slo: Slo = Field(default_factory=Slo, description="Latency targets.")
     search: Search = Field(default_factory=Search, description="Planner options.")
     engine: EngineName = Field("generic", description="Serving engine the plan is for: trtllm, vllm, sglang, generic.")
+    economics: Economics = Field(default_factory=Economics, description="GPU-hour prices, power and PUE.")

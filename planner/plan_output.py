@@ -17,7 +17,7 @@ import yaml
 from costmodel.evaluate import evaluate, pool_context
 from costmodel.kv_tiers import FETCHED_TIERS, TIERS
 from costmodel.layout import Layout
-from planner import report_html
+from planner import economics_report, report_html
 from planner.finite import dumps
 from planner.midfill import midfill_choice
 from planner.out_dir import OutputFolder
@@ -26,7 +26,8 @@ from planner.solve import SolveResult
 from planner.sweep import SolvedPoint
 
 CSV_COLUMNS = ("index", "serving", "ttft_ms", "tpot_ms", "tokens_per_s_per_gpu", "tokens_per_s_per_gpu_used",
-               "tokens_per_s_per_cluster_gpu", "tokens_per_s_per_user", "gpus", "idle_gpus", "status", "gap", "pools")
+               "tokens_per_s_per_cluster_gpu", "tokens_per_s_per_user", "gpus", "idle_gpus", "usd_per_million_tokens",
+               "tokens_per_s_per_mw", "status", "gap", "pools")
 
 
 def _gap(value: float) -> float | None:
@@ -132,7 +133,7 @@ def point_dict(result: SolveResult, point: SolvedPoint) -> dict[str, Any]:
         "tokens_per_s_per_gpu_used": p.tokens_per_s_per_gpu_used,
         "tokens_per_s_per_cluster_gpu": p.tokens_per_s_per_cluster_gpu,
         "tokens_per_s_per_user": p.tokens_per_s_per_user, "gpus": p.gpus, "idle_gpus": p.idle_gpus,
-        "serving": p.layout.serving,
+        **economics_report.point_fields(result.resolved, p), "serving": p.layout.serving,
         "status": point.status.value, "gap": _gap(point.gap), "proof": point.proof, "layout": layout_dict(p.layout),
         "placement": placement(result, point), **extra,
     }
@@ -146,6 +147,7 @@ def result_dict(result: SolveResult) -> dict[str, Any]:
         "scenario": result.resolved.scenario.name,
         "gpu_accounting": result.resolved.scenario.search.gpu_accounting,
         "cluster_gpus": result.resolved.gpus,
+        **economics_report.result_fields(result.resolved),
         "coverage": coverage_dict(result),
         "front": [point_dict(result, p) for p in result.front],
         "expert_banks": expert_banks(result),
@@ -174,11 +176,13 @@ def csv_text(result: SolveResult) -> str:
     writer.writerow(CSV_COLUMNS)
     for index, solved in enumerate(result.front):
         p = solved.point
+        economics = economics_report.economics_of(result.resolved, p)
         writer.writerow([index, p.layout.serving, f"{p.ttft_ms:.6g}", f"{p.tpot_ms:.6g}",
                          f"{p.tokens_per_s_per_gpu:.6g}", f"{p.tokens_per_s_per_gpu_used:.6g}",
                          f"{p.tokens_per_s_per_cluster_gpu:.6g}", f"{p.tokens_per_s_per_user:.6g}", p.gpus,
-                         p.idle_gpus, solved.status.value, "" if math.isinf(solved.gap) else f"{solved.gap:.3g}",
-                         pools_summary(p.layout)])
+                         p.idle_gpus, f"{economics.usd_per_million_tokens:.6g}",
+                         f"{economics.tokens_per_s_per_mw:.6g}", solved.status.value,
+                         "" if math.isinf(solved.gap) else f"{solved.gap:.3g}", pools_summary(p.layout)])
     return out.getvalue()
 
 
@@ -189,7 +193,7 @@ def plan_yaml(result: SolveResult, index: int, point: SolvedPoint, data: dict[st
             f"# `plan evaluate SCENARIO --layout` reads this file (the layout below).\n")
     figures = {k: data[k] for k in ("ttft_ms", "tpot_ms", "tokens_per_s_per_gpu", "tokens_per_s_per_gpu_used",
                                     "tokens_per_s_per_cluster_gpu", "tokens_per_s_per_user", "gpus", "idle_gpus",
-                                    "status", "gap")}
+                                    "usd_per_million_tokens", "tokens_per_s_per_mw", "status", "gap")}
     degrees = {pool.moe_ep for pool in point.point.layout.pools}
     body = {"figures": figures, "layout": data["layout"], "placement": data["placement"],
             "expert_banks": expert_banks(result, degrees)}
@@ -255,20 +259,22 @@ def print_table(result: SolveResult, console: Any, model_stats: bool) -> None:
     table = Table(title=f"Pareto front: {result.resolved.scenario.name} ({result.resolved.gpus} x "
                         f"{result.resolved.system.name})")
     for column in ("#", "serving", "TTFT ms", "TPOT ms", "tok/s/GPU cluster", "tok/s/GPU used", "tok/s/user",
-                   "GPUs", "gap", "pools"):
+                   "$/Mtok", "tok/s/MW", "GPUs", "gap", "pools"):
         table.add_column(column, justify="left" if column in ("serving", "pools") else "right")
     for index, solved in enumerate(result.front):
         p = solved.point
         gap = "-" if math.isinf(solved.gap) else f"{solved.gap:.2%}"
         gpus = f"{p.gpus}" + (f" ({p.idle_gpus} idle)" if p.idle_gpus else "")
+        economics = economics_report.economics_of(result.resolved, p)
         table.add_row(str(index), p.layout.serving, f"{p.ttft_ms:.1f}", f"{p.tpot_ms:.2f}",
                       f"{p.tokens_per_s_per_cluster_gpu:.1f}", f"{p.tokens_per_s_per_gpu_used:.1f}",
-                      f"{p.tokens_per_s_per_user:.1f}", gpus, gap, pools_summary(p.layout))
+                      f"{p.tokens_per_s_per_user:.1f}", f"{economics.usd_per_million_tokens:.3g}",
+                      f"{economics.tokens_per_s_per_mw:,.0f}", gpus, gap, pools_summary(p.layout))
     console.print(table)
     sweep = result.sweep
     accounting = result.resolved.scenario.search.gpu_accounting
     console.print(f"ranked by tokens/s per {'cluster GPU' if accounting == 'cluster' else 'GPU used'} "
-                  f"(search.gpu_accounting: {accounting})")
+                  f"(search.gpu_accounting: {accounting}); {economics_report.rates_line(result.resolved)}")
     console.print(f"status {result.status} ({result.termination}); largest gap {result.gap:.2%}; "
                   f"{result.settings.backend}, {len(sweep.reports)} MILP solves in {result.time_s:.1f} s")
     coverage = result.coverage

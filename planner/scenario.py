@@ -8,6 +8,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from costmodel.economics import check_economics
 from costmodel.errors import ConfigError, ScenarioError
 from costmodel.layout import Layout
 from costmodel.resolve import ResolvedScenario, check_layout, resolve
@@ -35,6 +36,7 @@ def _resolve_document(document: SourceDocument, base_dir: Path | None = None) ->
     if base_dir is None and document.path is not None:
         base_dir = document.path.parent
     try:
+        check_economics(scenario)
         return resolve(scenario, base_dir)
     except ScenarioError as exc:
         raise _located(document, exc.field, str(exc)) from None

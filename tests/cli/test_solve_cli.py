@@ -27,8 +27,8 @@ def test_json_front_and_plan_files_round_trip(scenario: Path, tmp_path: Path) ->
                      "--model-stats")
     assert result.code == 0, result.err
     data = json.loads(result.out)
-    assert set(data) == {"status", "termination", "scenario", "gpu_accounting", "cluster_gpus", "coverage", "front",
-                         "expert_banks", "solver", "candidates", "model_statistics"}
+    assert set(data) == {"status", "termination", "scenario", "gpu_accounting", "cluster_gpus", "objective",
+                         "economics", "coverage", "front", "expert_banks", "solver", "candidates", "model_statistics"}
     assert data["termination"] == "completed" and data["gpu_accounting"] == "cluster"
     assert 0.95 <= data["coverage"]["hypervolume_ratio_at_least"] <= 1.0
     assert data["coverage"]["batches"]["scope"] == "every_integer_batch"
@@ -39,7 +39,8 @@ def test_json_front_and_plan_files_round_trip(scenario: Path, tmp_path: Path) ->
     front = data["front"]
     assert len(front) >= 5
     keys = {"ttft_ms", "tpot_ms", "tokens_per_s_per_gpu", "tokens_per_s_per_gpu_used", "tokens_per_s_per_cluster_gpu",
-            "tokens_per_s_per_user", "gpus", "idle_gpus", "serving", "status", "gap", "proof", "layout", "placement"}
+            "tokens_per_s_per_user", "gpus", "idle_gpus", "usd_per_million_tokens", "tokens_per_s_per_mw", "economics",
+            "serving", "status", "gap", "proof", "layout", "placement"}
     assert all(set(p) == keys for p in front)
     assert [p["ttft_ms"] for p in front] == sorted(p["ttft_ms"] for p in front)
     files = sorted(f.name for f in out.iterdir())

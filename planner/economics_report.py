@@ -1,0 +1,67 @@
+"""Economics of front points as the outputs show them (JSON keys, table cells, the objective's ranking).
+
+The arithmetic is the cost model's (`costmodel.economics`); this module only picks the GPUs paid for
+(the scenario's GPU accounting), names the figures and orders points by `search.objective`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any, Literal, TypeVar
+
+from costmodel.calibration import Calibration, default_calibration
+from costmodel.economics import PointEconomics, point_economics, rates
+from costmodel.resolve import ResolvedScenario
+from planner.pareto import FrontPoint
+
+Objective = Literal["tokens_per_gpu", "usd_per_million_tokens"]
+T = TypeVar("T")
+
+# What each objective ranks by, in a point's JSON, and whether higher is better.
+OBJECTIVE_KEYS: dict[str, tuple[str, bool]] = {
+    "tokens_per_gpu": ("tokens_per_s_per_gpu", True),
+    "usd_per_million_tokens": ("usd_per_million_tokens", False),
+}
+
+
+def paid_gpus(point: FrontPoint) -> int:
+    """The GPUs the ranked tokens/s per GPU divides by: the cluster's under `cluster` accounting, the
+    deployment's under `used`."""
+    return (point.cluster_gpus or point.gpus) if point.accounting == "cluster" else point.gpus
+
+
+def economics_of(resolved: ResolvedScenario, point: FrontPoint,
+                 calibration: Calibration | None = None) -> PointEconomics:
+    return point_economics(resolved, point.layout, point.tokens_per_s_per_gpu, paid_gpus(point),
+                           calibration or default_calibration())
+
+
+def point_fields(resolved: ResolvedScenario, point: FrontPoint) -> dict[str, Any]:
+    """The economics keys of a front point's JSON."""
+    economics = economics_of(resolved, point)
+    return {"usd_per_million_tokens": economics.usd_per_million_tokens,
+            "tokens_per_s_per_mw": economics.tokens_per_s_per_mw, "economics": economics.to_dict()}
+
+
+def result_fields(resolved: ResolvedScenario) -> dict[str, Any]:
+    """The front's objective and the rates its economics use, with their sources."""
+    return {"objective": resolved.scenario.search.objective,
+            "economics": rates(resolved.system, resolved.scenario.economics).to_dict()}
+
+
+def best(items: Sequence[T], objective: str, figures: Callable[[T], dict[str, Any]]) -> T | None:
+    """The item whose point figures rank first by `objective` (ties: the first given)."""
+    key, higher = OBJECTIVE_KEYS[objective]
+    ranked = [item for item in items if figures(item).get(key) is not None]
+    if not ranked:
+        return None
+    return max(ranked, key=lambda item: figures(item)[key]) if higher else min(
+        ranked, key=lambda item: figures(item)[key])
+
+
+def rates_line(resolved: ResolvedScenario) -> str:
+    """One line on the rates behind $/Mtok and tok/s/MW, for tables."""
+    rate = rates(resolved.system, resolved.scenario.economics)
+    return (f"$/Mtok at ${rate.usd_per_gpu_hour:.2f} per {rate.system} GPU-hour ({rate.usd_source}); tok/s/MW at "
+            f"{rate.facility_w_per_gpu:,.0f} W per GPU (TDP {rate.gpu_w:,.0f} + node {rate.node_w_per_gpu:,.0f} W, "
+            f"PUE {rate.pue:g})")
