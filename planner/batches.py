@@ -42,6 +42,7 @@ TOL = 1e-9  # relative: an interval tied with the front is closed (it cannot bea
 WORK_LIMIT = 200_000_000  # first-round bound evaluations beyond which the batch grid is kept (~10 s on one core)
 PIECES = 4  # a decode interval's bound is taken over this many sub-ranges of its sequences (no timing needed)
 CHUNK = 2_000_000  # bound evaluations per numpy block
+SLACK = 1e-12  # relative: rounding of a bound scaled from a timed batch (kept on the safe side)
 
 
 @dataclass(frozen=True)
@@ -64,6 +65,7 @@ class BatchCoverage:
     tolerance: float = 0.0  # an untimed batch beats no front point by more than this (relative), when certified
     rounds: int = 0
     timed: int = 0  # batches timed beyond the grid
+    groups: bool = False  # an inventory of several groups: the grid's batches (not searched across groups yet)
     open_ttft: np.ndarray = field(default_factory=lambda: np.zeros(0))  # lower bounds of TTFT, s
     open_value: np.ndarray = field(default_factory=lambda: np.zeros(0))  # upper bounds of tokens/s
 
@@ -187,9 +189,13 @@ def _alive(options: DeploymentOptions, intervals: list[Interval], front: _Front,
     for i in feasible:
         if intervals[i].kind == "mixed":
             check(i, *_mixed_box(intervals[i], resolved, options, cap))
+    # a fill interval whose optimistic option a timed fill option dominates is closed: each of its batches,
+    # with any decode batch, does no better than that timed option at the same counts
+    dominated = _dominated_fills(options, [intervals[i] for i in feasible])
+    feasible = [i for i, out in zip(feasible, dominated, strict=True) if not out]
     open_intervals = [intervals[i] for i in feasible]
     factor = (1 - TOL) / (1 + tolerance)
-    every = _optimistic_fills(options, open_intervals)
+    every = _pareto(_optimistic_fills(options, open_intervals))
     best = _best_per_size(every)
     decode = [i for i in feasible if intervals[i].kind == "decode"]
     for size in sorted({intervals[i].low.gpus for i in decode}):  # each decode interval with every fill
@@ -266,6 +272,36 @@ def _optimistic_fills(options: DeploymentOptions, intervals: list[Interval]) -> 
                   fill=np.array([p.fill_s for p in timed] + [i.low.timing.ttft_s for i in virtual]))
 
 
+def _dominated_fills(options: DeploymentOptions, intervals: list[Interval]) -> np.ndarray:
+    """Which fill intervals have an optimistic option (fill(lo), capacity(hi), the most instances of its
+    size) that a timed fill option of the same size dominates: no longer fill, no less capacity, no fewer
+    instances (the KV transfer and the instances beside a decode pool depend on the size only)."""
+    result = np.zeros(len(intervals), dtype=bool)
+    by_size: dict[int, list[tuple[float, float, int]]] = {}
+    for p in options.prefill:
+        by_size.setdefault(p.gpus, []).append((p.fill_s, p.capacity, p.most))
+    for index, interval in enumerate(intervals):
+        if interval.kind != "prefill":
+            continue
+        fill, capacity = interval.low.timing.ttft_s, interval.high.requests_per_s
+        most = _most_instances(interval.low.gpus, options)
+        result[index] = any(f <= fill and c >= capacity and m >= most for f, c, m in by_size.get(interval.low.gpus, ()))
+    return result
+
+
+def _pareto(fills: _Fills) -> _Fills:
+    """The fill options no other of the same size dominates (no longer fill, no less capacity, no fewer
+    instances; of equal ones the first): pairing decode rows with these bounds every pairing."""
+    order = np.lexsort((-fills.most, -fills.capacity, fills.fill, fills.gpus))
+    kept: list[int] = []
+    for i in order.tolist():
+        if not any(fills.gpus[k] == fills.gpus[i] and fills.fill[k] <= fills.fill[i]
+                   and fills.capacity[k] >= fills.capacity[i] and fills.most[k] >= fills.most[i] for k in kept):
+            kept.append(i)
+    pick = np.array(sorted(kept), dtype=np.int64)
+    return _Fills(fills.gpus[pick], fills.most[pick], fills.capacity[pick], fills.fill[pick])
+
+
 def _best_per_size(fills: _Fills) -> _Fills:
     """One fill option per instance size that is at least as good as each of that size: the most
     instances, the largest capacity and the shortest fill among them (P_max and the KV transfer depend on
@@ -309,8 +345,12 @@ class _Decodes:
                 owners.append(index)
                 low.append(a)
                 high.append(b)
-                slow.append(osl * interval.high.timing.tpot_s)
-                fast.append(osl * interval.low.timing.tpot_s)
+                # Z(b) = osl TPOT(b) grows with b and Z(b) / b does not (requests/s per instance b / TPOT
+                # never falls): over the piece [a, b], Z <= min(Z(hi), Z(lo) b / lo), Z >= max(Z(lo), Z(hi) a / hi)
+                z_lo, z_hi = osl * interval.low.timing.tpot_s, osl * interval.high.timing.tpot_s
+                lo, hi = interval.low.pool.batch, interval.high.pool.batch
+                slow.append(min(z_hi, z_lo * b / lo * (1 + SLACK)))
+                fast.append(max(z_lo, z_hi * a / hi * (1 - SLACK)))
         return owners, _Decodes(np.array(low, dtype=float), np.array(slow), np.array(high, dtype=float),
                                 np.array(fast), np.full(len(owners), _most_instances(size, options)))
 
