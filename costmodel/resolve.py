@@ -123,11 +123,12 @@ def compute_dtype(storage: Dtype, system: SystemSpec) -> Dtype:
 
 def check_context(resolved: ResolvedScenario) -> None:
     workload = resolved.scenario.workload
-    context = workload.cached_tokens + workload.input_tokens + workload.output_tokens
+    context = workload.longest_request_tokens  # with length distributions, the longest request
     limit = resolved.architecture.max_position_embeddings
     if context > limit:
         raise ScenarioError(
-            f"cached + input + output = {context} tokens exceeds the model's context of {limit} tokens; "
+            f"cached + input + output = {context} tokens (the longest request) exceeds the model's context of "
+            f"{limit} tokens; "
             "shorten the request",
             "workload",
         )

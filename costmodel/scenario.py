@@ -16,9 +16,11 @@ MAX_TOKENS tokens in one request (the model's own context is checked too), a yea
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
+
+from costmodel.lengths import Lengths, LengthSpec, parse_spec
 
 DtypeName = Literal["bf16", "fp8", "fp4", "int4"]
 KvDtypeName = Literal["bf16", "fp8"]
@@ -184,11 +186,35 @@ class Sessions(StrictModel):
         return max(1, round(mean_in)), max(1, round(mean_out))
 
 
+def _lengths_schema(schema: dict[str, Any]) -> None:
+    """JSON Schema: input_tokens and output_tokens take a whole number or a distribution, as written
+    (after validation they hold the number, the distribution beside it in input_lengths / output_lengths)."""
+    properties = schema["properties"]
+    for key, spread in (("input_tokens", "input_lengths"), ("output_tokens", "output_lengths")):
+        number = {k: v for k, v in properties[key].items() if k not in ("description", "title")}
+        forms = [form for form in properties[spread]["anyOf"] if form.get("type") != "null"]
+        properties[key] = {"anyOf": [number, *forms], "description": properties[key]["description"],
+                           "title": properties[key]["title"]}
+
+
 class Workload(StrictModel):
     """What each request looks like and how many are in flight."""
 
-    input_tokens: TokenCount = Field(description="New input tokens per request (excluding `cached_tokens`).")
-    output_tokens: TokenCount = Field(description="Generated tokens per request.")
+    model_config = ConfigDict(**StrictModel.model_config, json_schema_extra=_lengths_schema)
+
+    input_tokens: TokenCount = Field(
+        description="New input tokens per request (excluding `cached_tokens`), or their distribution: a list of "
+        "{share, tokens}, {mean, range_ratio} (vLLM's random lengths) or {max, range_ratio} (SGLang's); the "
+        "field then holds the mean, rounded, and `input_lengths` the distribution."
+    )
+    output_tokens: TokenCount = Field(
+        description="Generated tokens per request, or their distribution (as for input_tokens; `output_lengths`)."
+    )
+    input_lengths: LengthSpec | None = Field(
+        None, description="Distribution of input_tokens (set from input_tokens when that is given as one). Drawn "
+        "independently of output lengths."
+    )
+    output_lengths: LengthSpec | None = Field(None, description="Distribution of output_tokens (as input_lengths).")
     cached_tokens: int = Field(
         0, ge=0, le=MAX_TOKENS,
         description="Earlier context already held as KV (multi-turn); > 0 makes the fill a midfill."
@@ -222,6 +248,36 @@ class Workload(StrictModel):
 
     @model_validator(mode="before")
     @classmethod
+    def _lengths_from_distributions(cls, data: object) -> object:
+        """A distribution given as input_tokens / output_tokens moves to input_lengths / output_lengths and
+        leaves its mean, rounded, in its place (given both, the number must be that mean), so that
+        everything sized by one request length (the planner's ranges, reports) sees the mean."""
+        if not isinstance(data, dict):
+            return data
+        data = dict(data)
+        for key, spread in (("input_tokens", "input_lengths"), ("output_tokens", "output_lengths")):
+            value = data.get(key)
+            if isinstance(value, list | dict):
+                if data.get(spread) is not None:
+                    raise ValueError(f"{key} is a distribution and {spread} is given too: give it once")
+                data[spread], value = value, None
+                del data[key]
+            raw = data.get(spread)
+            if raw is None:
+                continue
+            try:
+                lengths = Lengths.of(parse_spec(raw), output=key == "output_tokens")
+            except (ValidationError, ValueError):  # reported by the field's own validation
+                data.setdefault(key, 1)
+                continue
+            mean = max(1, round(lengths.mean))
+            given = data.setdefault(key, mean)
+            if given != mean:
+                raise ValueError(f"{key} is {given} but the mean of {spread} is {mean}: omit {key} or make it {mean}")
+        return data
+
+    @model_validator(mode="before")
+    @classmethod
     def _lengths_from_turns(cls, data: object) -> object:
         """With `sessions.turn_lengths`, input_tokens and output_tokens default to its means (and must
         equal them when given), so everything downstream sees one mean turn."""
@@ -252,12 +308,39 @@ class Workload(StrictModel):
             raise ValueError("give at most one of concurrency (closed loop) or arrival_rate_per_s (open loop)")
         if self.sessions is not None and self.cached_tokens:
             raise ValueError("with sessions the cached context follows from the turns: set cached_tokens to 0")
+        if self.sessions is not None and (self.input_lengths is not None or self.output_lengths is not None):
+            raise ValueError("with sessions give the lengths' distribution as sessions.turn_lengths, not as "
+                             "input_tokens / output_tokens distributions")
         new = self.input_tokens * (1.0 - self.prefix_hit_rate)
         if new < 1.0:  # a fill computes at least the last token; zero new tokens divided the chunking by zero
             raise ValueError(f"prefix_hit_rate {self.prefix_hit_rate:g} of {self.input_tokens} input tokens leaves "
                              f"{new:g} to compute; leave at least one (prefix_hit_rate <= "
                              f"{1 - 1 / self.input_tokens:.6g})")
         return self
+
+
+    @property
+    def input_distribution(self) -> Lengths:
+        """Input lengths (new tokens before prefix hits): the distribution, or the one length."""
+        if self.input_lengths is None:
+            return Lengths.fixed(self.input_tokens)
+        return Lengths.of(self.input_lengths)
+
+    @property
+    def output_distribution(self) -> Lengths:
+        if self.output_lengths is None:
+            return Lengths.fixed(self.output_tokens)
+        return Lengths.of(self.output_lengths, output=True)
+
+    @property
+    def mean_output_tokens(self) -> float:
+        """Generated tokens per request on average, exact (output_tokens is the mean rounded)."""
+        return float(self.output_tokens) if self.output_lengths is None else self.output_distribution.mean
+
+    @property
+    def longest_request_tokens(self) -> int:
+        """Cached + input + output tokens of the longest request the lengths allow."""
+        return self.cached_tokens + self.input_distribution.largest + self.output_distribution.largest
 
 
 class Slo(StrictModel):

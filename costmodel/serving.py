@@ -22,6 +22,25 @@ Pipelines: a fill chunk passes every stage (latency = sum of stage times, one ch
 time); decode keeps pp micro-batches in flight, so a sequence gets a token every pp slowest-stage steps.
 Speculative decoding verifies 1 + d tokens per step and accepts 1 + a + ... + a^d of them on average.
 
+Length distributions (`Spread`, when input or output lengths vary): means replace the one length, and
+three effects of the spread are priced (equal lengths reduce every one of them to the formulas above):
+- composition: a request stays in the decode batch in proportion to its output length O, so the batch in
+  service holds the length-biased outputs O_b (mean E[O^2]/E[O]): mean decode context cached + E[I] +
+  E[O^2]/(2 E[O]), KV reserved for the whole context cached + E[I] + E[O^2]/E[O]; a prompt token drawn at
+  random belongs to a prompt of E[I^2]/E[I] tokens, so causal fill attends to E[I^2]/(2 E[I]) keys;
+- slowest attention-DP rank: ranks run every step together (the expert layer joins them), so a step lasts
+  as long as the rank with the most KV to read, and a round of fills as the rank with the most prompt
+  tokens; each rank holds its own requests, so its total is a sum of independent lengths and the slowest
+  of dp is about mean + sqrt(n var) E[max of dp normals] (`costmodel.lengths.slowest_of`). The spread
+  counted is that of the lengths, Var(I) + Var(O_b)/3 for the decode context (the phase of each sequence,
+  U O_b with U uniform, adds E[O_b]^2/12 even at equal lengths; the closed loop keeps that balanced, as
+  the model assumes without a distribution);
+- KV memory: the fullest rank must fit, the same slowest-of sum over the reserved contexts;
+- TTFT: a request's own prefill takes E[max(1, I / chunk)] mixed steps.
+Not modelled: correlation of input and output lengths (the benchmark tools draw them independently),
+window caps applied per length (they apply to the mean), and the drain of a finite benchmark's last
+requests.
+
 Work is planned first (`plan_pool`, independent of calibration), then timed (`time_pool`) with a pricer,
 so that calibration fitting can re-time planned work cheaply.
 """
@@ -37,6 +56,7 @@ from typing import Literal
 from costmodel.calibration import Calibration
 from costmodel.kv_tiers import FETCHED_TIERS, TierPlan, plan_tiers, turn_context
 from costmodel.layout import Pool
+from costmodel.lengths import Lengths, slowest_of
 from costmodel.memory import MemoryUse, largest_fitting, memory_use, seqs_per_rank
 from costmodel.modes import CacheTier, PoolContext, decode_work, layer_work, merged_work, midfill_work
 from costmodel.operators import StepShape
@@ -54,17 +74,64 @@ Turns = Literal["all", "first", "later"]
 
 
 @dataclass(frozen=True)
+class Spread:
+    """How request lengths vary: the input lengths (before prefix hits) and output lengths, drawn
+    independently, with `kept` the share of input tokens computed (1 - prefix hit rate) and `cached` the
+    fixed earlier context. Derivations in the module docstring."""
+
+    inputs: Lengths
+    outputs: Lengths
+    kept: float
+    cached: float
+
+    @functools.cached_property
+    def biased_output(self) -> tuple[float, float]:
+        """Mean and variance of the output length of a request found in the decode batch."""
+        return self.outputs.length_biased()
+
+    @property
+    def fill_new(self) -> float:
+        """New tokens of the prompt a prompt token belongs to, on average: kept E[I^2] / E[I]."""
+        return self.kept * self.inputs.length_biased()[0]
+
+    def new_tokens(self) -> tuple[float, float, float]:
+        """Mean, variance and largest of a request's new tokens."""
+        inputs = self.inputs
+        return self.kept * inputs.mean, self.kept**2 * inputs.variance, self.kept * inputs.largest
+
+    def decode_context(self) -> tuple[float, float, float]:
+        """Mean, variance (of the lengths) and largest context of a sequence in the decode batch."""
+        mean_o, var_o = self.biased_output
+        largest = self.cached + self.inputs.largest + self.outputs.largest
+        return self.cached + self.inputs.mean + mean_o / 2.0, self.inputs.variance + var_o / 3.0, largest
+
+    def reserved(self, with_output: bool) -> tuple[float, float, float]:
+        """Mean, variance and largest whole context (KV reserved) of a sequence in service: a decode batch
+        holds length-biased outputs; a fill holds inputs as they come."""
+        mean, var, largest = self.cached + self.inputs.mean, self.inputs.variance, self.cached + self.inputs.largest
+        if not with_output:
+            return mean, var, largest
+        mean_o, var_o = self.biased_output
+        return mean + mean_o, var + var_o, largest + self.outputs.largest
+
+    def own_steps(self, chunk: float) -> float:
+        """Chunks a request's own prefill takes on average: E[max(1, new / chunk)]."""
+        return (self.kept * self.inputs.mean + self.kept * self.inputs.shortfall(chunk / self.kept)) / chunk
+
+
+@dataclass(frozen=True)
 class RequestShape:
-    """Token counts of one request as the engine sees them."""
+    """Token counts of one request as the engine sees them (means, with `spread` when lengths vary)."""
 
     new: float  # input tokens not found in any cache (computed in the fill)
     cached: float  # context already held as KV (earlier turns and prefix-cache hits)
-    output: int
+    output: float  # generated tokens (a whole number unless lengths vary)
     draft: int  # speculative tokens verified per decode step
     accepted: float  # tokens accepted per decode step
 
     fetch: tuple[tuple[CacheTier, float], ...] = ()  # cached tokens fetched from slower tiers, per tier
     tiers: TierPlan | None = None  # multi-turn sessions: where contexts wait between turns
+    spread: Spread | None = None  # varying lengths (None: every request has these)
 
     @staticmethod
     def of(workload: Workload, tiers: TierPlan | None = None, turns: Turns = "all") -> RequestShape:
@@ -76,8 +143,16 @@ class RequestShape:
         accepted = sum(spec.acceptance_rate**i for i in range(draft + 1))
         if workload.sessions is not None:
             return _session_turn(workload, tiers, turns, draft, accepted)
-        cached = workload.cached_tokens + workload.input_tokens * workload.prefix_hit_rate
         tier = workload.cached_tier
+        if workload.input_lengths is not None or workload.output_lengths is not None:
+            inputs, outputs = workload.input_distribution, workload.output_distribution
+            kept = 1.0 - workload.prefix_hit_rate
+            spread = Spread(inputs, outputs, kept, float(workload.cached_tokens))
+            cached = workload.cached_tokens + inputs.mean * workload.prefix_hit_rate
+            return RequestShape(new=inputs.mean * kept, cached=cached, output=outputs.mean, draft=draft,
+                                accepted=accepted, fetch=((tier, cached),) if tier != "hbm" and cached > 0 else (),
+                                spread=spread)
+        cached = workload.cached_tokens + workload.input_tokens * workload.prefix_hit_rate
         return RequestShape(
             new=workload.input_tokens * (1.0 - workload.prefix_hit_rate),
             cached=cached,
@@ -89,8 +164,41 @@ class RequestShape:
 
     @property
     def mid_context(self) -> float:
-        """Context at mid-generation, where a decode step's KV read is its average."""
+        """Context at mid-generation, where a decode step's KV read is its average (lengths varying: the
+        mean over the batch in service, `Spread.decode_context`)."""
+        if self.spread is not None:
+            return self.spread.decode_context()[0]
         return self.cached + self.new + self.output / 2.0
+
+    @property
+    def fill_new(self) -> float:
+        """New tokens per sequence in a fill step's attention shape: the prompt a prompt token belongs to."""
+        return self.new if self.spread is None else self.spread.fill_new
+
+    def slowest_new(self, seqs: float, ranks: float) -> float:
+        """New tokens of `seqs` requests on the attention-DP rank with the most of `ranks`."""
+        if self.spread is None:
+            return seqs * self.new
+        mean, var, largest = self.spread.new_tokens()
+        return slowest_of(_whole(ranks), seqs, mean, var, largest)
+
+    def slowest_context(self, seqs: float, ranks: float) -> float:
+        """Mean decode context per sequence on the rank with the most KV to read (of `ranks`, `seqs` each)."""
+        if self.spread is None or seqs <= 0:
+            return self.mid_context
+        mean, var, largest = self.spread.decode_context()
+        return slowest_of(_whole(ranks), seqs, mean, var, largest) / seqs
+
+    def own_steps(self, chunk: float) -> float:
+        """Mixed steps a request's own prefill takes, in chunks of `chunk` tokens."""
+        if self.spread is None:
+            return max(1.0, self.new / chunk)
+        return self.spread.own_steps(chunk)
+
+
+def _whole(ranks: float) -> int:
+    """Ranks counted for the slowest-of: whole ranks (a pool with fewer sequences than ranks uses fewer)."""
+    return max(1, int(ranks))
 
 
 def _session_turn(workload: Workload, tiers: TierPlan | None, turns: Turns, draft: int,
@@ -166,23 +274,24 @@ def plan_pool(ctx: PoolContext, pool: Pool, workload: Workload, tiers: TierPlan 
     active = min(float(pool.batch), float(ctx.par.dp))  # attention-DP ranks holding requests
     fill = decode = mixed = None
     fill_chunks = mixed_steps = own_steps = 0.0
+    new = request.fill_new  # tokens per sequence in fill shapes (the mean prompt unless lengths vary)
     if pool.role in ("prefill", "midfill"):
-        total = max(seqs * request.new, 1.0)
+        total = max(request.slowest_new(seqs, active), 1.0)  # the rank with the most prompt tokens
         chunk = min(float(ENGINE_STEP_TOKENS), total)
-        fill = _stages(ctx, lambda s: midfill_work(ctx, s, chunk / request.new, request.new, request.cached,
-                                                   request.fetch, active))
+        fill = _stages(ctx, lambda s: midfill_work(ctx, s, chunk / new, new, request.cached, request.fetch, active))
         fill_chunks = total / chunk
+    context = request.slowest_context(seqs / ctx.par.pp, active)  # the rank with the most KV to read
     if pool.role in ("mixed", "decode"):
-        decode = _stages(ctx, lambda s: _decode_stage(ctx, s, seqs / ctx.par.pp, request, active))
+        decode = _stages(ctx, lambda s: _decode_stage(ctx, s, seqs / ctx.par.pp, request, context, active))
     if pool.role == "mixed":
         budget = max(ENGINE_STEP_TOKENS - seqs * (1 + request.draft), ENGINE_STEP_TOKENS / 4)
-        chunk = min(budget, seqs * request.new)
+        prompts = request.slowest_new(seqs, active)
+        chunk = min(budget, prompts)
         mixed = _stages(ctx, lambda s: merged_work(
-            _decode_stage(ctx, s, seqs / ctx.par.pp, request, active),
-            midfill_work(ctx, s, chunk / request.new / ctx.par.pp, request.new, request.cached,
-                         request.fetch, active)))
-        mixed_steps = seqs * request.new / chunk
-        own_steps = max(1.0, request.new / chunk)
+            _decode_stage(ctx, s, seqs / ctx.par.pp, request, context, active),
+            midfill_work(ctx, s, chunk / new / ctx.par.pp, new, request.cached, request.fetch, active)))
+        mixed_steps = prompts / chunk
+        own_steps = request.own_steps(chunk)
     return PoolPlan(ctx, pool, request, memory, largest, fill, decode, mixed, fill_chunks, mixed_steps, own_steps,
                     turns)
 
@@ -223,12 +332,13 @@ def _stages(ctx: PoolContext, build: Callable[[int], StepWork]) -> list[StepWork
     return [build(stage) for stage in range(len(ctx.stages))]
 
 
-def _decode_stage(ctx: PoolContext, stage: int, seqs: float, request: RequestShape,
+def _decode_stage(ctx: PoolContext, stage: int, seqs: float, request: RequestShape, context: float,
                   active: float | None = None) -> StepWork:
-    work = decode_work(ctx, stage, seqs, request.mid_context, 1.0 + request.draft, active)
+    """One decode step of `seqs` sequences of `context` tokens on average (the slowest rank's)."""
+    work = decode_work(ctx, stage, seqs, context, 1.0 + request.draft, active)
     if request.draft and stage == len(ctx.stages) - 1 and ctx.arch.mtp_layer is not None:
         for _ in range(request.draft):  # sequential MTP drafting passes, one token each
-            shape = StepShape("decode", seqs, 1.0, request.mid_context, active)
+            shape = StepShape("decode", seqs, 1.0, context, active)
             work.extend(layer_work(ctx, ctx.arch.mtp_layer, shape))
     return work
 
@@ -304,19 +414,30 @@ def _round_s(mixed_steps: float, t_mix: float, decode_steps: float, t_decode: fl
 
 def pool_memory(ctx: PoolContext, pool: Pool, workload: Workload,
                 request: RequestShape) -> tuple[MemoryUse, Callable[[], int]]:
-    """Memory per GPU at the pool's batch (the whole context of `request` held as KV), and the largest
-    batch that fits, exactly: the same memory count at that batch fits, one more does not."""
+    """Memory per GPU at the pool's batch (the whole context of `request` held as KV, on the fullest
+    attention-DP rank when lengths vary), and the largest batch that fits, exactly: the same memory count
+    at that batch fits, one more does not."""
     context = request.cached + request.new
-    if pool.role in ("mixed", "decode"):
+    with_output = pool.role in ("mixed", "decode")
+    if with_output:
         context += workload.output_tokens
     with_mtp = workload.speculative.method == "mtp"
+    spread = request.spread
+
+    def reserved(batch: int) -> float:
+        """Whole context per sequence on the fullest rank (the one length without a spread)."""
+        if spread is None:
+            return context
+        seqs = seqs_per_rank(batch, ctx.par.dp)
+        mean, var, largest = spread.reserved(with_output)
+        return slowest_of(_whole(min(batch, ctx.par.dp)), seqs, mean, var, largest) / seqs
 
     def step_tokens(batch: int) -> float:
         """Activations in flight per step: a full chunk where prefills run, else one decode step's tokens."""
         return batch / ctx.par.dp * (1 + request.draft) if pool.role == "decode" else float(ENGINE_STEP_TOKENS)
 
     def use(batch: int) -> MemoryUse:
-        return memory_use(ctx, batch, context, step_tokens(batch), with_mtp)
+        return memory_use(ctx, batch, reserved(batch), step_tokens(batch), with_mtp)
 
     return use(pool.batch), lambda: largest_fitting(lambda batch: use(batch).fits, _secant_guess(use, ctx.par.dp))
 

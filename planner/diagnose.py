@@ -26,7 +26,7 @@ def longest_context(resolved: ResolvedScenario) -> int:
     workload = resolved.scenario.workload
     sessions = workload.sessions
     if sessions is None:
-        return workload.cached_tokens + workload.input_tokens + workload.output_tokens
+        return workload.longest_request_tokens
     return sessions.system_prompt_tokens + sessions.turns * (workload.input_tokens + workload.output_tokens)
 
 

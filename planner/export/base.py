@@ -176,7 +176,7 @@ def _list(path: Path, data: Any, name: str) -> list[dict[str, Any]]:
 def max_context_tokens(plan: Plan) -> tuple[int, str | None]:
     """Longest sequence a request can reach, capped at the model's positions (the note says when capped)."""
     workload = plan.resolved.scenario.workload
-    longest = workload.input_tokens + workload.cached_tokens + workload.output_tokens
+    longest = workload.longest_request_tokens  # the longest lengths a distribution allows
     sessions = workload.sessions
     if sessions is not None:
         kinds = [(t.input_tokens, t.output_tokens) for t in sessions.turn_lengths or []]
