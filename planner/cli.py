@@ -20,6 +20,7 @@ from costmodel.errors import CostModelError
 from costmodel.evaluate import evaluate
 from costmodel.scenario import MAX_SEED, MAX_THREADS
 from planner import __version__, evaluation, finite, interrupt, plan_output, report
+from planner.cli_studies import register as register_studies
 from planner.errors import InputError, PlannerError
 from planner.out_dir import OutputFolder
 from planner.scenario import is_plan_file, layout_from_document, load_layout, load_scenario
@@ -220,6 +221,9 @@ def export_command(plan_file: Path, engine: str, out_dir: Path | None, scenario:
         return
     for path in exported.write(out_dir):
         click.echo(f"wrote {path}", err=True)
+
+
+register_studies(cli)  # plan sweep, plan compare
 
 
 def _resolution(text: str) -> Resolution:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 BACKENDS = {"ortools", "pulp", "highspy"}
-CLI_MODULES = {"planner/cli.py"}
+CLI_MODULES = {"planner/cli.py", "planner/cli_studies.py"}
 
 
 def _imports(path: Path) -> set[str]:

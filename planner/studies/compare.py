@@ -1,0 +1,149 @@
+"""`plan compare SCENARIO --systems a,b --gpus 16,32`: one scenario's fronts on several systems and sizes.
+
+The cases are the study `{base: SCENARIO, grid: {cluster.system: systems, cluster.gpus: gpus}}` (or a
+study file's own grid), run as `plan sweep` runs them. The answer sets the fronts side by side and, for
+each TTFT band (a cap: "TTFT at most X ms"), each system's best point over its sizes by the scenario's
+`search.objective` (tokens/s per GPU, or USD per million tokens, which differ between systems).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from planner.economics_report import best
+from planner.errors import InputError, InputProblem
+from planner.sourcefile import SourceDocument, read_document
+from planner.studies import tables
+from planner.studies.runner import CaseResult
+from planner.studies.study import Study, StudyFile, build_study, load_study
+from planner.validation import validate_document
+
+BAND_SHARES = (0.125, 0.25, 0.5, 1.0)  # of the TTFT SLO (else of the slowest point of any front)
+_OPTION = {"cluster.system": "--systems", "cluster.gpus": "--gpus"}
+
+
+def comparison_study(path: Path, systems: list[str] | None, gpus: list[int] | None) -> Study:
+    """The study of `path`: a study file (its grid, with --systems / --gpus replacing those paths), or a
+    scenario file with the grid of --systems and --gpus (both needed)."""
+    document = read_document(path)
+    if isinstance(document.data, dict) and "study" in document.data:
+        if not systems and not gpus:
+            return load_study(path)
+        study = validate_document(StudyFile, document, "study")
+        chosen: dict[str, list[Any]] = dict(study.grid)
+        chosen.update({key: list(values) for key, values in (("cluster.system", systems), ("cluster.gpus", gpus))
+                       if values})
+        if isinstance(study.base, dict):
+            base, base_document = study.base, document.sub("base")
+        else:
+            base_document = read_document(path.parent / study.base)
+            base = base_document.data
+        return _built(study.study, study.description, base, chosen, document, base_document, path.parent)
+    if not systems or not gpus:
+        raise InputError.single(None, None, "--systems" if not systems else "--gpus",
+                                "give the systems and GPU counts to compare, e.g. --systems b200-sxm,gb200-nvl72 "
+                                "--gpus 16,32 (or a study file whose grid names them)")
+    if not isinstance(document.data, dict):
+        raise InputError.single(path, 1, "", "a scenario must be a YAML mapping of fields")
+    grid: dict[str, list[Any]] = {"cluster.system": list(systems), "cluster.gpus": list(gpus)}
+    name = str(document.data.get("name", path.stem))
+    return _built(_study_name(name), None, document.data, grid, SourceDocument(None, {"grid": grid}, None), document,
+                  path.parent)
+
+
+def _study_name(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]", "-", name).lstrip("-_.") or "compare"
+
+
+def _built(name: str, description: str | None, base: dict[str, Any], grid: dict[str, list[Any]],
+           document: SourceDocument, base_document: SourceDocument, base_dir: Path) -> Study:
+    try:
+        return build_study(name, description, base, grid, document, base_document, base_dir)
+    except InputError as exc:
+        problems = []
+        for problem in exc.problems:
+            option = next((o for key, o in _OPTION.items() if problem.field.startswith(f"grid.{key}")), None)
+            if problem.path is None and option is not None:  # a value given on the command line
+                problem = InputProblem(None, None, option, problem.message)
+            problems.append(problem)
+        raise InputError(problems) from None
+
+
+@dataclass(frozen=True)
+class Front:
+    system: str
+    gpus: int
+    result: CaseResult
+
+    @property
+    def points(self) -> list[dict[str, Any]]:
+        return list(self.result.result["front"]) if self.result.result else []
+
+
+def fronts(results: list[CaseResult]) -> list[Front]:
+    """Each case as (system, GPUs of the cluster, its result), in case order."""
+    out = []
+    for result in results:
+        scenario = result.case.scenario
+        gpus = result.result["cluster_gpus"] if result.result else _stated_gpus(scenario)
+        out.append(Front(str(scenario["cluster"]["system"]), int(gpus), result))
+    return out
+
+
+def _stated_gpus(scenario: dict[str, Any]) -> int:
+    cluster = scenario["cluster"]
+    return int(cluster.get("gpus") or 0)
+
+
+def band_caps(study: Study, found: list[Front], bands: list[float] | None) -> list[float]:
+    """TTFT caps in ms: given, or shares of the SLO (else of the slowest point of any front)."""
+    if bands:
+        return sorted(set(bands))
+    slo = study.cases[0].scenario["slo"].get("ttft_ms")
+    top = slo or max((p["ttft_ms"] for f in found for p in f.points), default=0.0)
+    return [round(top * share, 3) for share in BAND_SHARES] if top else []
+
+
+def _point_summary(front: Front, index: int, point: dict[str, Any]) -> dict[str, Any]:
+    return {"system": front.system, "gpus": front.gpus, "point": index, "serving": point["serving"],
+            **{key: point[key] for key in tables.POINT_COLUMNS},
+            **{key: point["economics"][key] for key in tables.ECONOMICS_COLUMNS},
+            "pools": tables.layout_summary(point["layout"])}
+
+
+def best_by_band(found: list[Front], caps: list[float], objective: str) -> list[dict[str, Any]]:
+    """Per TTFT cap: each system's best point over its sizes, and each front's best point."""
+    bands = []
+    systems = list(dict.fromkeys(f.system for f in found))
+    for cap in caps:
+        per_front = []
+        for front in found:
+            within = [(index, p) for index, p in enumerate(front.points) if p["ttft_ms"] <= cap]
+            chosen = best(within, objective, lambda item: item[1])
+            per_front.append(None if chosen is None else _point_summary(front, *chosen))
+        per_system = []
+        for system in systems:
+            entries = [e for e in per_front if e is not None and e["system"] == system]
+            chosen_entry = best(entries, objective, lambda entry: entry)
+            per_system.append(chosen_entry if chosen_entry is not None else {"system": system, "point": None})
+        bands.append({"ttft_ms_at_most": cap, "systems": per_system,
+                      "fronts": [e if e is not None else {"system": f.system, "gpus": f.gpus, "point": None}
+                                 for e, f in zip(per_front, found, strict=True)]})
+    return bands
+
+
+def compare_dict(study: Study, results: list[CaseResult], objective: str, bands: list[float] | None) -> dict[str, Any]:
+    found = fronts(results)
+    caps = band_caps(study, found, bands)
+    return {
+        "study": study.name, "objective": objective,
+        "fronts": [{"system": f.system, "gpus": f.gpus, "status": f.result.status, "message": f.result.message,
+                    "case_hash": f.result.case.hash,
+                    "economics": f.result.result["economics"] if f.result.result else None,
+                    "coverage": f.result.result["coverage"] if f.result.result else None,
+                    "front": f.points} for f in found],
+        "bands": best_by_band(found, caps, objective),
+    }

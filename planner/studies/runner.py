@@ -1,0 +1,205 @@
+"""Run a study's cases: locally in a process pool, or on Ray (one task per case), resumably.
+
+Each case is solved as `plan solve` would (the scenario's own `search` settings) by `solve_case`, a plain
+function of JSON in and JSON out, so a pool worker and a Ray task run the same code and give the same
+answer. Results go to `CACHE/<hash>.json` as each case finishes (written to a temporary file and renamed:
+an interrupt never leaves half a result), and a case whose file is there is not solved again.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import multiprocessing
+import os
+import signal
+import time
+import traceback
+from collections.abc import Callable, Iterator
+from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from planner import __version__, interrupt
+from planner.errors import InfeasibleError, InputError, NoSolutionInTimeError
+from planner.finite import dumps
+from planner.studies.study import Case
+
+# Keys of `plan solve`'s JSON kept per case: the figures and layouts, not the placement of every instance
+# and the expert banks (`plan solve` of the case's scenario gives those, figure for figure).
+_DROPPED_POINT_KEYS = ("placement", "kv_tiers", "midfill")
+_DROPPED_KEYS = ("expert_banks",)
+
+
+@dataclass(frozen=True)
+class CaseResult:
+    """What one case gave: `solved` (with its front), `infeasible`, `no_solution` or `error`."""
+
+    case: Case
+    status: str
+    message: str | None
+    time_s: float
+    result: dict[str, Any] | None
+    cached: bool = False
+
+    def to_record(self) -> dict[str, Any]:
+        return {"hash": self.case.hash, "planner_version": __version__, "scenario": self.case.scenario,
+                "status": self.status, "message": self.message, "time_s": round(self.time_s, 3),
+                "result": self.result}
+
+
+def solve_case(scenario: dict[str, Any], base_dir: str | None) -> dict[str, Any]:
+    """Solve one case's scenario: `{status, message, time_s, result, planner_version}`. Expected failures
+    (infeasible, no solution in time) are results; anything else is an `error` with its traceback."""
+    from planner.api import solve
+    from planner.scenario import scenario_from_data
+
+    start = time.perf_counter()
+    status, message, result = "solved", None, None
+    try:
+        front = solve(scenario_from_data(scenario, None if base_dir is None else Path(base_dir)))
+        result = _slim(front.to_dict())
+    except InfeasibleError as exc:
+        status, message = "infeasible", str(exc)
+    except NoSolutionInTimeError as exc:
+        status, message = "no_solution", str(exc)
+    except InputError as exc:
+        status, message = "input_error", str(exc)
+    except Exception as exc:  # a bug: the sweep goes on and reports it
+        status, message = "error", f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}"
+    return {"status": status, "message": message, "time_s": time.perf_counter() - start, "result": result,
+            "planner_version": __version__}
+
+
+def _slim(data: dict[str, Any]) -> dict[str, Any]:
+    data = {k: v for k, v in data.items() if k not in _DROPPED_KEYS}
+    data["front"] = [{k: v for k, v in p.items() if k not in _DROPPED_POINT_KEYS} for p in data["front"]]
+    return data
+
+
+def _worker_init() -> None:
+    """Pool workers stop at Ctrl-C with the rest of the terminal's process group (the parent's interrupt
+    handling, which ends it with exit 130, is not theirs)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    logging.getLogger().setLevel(logging.WARNING)
+
+
+@dataclass
+class Executor:
+    """Where cases run: `local` (a process pool of `jobs` workers) or `ray` (a Ray cluster at `address`,
+    or a local Ray instance of `jobs` CPUs when there is none)."""
+
+    kind: str = "local"
+    jobs: int = field(default_factory=lambda: os.cpu_count() or 1)
+    address: str | None = None
+
+    def describe(self) -> str:
+        if self.kind == "local":
+            return f"local process pool, {self.jobs} worker{'s' if self.jobs > 1 else ''}"
+        return f"Ray cluster at {self.address}" if self.address else f"local Ray instance, {self.jobs} CPUs"
+
+
+Payload = tuple[dict[str, Any], str | None]
+
+
+def _local(payloads: dict[str, Payload], jobs: int) -> Iterator[tuple[str, dict[str, Any]]]:
+    context = multiprocessing.get_context("spawn")  # no fork of a process holding solver threads
+    pool = ProcessPoolExecutor(max_workers=max(1, min(jobs, len(payloads))), mp_context=context,
+                               initializer=_worker_init)
+
+    def kill_workers() -> None:  # an interrupt of this process alone: its workers stop too
+        for process in list(getattr(pool, "_processes", {}).values()):
+            with contextlib.suppress(Exception):
+                process.kill()
+
+    interrupt.on_interrupt(kill_workers)
+    try:
+        futures: dict[Future[dict[str, Any]], str] = {
+            pool.submit(solve_case, scenario, base_dir): key for key, (scenario, base_dir) in payloads.items()}
+        pending = set(futures)
+        while pending:
+            done, pending = wait(pending, return_when=FIRST_COMPLETED)
+            for future in sorted(done, key=lambda f: futures[f]):
+                yield futures[future], future.result()
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _ray(payloads: dict[str, Payload], jobs: int, address: str | None) -> Iterator[tuple[str, dict[str, Any]]]:
+    try:
+        import ray
+    except ImportError:
+        raise InputError.single(None, None, "--ray", "Ray is not installed: pip install 'moe-planner[ray]'") from None
+    if address:
+        ray.init(address=address, logging_level=logging.WARNING, log_to_driver=False)
+    else:
+        ray.init(num_cpus=jobs, include_dashboard=False, logging_level=logging.WARNING, log_to_driver=False)
+    interrupt.on_interrupt(ray.shutdown)
+    try:
+        task = ray.remote(num_cpus=1, max_retries=0)(solve_case)  # one task per case, one CPU each
+        refs = {task.remote(scenario, base_dir): key for key, (scenario, base_dir) in payloads.items()}
+        pending = list(refs)
+        while pending:
+            done, pending = ray.wait(pending, num_returns=1)
+            for ref in done:
+                yield refs[ref], ray.get(ref)
+    finally:
+        ray.shutdown()
+
+
+def run_cases(cases: tuple[Case, ...], executor: Executor, cache: Path | None,
+              on_result: Callable[[CaseResult, int, int], None] | None = None) -> list[CaseResult]:
+    """Every case's result, in case order: from `cache` where it holds one, else solved by `executor`
+    (and stored in `cache` as soon as it finishes). `on_result(result, done, total)` after each case."""
+    results: dict[str, CaseResult] = {}
+    unique = {case.hash: case for case in cases}  # equal scenarios are solved once
+    for key, case in unique.items():
+        record = read_record(cache, key) if cache is not None else None
+        if record is not None:
+            results[key] = CaseResult(case, record["status"], record["message"], record["time_s"],
+                                      record["result"], cached=True)
+    done = 0
+    for result in results.values():
+        done += 1
+        if on_result is not None:
+            on_result(result, done, len(unique))
+    payloads = {key: (case.scenario, case.base_dir) for key, case in unique.items() if key not in results}
+    if payloads:
+        run = _local(payloads, executor.jobs) if executor.kind == "local" else _ray(payloads, executor.jobs,
+                                                                                     executor.address)
+        for key, answer in run:
+            if answer["planner_version"] != __version__:
+                answer = {**answer, "status": "error", "result": None,
+                          "message": f"the worker runs moe-planner {answer['planner_version']}, this driver "
+                          f"{__version__}: install the same version on the cluster"}
+            result = CaseResult(unique[key], answer["status"], answer["message"], answer["time_s"],
+                                answer["result"])
+            if cache is not None and result.status != "error":  # an error (a bug) is tried again next time
+                write_record(cache, result)
+            results[key] = result
+            done += 1
+            if on_result is not None:
+                on_result(result, done, len(unique))
+    return [replace(results[case.hash], case=case) for case in cases]
+
+
+def read_record(cache: Path, key: str) -> dict[str, Any] | None:
+    """A finished case's record, or None (absent, unreadable or from another planner version)."""
+    path = cache / f"{key}.json"
+    try:
+        record: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if record.get("hash") != key or record.get("planner_version") != __version__:
+        return None
+    return record
+
+
+def write_record(cache: Path, result: CaseResult) -> None:
+    cache.mkdir(parents=True, exist_ok=True)
+    final = cache / f"{result.case.hash}.json"
+    partial = cache / f".{result.case.hash}.json.partial"
+    partial.write_text(dumps(result.to_record()) + "\n", encoding="utf-8")
+    os.replace(partial, final)
