@@ -1,0 +1,75 @@
+"""Pipeline parallelism in decode, and wide expert parallelism against it on a GB200 NVL72 rack (issue 13,
+item 2), checked against what the data say.
+
+- PP decode: pp micro-batches are in flight; each stage step re-reads that stage's weights for its
+  micro-batch, and a sequence gets a token every pp slowest-stage steps (the other stages wait for the
+  slowest one, the LM head's: the bubble).
+- K04 in ../shared/calibration/published_measurements.csv (TRT-LLM one-sided NVLink all-to-all on GB200
+  NVL72, 128 tokens per rank): dispatch takes 31.7 us at EP8 and 41.6 us at EP64, 1.31x for 8x the ranks.
+  The model's all-to-all must grow about as slowly with the EP width, and at equal GPUs and batch the wide
+  EP decode (attention DP 32, EP 32) must beat PP4 x EP8 per token, as published wide-EP deployments of
+  DeepSeek-R1 on NVL72 choose.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from costmodel.calibration import default_calibration
+from costmodel.collectives import dispatch_combine
+from costmodel.evaluate import evaluate, plan_layout
+from costmodel.hardware import load_system
+from costmodel.layout import Layout
+from costmodel.operators import Parallel
+from costmodel.pricing import DirectPricer, price
+from costmodel.resolve import ResolvedScenario
+from costmodel.serving import time_pool
+from costmodel.work import StepWork
+from planner.scenario import scenario_from_data
+
+
+def _deepseek_nvl72() -> ResolvedScenario:
+    return scenario_from_data({
+        "schema_version": 1, "name": "t", "model": "deepseek-ai/DeepSeek-R1",
+        "precision": {"weights": "fp8", "experts": "fp4", "kv_cache": "fp8"},
+        "cluster": {"system": "gb200-nvl72", "racks": 1}, "engine": "trtllm",
+        "workload": {"input_tokens": 1024, "output_tokens": 1024}})
+
+
+def _decode(batch: int, **pool: int) -> Layout:
+    return Layout.model_validate({"serving": "disaggregated", "pools": [
+        {"role": "prefill", "tp": 1, "dp_attention": 8, "moe_ep": 8, "batch": 8},
+        {"role": "decode", "batch": batch, "tp": 1, **pool}]})
+
+
+def test_pipeline_decode_rereads_stage_weights_per_micro_batch() -> None:
+    resolved = _deepseek_nvl72()
+    plan = plan_layout(resolved, _decode(256, dp_attention=8, moe_ep=8, pp=4)).pools[1]
+    assert plan.decode is not None and len(plan.decode) == 4
+    assert all(stage.seqs == 256 / 8 / 4 for stage in plan.decode)  # one micro-batch per stage step
+    pricer = DirectPricer(resolved.system, default_calibration(), "trtllm")
+    steps = [pricer.price(stage).total_s for stage in plan.decode]
+    timing = time_pool(plan, pricer)
+    assert timing.tpot_s == pytest.approx(4 * max(steps))  # pp steps of the slowest stage per token
+    assert 4 * max(steps) > sum(steps)  # the bubble: stages wait for the slowest (the LM head's)
+    expert_bytes = [sum(op.hbm_bytes for op in stage.ops if op.name == "routed_experts") for stage in plan.decode]
+    assert min(expert_bytes) > 0  # every stage reads its experts again for each micro-batch
+
+
+def test_nvl72_all_to_all_grows_with_ep_width_as_k04() -> None:
+    system = load_system("gb200-nvl72")
+
+    def dispatch_s(ep: int) -> float:
+        transfers = dispatch_combine(128 * ep, 7168, 8, Parallel(dp=ep, moe_ep=ep), 2.0, system)[:1]
+        return price(StepWork(transfers=transfers), system, default_calibration(), "trtllm").terms["scaleup_network"]
+
+    assert dispatch_s(64) / dispatch_s(8) == pytest.approx(41.6 / 31.7, rel=0.25)
+
+
+@pytest.mark.parametrize("batch", [64, 1024])
+def test_wide_ep_beats_pipelined_ep_in_decode_on_nvl72(batch: int) -> None:
+    resolved = _deepseek_nvl72()
+    wide = evaluate(resolved, _decode(batch, dp_attention=32, moe_ep=32))
+    piped = evaluate(resolved, _decode(batch, dp_attention=8, moe_ep=8, pp=4))
+    assert wide.gpus == piped.gpus
+    assert wide.tpot_ms < piped.tpot_ms
