@@ -8,21 +8,20 @@ Both tiers' times are added (a conservative choice: engines overlap them only pa
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 from costmodel.hardware import SystemSpec
 from costmodel.operators import Parallel
 from costmodel.work import CollectiveKind, Tier, Transfer
 
 
 def split_by_tier(name: str, kind: CollectiveKind, group: int, bytes_per_gpu: float, calls: float,
-                  system: SystemSpec) -> list[Transfer]:
-    """Transfers of a collective among `group` GPUs, split between scale-up and scale-out."""
+                  system: SystemSpec, ranks: int = 0) -> list[Transfer]:
+    """Transfers of a collective among `group` GPUs, split between scale-up and scale-out; `ranks`: the
+    group size a transfer inside one domain keeps (`Transfer.ranks`)."""
     if group <= 1 or bytes_per_gpu <= 0:
         return []
     domain = system.scaleup_domain_gpus
     if group <= domain:
-        return [Transfer(name, "scaleup", bytes_per_gpu, calls, kind)]
+        return [Transfer(name, "scaleup", bytes_per_gpu, calls, kind, ranks)]
     remote = 1.0 - domain / group
     return [
         Transfer(name, "scaleup", bytes_per_gpu * (1.0 - remote), calls, kind),
@@ -34,10 +33,7 @@ def all_reduce(name: str, ranks: int, payload_bytes: float, system: SystemSpec) 
     """All-reduce among `ranks` GPUs, counted as ring bytes (each rank sends 2 (n-1)/n of the payload).
     Inside a scale-up domain the transfer keeps its rank count, and pricing takes the fastest algorithm
     engines choose among by message size (`costmodel.pricing.ALL_REDUCE_ALGORITHMS`); across domains, ring."""
-    transfers = split_by_tier(name, "allreduce", ranks, 2.0 * (ranks - 1) / ranks * payload_bytes, 1.0, system)
-    if ranks <= system.scaleup_domain_gpus:
-        return [replace(t, ranks=ranks) for t in transfers]
-    return transfers
+    return split_by_tier(name, "allreduce", ranks, 2.0 * (ranks - 1) / ranks * payload_bytes, 1.0, system, ranks)
 
 
 def expected_remote_ranks(ep: int, top_k: int) -> float:

@@ -10,7 +10,7 @@ every expert the batch touches (see `operators.routed_expert_ops`).
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Literal
 
 from costmodel.architecture import Architecture, Layer
@@ -76,11 +76,11 @@ def split_stages(layers: tuple[Layer, ...], pp: int) -> tuple[tuple[Layer, ...],
 
 
 def _scaled(op: Op, count: int) -> Op:
-    return replace(op, flops=op.flops * count, hbm_bytes=op.hbm_bytes * count)
+    return op.with_work(op.flops * count, op.hbm_bytes * count)
 
 
 def _scaled_transfer(transfer: Transfer, count: int) -> Transfer:
-    return replace(transfer, bytes=transfer.bytes * count, calls=transfer.calls * count)
+    return transfer.times(count)
 
 
 def layer_work(ctx: PoolContext, layer: Layer, shape: StepShape) -> StepWork:
@@ -171,9 +171,9 @@ def merged_work(first: StepWork, second: StepWork) -> StepWork:
         if a.name != b.name:
             raise ValueError(f"operators do not align: {a.name} vs {b.name}")
         if a.op_class == "gemm":
-            merged.ops.append(replace(a, flops=a.flops + b.flops, hbm_bytes=max(a.hbm_bytes, b.hbm_bytes)))
+            merged.ops.append(a.with_work(a.flops + b.flops, max(a.hbm_bytes, b.hbm_bytes)))
         else:
-            merged.ops.append(replace(a, flops=a.flops + b.flops, hbm_bytes=a.hbm_bytes + b.hbm_bytes))
+            merged.ops.append(a.with_work(a.flops + b.flops, a.hbm_bytes + b.hbm_bytes))
     merged.ops.extend(first.ops[common:] + second.ops[common:])
     return merged
 
