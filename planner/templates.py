@@ -21,6 +21,7 @@ from costmodel.calibration import Calibration
 from costmodel.evaluate import pool_context
 from costmodel.kv_tiers import StoreUse, store_use
 from costmodel.layout import Pool, PoolRole
+from costmodel.modes import PoolContext
 from costmodel.pricing import TablePricer, WorkTable
 from costmodel.resolve import ResolvedScenario
 from costmodel.scenario import KvStore
@@ -92,6 +93,8 @@ class CandidateSet:
     # per kind and parallel layout, every timed batch that fits HBM, in batch order (planner.batches)
     ladders: dict[tuple[CandidateKind, tuple[int, int, int, int, int]], list[Candidate]] = field(
         default_factory=dict)
+    # each layout's pool context, built once for all its batches (`planned`)
+    contexts: dict[tuple[object, ...], tuple[ResolvedScenario, PoolContext]] = field(default_factory=dict, repr=False)
 
     def total(self) -> int:
         return sum(len(c) for c in self.by_role.values())
@@ -207,12 +210,23 @@ def planned(resolved: ResolvedScenario, pools: list[Pool], turns: Turns, result:
     plans = []
     for pool in pools:
         result.instance_gpus = max(result.instance_gpus, pool.gpus_per_instance)
-        plan = plan_pool(pool_context(resolved, pool), pool, resolved.scenario.workload, None, turns)
+        plan = plan_pool(_context(resolved, pool, result), pool, resolved.scenario.workload, None, turns)
         if plan.memory.fits:
             plans.append(plan)
         else:
             result.count("over HBM")
     return plans
+
+
+def _context(resolved: ResolvedScenario, pool: Pool, result: CandidateSet) -> PoolContext:
+    """The pool's context, shared by every batch of its layout: it depends on the scenario and the pool's
+    parallel layout (and inventory group) only, not on its batch, role or tiers. Sharing it lets what the
+    context caches per layout (its stages' layer counts) serve every batch."""
+    key = (*layout_key(pool), getattr(pool, "group", None))
+    cached = result.contexts.get(key)
+    if cached is None or cached[0] is not resolved:
+        cached = result.contexts[key] = (resolved, pool_context(resolved, pool))
+    return cached[1]
 
 
 def layout_key(pool: Pool) -> tuple[int, int, int, int, int]:
