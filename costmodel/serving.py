@@ -29,9 +29,12 @@ three effects of the spread are priced (equal lengths reduce every one of them t
   E[O^2]/(2 E[O]), KV reserved for the whole context cached + E[I] + E[O^2]/E[O]; a prompt token drawn at
   random belongs to a prompt of E[I^2]/E[I] tokens, so causal fill attends to E[I^2]/(2 E[I]) keys;
 - slowest attention-DP rank: ranks run every step together (the expert layer joins them), so a step lasts
-  as long as the rank with the most KV to read, and a round of fills as the rank with the most prompt
-  tokens; each rank holds its own requests, so its total is a sum of independent lengths and the slowest
-  of dp is about mean + sqrt(n var) E[max of dp normals] (`costmodel.lengths.slowest_of`). The spread
+  as long as the rank with the most KV to read, and a round of mixed steps as the rank with the most
+  prompt tokens (engines align prefills across ranks, so the busiest rank's chunks set the count); each
+  rank holds its own requests, so its total is a sum of independent lengths and the slowest of dp is
+  about mean + sqrt(n var) E[max of dp normals] (`costmodel.lengths.slowest_of`). A prefill pool's ranks
+  are not held back so: a rank whose prompt is done pulls the next waiting one (attention-DP balancers),
+  so under load no rank idles and a fill takes the mean prompt tokens per rank. The spread
   counted is that of the lengths, Var(I) + Var(O_b)/3 for the decode context (the phase of each sequence,
   U O_b with U uniform, adds E[O_b]^2/12 even at equal lengths; the closed loop keeps that balanced, as
   the model assumes without a distribution);
@@ -276,7 +279,7 @@ def plan_pool(ctx: PoolContext, pool: Pool, workload: Workload, tiers: TierPlan 
     fill_chunks = mixed_steps = own_steps = 0.0
     new = request.fill_new  # tokens per sequence in fill shapes (the mean prompt unless lengths vary)
     if pool.role in ("prefill", "midfill"):
-        total = max(request.slowest_new(seqs, active), 1.0)  # the rank with the most prompt tokens
+        total = max(seqs * request.new, 1.0)  # the mean per rank: a rank done early pulls the next prompt
         chunk = min(float(ENGINE_STEP_TOKENS), total)
         fill = _stages(ctx, lambda s: midfill_work(ctx, s, chunk / new, new, request.cached, request.fetch, active))
         fill_chunks = total / chunk

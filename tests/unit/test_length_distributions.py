@@ -147,6 +147,10 @@ def test_slowest_attention_dp_rank_by_hand() -> None:
     # prompt tokens of the busiest rank per round: 16 x 2,000 + the spread; mixed steps of 8,192 - 16 tokens
     prompts = 16 * 2000 + spread_term
     assert plan.mixed_steps == pytest.approx(prompts / (8192 - 16))
+    # a prefill pool's ranks pull the next prompt when done: the mean tokens per rank, no slowest-of
+    split = Layout.model_validate({"serving": "disaggregated",
+                                   "pools": [_pool(32, 2, "prefill"), _pool(32, 2, "decode")]})
+    assert plan_layout(resolved, split).pools[0].fill_chunks == 16 * 2000 / 8192
     fixed_context = _resolved(2000, 2)  # the same figures on one rank hold no spread
     assert plan_layout(fixed_context, _layout(32, 2)).pools[0].request.slowest_context(16, 2) == 2001.0
 
