@@ -46,8 +46,14 @@ def cli(debug: bool) -> None:
 @cli.command()
 @click.argument("file", type=click.Path(path_type=Path))
 def validate(file: Path) -> None:
-    """Check a scenario or layout FILE; exit 2 with the line and field of each problem."""
+    """Check a scenario, layout or study FILE; exit 2 with the line and field of each problem."""
     document = read_document(file)
+    if isinstance(document.data, dict) and "study" in document.data:  # a study of `plan sweep`
+        from planner.studies.study import load_study
+
+        study = load_study(file)
+        click.echo(f"{file}: valid study '{study.name}': {len(study.cases)} cases")
+        return
     if isinstance(document.data, dict) and ("pools" in document.data or is_plan_file(document)):
         layout = layout_from_document(document)
         click.echo(f"{file}: valid layout ({layout.serving}, {layout.gpus} GPUs)")

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
 
+import yaml
 from pydantic import Field
 
 from costmodel.scenario import StrictModel
@@ -111,7 +112,7 @@ def build_study(name: str, description: str | None, base: dict[str, Any], grid: 
     problems: list[InputProblem] = []
     for key in grid:
         if not _PATH.fullmatch(key):
-            problems.append(InputProblem(document.path, document.line_of(("grid", key)), f"grid.{key}",
+            problems.append(InputProblem(document.path, _key_line(document, key), f"grid.{key}",
                                          "not a dotted scenario path; write it like cluster.system or "
                                          "workload.input_tokens"))
     count = 1
@@ -130,7 +131,7 @@ def build_study(name: str, description: str | None, base: dict[str, Any], grid: 
             cases.append(_case(index, base, chosen, base_dir))
         except _PathError as exc:
             key = exc.key
-            problems.append(InputProblem(document.path, document.line_of(("grid", key)), f"grid.{key}", str(exc)))
+            problems.append(InputProblem(document.path, _key_line(document, key), f"grid.{key}", str(exc)))
         except InputError as exc:
             problems += [_locate(p, chosen, positions, document, base_document) for p in exc.problems]
     if problems:
@@ -195,6 +196,22 @@ def _locate(problem: InputProblem, values: dict[str, Any], positions: dict[str, 
     loc = tuple(int(part) if part.isdigit() else part for part in field.split(".")) if field else ()
     label = "base." + field if base_document.path == document.path and field else field
     return InputProblem(base_document.path, base_document.line_of(loc), label, problem.message)
+
+
+def _key_line(document: SourceDocument, key: str) -> int | None:
+    """The line of grid key `key` itself (its values may start below it)."""
+    grid = document.root
+    for part in ("grid", key):
+        if not isinstance(grid, yaml.MappingNode):
+            return document.line_of(("grid",))
+        for key_node, value_node in grid.value:
+            if isinstance(key_node, yaml.ScalarNode) and key_node.value == part:
+                line = int(key_node.start_mark.line) + 1
+                grid = value_node
+                break
+        else:
+            return document.line_of(("grid",))
+    return line
 
 
 def _unique(problems: list[InputProblem]) -> list[InputProblem]:

@@ -61,7 +61,7 @@ def cell(value: Any) -> str:
     if value is None:
         return ""
     if isinstance(value, float):
-        return f"{value:.9g}"
+        return repr(value)  # the shortest text that reads back as the same float
     if isinstance(value, str | int | bool):
         return str(value)
     return json.dumps(value, sort_keys=True)

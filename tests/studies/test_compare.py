@@ -1,0 +1,119 @@
+"""plan compare: fronts side by side, each system's best point per TTFT band, outputs and errors."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from planner.studies.compare import compare_dict, comparison_study
+from planner.studies.runner import Executor, run_cases
+from tests.helpers import run_cli
+from tests.studies.test_sweep import BASE
+
+SCENARIO: dict[str, Any] = {**BASE, "slo": {"ttft_ms": 2000, "tpot_ms": 50}}
+
+
+def _best(points: list[dict[str, Any]], cap: float, key: str, higher: bool) -> dict[str, Any] | None:
+    within = [p for p in points if p["ttft_ms"] <= cap]
+    if not within:
+        return None
+    return max(within, key=lambda p: p[key]) if higher else min(within, key=lambda p: p[key])
+
+
+@pytest.fixture(scope="module")
+def compared(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, dict[str, Any]]:
+    folder = tmp_path_factory.mktemp("compare")
+    scenario = folder / "scenario.yaml"
+    scenario.write_text(yaml.safe_dump(SCENARIO, sort_keys=False), encoding="utf-8")
+    out = folder / "out"
+    result = run_cli("compare", str(scenario), "--systems", "h200-sxm,b200-sxm", "--gpus", "4", "--out", str(out),
+                     "--format", "json", "--jobs", "2")
+    assert result.code == 0, result.err
+    return scenario, out, json.loads(result.out)
+
+
+def test_fronts_side_by_side_and_best_per_band(compared: tuple[Path, Path, dict[str, Any]]) -> None:
+    _, out, data = compared
+    assert [(f["system"], f["gpus"], f["status"]) for f in data["fronts"]] == [("h200-sxm", 4, "solved"),
+                                                                                ("b200-sxm", 4, "solved")]
+    assert data["objective"] == "tokens_per_gpu"
+    assert [band["ttft_ms_at_most"] for band in data["bands"]] == [250, 500, 1000, 2000]  # shares of the SLO
+    fronts = {f["system"]: f["front"] for f in data["fronts"]}
+    for band in data["bands"]:
+        for entry in band["systems"]:
+            expected = _best(fronts[entry["system"]], band["ttft_ms_at_most"], "tokens_per_s_per_gpu", True)
+            if expected is None:
+                assert entry["point"] is None
+                continue
+            assert entry["ttft_ms"] <= band["ttft_ms_at_most"]
+            assert entry["tokens_per_s_per_gpu"] == expected["tokens_per_s_per_gpu"]
+            assert entry["usd_per_million_tokens"] == expected["usd_per_million_tokens"]
+            assert fronts[entry["system"]][entry["point"]]["ttft_ms"] == entry["ttft_ms"]
+    # every point carries its economics, priced at its own system's GPU-hour
+    for front in data["fronts"]:
+        price = front["economics"]["usd_per_gpu_hour"]
+        for point in front["front"]:
+            assert point["usd_per_million_tokens"] == pytest.approx(price / (point["tokens_per_s_per_gpu"] * 3.6e-3))
+    assert {p.name for p in out.iterdir()} == {"cases", "compare.json", "compare.csv", "compare.png"}
+    rows = list(csv.DictReader(io.StringIO((out / "compare.csv").read_text())))
+    assert len(rows) == sum(len(f["front"]) for f in data["fronts"])
+    assert json.loads((out / "compare.json").read_text()) == data
+
+
+def test_the_objective_usd_per_million_tokens_ranks_by_price(compared: tuple[Path, Path, dict[str, Any]]) -> None:
+    scenario, out, data = compared
+    study = comparison_study(scenario, ["h200-sxm", "b200-sxm"], [4])
+    results = run_cases(study.cases, Executor("local", 1), out / "cases")  # all cached: nothing solved
+    assert all(r.cached for r in results)
+    by_price = compare_dict(study, results, "usd_per_million_tokens", [300.0, 2000.0])
+    assert by_price["fronts"] == data["fronts"]
+    fronts = {f["system"]: f["front"] for f in data["fronts"]}
+    for band in by_price["bands"]:
+        for entry in band["systems"]:
+            expected = _best(fronts[entry["system"]], band["ttft_ms_at_most"], "usd_per_million_tokens", False)
+            assert (entry["point"] is None) == (expected is None)
+            if expected is not None:
+                assert entry["usd_per_million_tokens"] == expected["usd_per_million_tokens"]
+
+
+def test_rerun_resumes_and_table(compared: tuple[Path, Path, dict[str, Any]]) -> None:
+    scenario, out, _ = compared
+    result = run_cli("compare", str(scenario), "--systems", "h200-sxm,b200-sxm", "--gpus", "4", "--out", str(out),
+                     "--bands", "300,2000")
+    assert result.code == 0, result.err
+    assert "2 cached, 0 solved" in result.err
+    assert "Best point per TTFT band and system" in result.out and "300 ms" in result.out
+    assert "$/Mtok" in result.out and "tok/s/MW" in result.out
+
+
+def test_a_study_file_compares_its_grid(tmp_path: Path, compared: tuple[Path, Path, dict[str, Any]]) -> None:
+    study = tmp_path / "study.yaml"
+    study.write_text(yaml.safe_dump({"study": "two", "base": SCENARIO,
+                                     "grid": {"cluster.system": ["b200-sxm"], "cluster.gpus": [4]}}))
+    found = comparison_study(study, None, None)
+    records = [json.loads(p.read_text()) for p in (compared[1] / "cases").iterdir()]
+    assert [c.hash for c in found.cases] == [r["hash"] for r in records
+                                             if r["scenario"]["cluster"]["system"] == "b200-sxm"]
+    wider = comparison_study(study, ["h200-sxm", "b200-sxm"], None)  # --systems replaces the grid's systems
+    assert [c.values for c in wider.cases] == [{"cluster.system": "h200-sxm", "cluster.gpus": 4},
+                                               {"cluster.system": "b200-sxm", "cluster.gpus": 4}]
+
+
+def test_bad_options_are_exit_2(tmp_path: Path) -> None:
+    scenario = tmp_path / "scenario.yaml"
+    scenario.write_text(yaml.safe_dump(SCENARIO, sort_keys=False))
+    result = run_cli("compare", str(scenario), "--systems", "h200-sxm,b400-sxm", "--gpus", "4")
+    assert result.code == 2 and "--systems: b400-sxm" in result.err, result.err
+    assert run_cli("compare", str(scenario), "--systems", "h200-sxm").code == 2  # --gpus needed
+    result = run_cli("compare", str(scenario), "--systems", "h200-sxm", "--gpus", "4,x")
+    assert result.code == 2 and "--gpus" in result.err
+    result = run_cli("compare", str(scenario), "--systems", "h200-sxm", "--gpus", "4", "--bands", "0")
+    assert result.code == 2 and "--bands" in result.err
+    result = run_cli("compare", str(scenario), "--systems", "h200-sxm", "--gpus", "100000")
+    assert result.code == 2 and "--gpus" in result.err and "Traceback" not in result.err
