@@ -66,6 +66,14 @@ def _attention_weight_params(layer: Layer, par: Parallel) -> float:
 
 
 def stage_weight_bytes(ctx: PoolContext, stage: int, with_mtp: bool) -> float:
+    key = ("weights", stage, with_mtp)
+    found = ctx.memo.get(key)
+    if found is None:
+        found = ctx.memo[key] = _stage_weight_bytes(ctx, stage, with_mtp)
+    return found
+
+
+def _stage_weight_bytes(ctx: PoolContext, stage: int, with_mtp: bool) -> float:
     par, fmt = ctx.par, ctx.fmt
     total = 0.0
     layers = list(ctx.stage_counts[stage])
@@ -87,6 +95,14 @@ def stage_weight_bytes(ctx: PoolContext, stage: int, with_mtp: bool) -> float:
 
 def kv_bytes_per_sequence(ctx: PoolContext, stage: int, context_tokens: float) -> tuple[float, float]:
     """(KV cache, fixed states) bytes one sequence occupies on one GPU of `stage`."""
+    kv_key, states_key = ("kv", stage, context_tokens), ("states", stage, context_tokens)
+    kv, states = ctx.memo.get(kv_key), ctx.memo.get(states_key)
+    if kv is None or states is None:
+        kv, states = ctx.memo[kv_key], ctx.memo[states_key] = _kv_bytes_per_sequence(ctx, stage, context_tokens)
+    return kv, states
+
+
+def _kv_bytes_per_sequence(ctx: PoolContext, stage: int, context_tokens: float) -> tuple[float, float]:
     kv = states = 0.0
     for layer, count in ctx.stage_counts[stage]:
         attn = layer.attention
@@ -104,9 +120,12 @@ def _state_bytes(layer: Layer, context_tokens: float, ctx: PoolContext) -> float
 
 
 def workspace_bytes(ctx: PoolContext, step_tokens_per_rank: float, seqs_per_rank: float) -> float:
-    widest = max(layer.ffn.intermediate_size or layer.ffn.expert_intermediate_size
-                 for stage in ctx.stage_counts for layer, _ in stage)
-    per_token = (WORKSPACE_HIDDEN_VECTORS * ctx.arch.hidden_size + WORKSPACE_FFN_VECTORS * widest / ctx.par.tp) * 2
+    per_token = ctx.memo.get(("workspace",))
+    if per_token is None:
+        widest = max(layer.ffn.intermediate_size or layer.ffn.expert_intermediate_size
+                     for stage in ctx.stage_counts for layer, _ in stage)
+        per_token = ctx.memo[("workspace",)] = (
+            WORKSPACE_HIDDEN_VECTORS * ctx.arch.hidden_size + WORKSPACE_FFN_VECTORS * widest / ctx.par.tp) * 2
     logits = seqs_per_rank * ctx.arch.vocab_size / ctx.par.tp * 4
     return step_tokens_per_rank * per_token + logits
 

@@ -55,6 +55,13 @@ class PoolContext:
         return tuple(_count_layers(stage) for stage in self.stages)
 
 
+    @functools.cached_property
+    def memo(self) -> dict[tuple[object, ...], float]:
+        """Results of pure functions of this context and a few scalars (`costmodel.memory`), kept with it:
+        the planner times every batch of a layout with one context."""
+        return {}
+
+
 def _count_layers(layers: tuple[Layer, ...]) -> tuple[tuple[Layer, int], ...]:
     counts: dict[int, tuple[Layer, int]] = {}
     for layer in layers:
