@@ -14,6 +14,7 @@ import logging
 import multiprocessing
 import os
 import signal
+import sys
 import time
 import traceback
 from collections.abc import Callable, Iterator
@@ -166,6 +167,8 @@ def run_cases(cases: tuple[Case, ...], executor: Executor, cache: Path | None,
         if on_result is not None:
             on_result(result, done, len(unique))
     payloads = {key: (case.scenario, case.base_dir) for key, case in unique.items() if key not in results}
+    if payloads and cache is not None:
+        interrupt.on_interrupt(lambda: _kept(cache))
     if payloads:
         run = _local(payloads, executor.jobs) if executor.kind == "local" else _ray(payloads, executor.jobs,
                                                                                      executor.address)
@@ -183,6 +186,13 @@ def run_cases(cases: tuple[Case, ...], executor: Executor, cache: Path | None,
             if on_result is not None:
                 on_result(result, done, len(unique))
     return [replace(results[case.hash], case=case) for case in cases]
+
+
+def _kept(cache: Path) -> None:
+    """On an interrupt: what stays for the next run."""
+    kept = len(list(cache.glob("*.json"))) if cache.is_dir() else 0
+    sys.stderr.write(f"kept {kept} finished cases in {cache}: rerun the same command to resume (the tables are "
+                     "written when every case has run)\n")
 
 
 def read_record(cache: Path, key: str) -> dict[str, Any] | None:
