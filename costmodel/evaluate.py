@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
 from costmodel.calibration import Calibration, default_calibration, generation_of
+from costmodel.errors import ScenarioError
 from costmodel.hardware import GB, SystemSpec
+from costmodel.inventory import ClusterGroup
 from costmodel.kv_report import kv_tier_report
 from costmodel.kv_tiers import store_use
 from costmodel.layout import Layout, Pool
@@ -85,7 +88,11 @@ FP8_ATTENTION_ENGINES = frozenset({"trtllm"})
 
 
 def pool_context(resolved: ResolvedScenario, pool: Pool) -> PoolContext:
-    system = resolved.system
+    group = resolved.group_named(pool.group)
+    if group is None:
+        raise ScenarioError(f"no inventory group named {pool.group!r}; use one of "
+                            f"{', '.join(g.name for g in resolved.groups)}", "pools")
+    system = spanning_racks(group, pool.gpus_per_instance)
     scenario = resolved.scenario
     fmt = Formats(
         weight_bytes=bytes_per_element(resolved.weights),
@@ -103,7 +110,24 @@ def pool_context(resolved: ResolvedScenario, pool: Pool) -> PoolContext:
         arch=resolved.architecture, system=system, par=par, fmt=fmt,
         skew=scenario.workload.routing_skew, redundant_experts=scenario.search.redundant_experts,
         stages=split_stages(resolved.architecture.layers, pool.pp),
+        group=pool.group, uplink_share_bytes_per_s=group.uplink_share_bytes_per_s, group_racks=group.racks,
     )
+
+
+def spanning_racks(group: ClusterGroup, instance_gpus: int) -> SystemSpec:
+    """The system an instance of `instance_gpus` GPUs runs on: its group's, except that an instance wider
+    than a rack sends the share (n - R) / (n - D) of its scale-out traffic (peers spread evenly; R GPUs to a
+    rack, D to a domain) across its racks' uplinks, where each GPU gets its fair share u: its scale-out
+    bandwidth is min(NIC, u (n - D) / (n - R))."""
+    system = group.system
+    rack, domain = system.gpus_per_rack, system.scaleup_domain_gpus
+    share = group.uplink_share_bytes_per_s
+    if instance_gpus <= rack or not math.isfinite(share):
+        return system
+    effective = share * (instance_gpus - domain) / (instance_gpus - rack)
+    if effective >= system.nic_bandwidth_bytes_per_s:
+        return system
+    return system.model_copy(update={"nic_bandwidth_bytes_per_s": effective})
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field, model_validator
 
-from costmodel.scenario import MAX_BATCH, GpuCount, SchemaVersion, ServingMode, StrictModel
+from costmodel.scenario import GROUP_NAME, MAX_BATCH, GpuCount, SchemaVersion, ServingMode, StrictModel
 
 PoolRole = Literal["mixed", "prefill", "midfill", "decode"]
 FILL_ROLES: tuple[PoolRole, ...] = ("mixed", "prefill", "midfill")  # pools that run fills
@@ -28,6 +28,10 @@ class Pool(StrictModel):
     role: PoolRole = Field(
         description="mixed (aggregated serving), prefill, midfill or decode. A midfill pool (multi-turn sessions, "
         "disaggregated) runs the turns that follow a gap, the prefill pool then only sessions' first turns."
+    )
+    group: str | None = Field(
+        None, pattern=GROUP_NAME,
+        description="The cluster inventory group whose GPUs run the pool (omitted: the cluster's only group).",
     )
     replicas: GpuCount = Field(1, description="Identical instances in this pool.")
     tp: GpuCount = Field(1, description="Attention tensor parallelism per attention-DP rank.")

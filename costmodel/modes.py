@@ -10,6 +10,7 @@ every expert the batch touches (see `operators.routed_expert_ops`).
 from __future__ import annotations
 
 import functools
+import math
 from dataclasses import dataclass
 from typing import Literal
 
@@ -47,6 +48,9 @@ class PoolContext:
     skew: float
     redundant_experts: int
     stages: tuple[tuple[Layer, ...], ...]
+    group: str | None = None  # the inventory group the pool runs on (None: the cluster's only group)
+    uplink_share_bytes_per_s: float = math.inf  # a GPU's fair share of its rack uplink (inf: not oversubscribed)
+    group_racks: int = 1  # racks of the pool's group: a transfer between its domains may leave a rack
 
     @functools.cached_property
     def stage_counts(self) -> tuple[tuple[tuple[Layer, int], ...], ...]:

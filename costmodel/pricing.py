@@ -52,6 +52,10 @@ class Pricer(Protocol):
 
     def price(self, work: StepWork) -> StepTime: ...
 
+    def on(self, system: SystemSpec) -> Pricer:
+        """This pricer for works run on `system` (a pool of another inventory group)."""
+        ...
+
 
 class WorkTable:
     """Many step works flattened into arrays, each tagged with its system and engine."""
@@ -176,6 +180,10 @@ class DirectPricer:
     def price(self, work: StepWork) -> StepTime:
         return price(work, self.system, self.calibration, self.engine)
 
+    def on(self, system: SystemSpec) -> Pricer:
+        same = system is self.system or system == self.system
+        return self if same else DirectPricer(system, self.calibration, self.engine)
+
 
 @dataclass(frozen=True)
 class TablePricer:
@@ -195,3 +203,6 @@ class TablePricer:
             return price(work, next(iter(systems.values())), self.calibration, self.engine)
         row = self.terms[index]
         return StepTime(terms=dict(zip(TERMS, row.tolist(), strict=True)), by_name={})
+
+    def on(self, system: SystemSpec) -> Pricer:
+        return self  # the table holds each work's own system

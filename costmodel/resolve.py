@@ -4,12 +4,14 @@ pieces fit together. Every check raises `ScenarioError(message, field)` saying w
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from costmodel.architecture import Architecture
 from costmodel.errors import CatalogError, ScenarioError
 from costmodel.hardware import SystemSpec, load_system, with_overrides
+from costmodel.inventory import ClusterGroup, GpuIndex, parse_gpu_id, uplink_bytes_per_s
 from costmodel.layout import Layout, Pool
 from costmodel.models import load_model
 from costmodel.precision import Dtype
@@ -17,53 +19,60 @@ from costmodel.scenario import MAX_GPUS, Cluster, Scenario
 
 
 @dataclass(frozen=True)
-class ClusterPartition:
-    """GPUs of one system type. A cluster is a tuple of these so that later releases can mix GPU types;
-    this release's scenario schema yields exactly one."""
-
-    system: SystemSpec
-    gpus: int
-
-    @property
-    def nodes(self) -> int:
-        return -(-self.gpus // self.system.gpus_per_node)
-
-    @property
-    def racks(self) -> int:
-        return -(-self.gpus // self.system.gpus_per_rack)
-
-
-@dataclass(frozen=True)
 class ResolvedScenario:
-    """A scenario with its model, system and formats looked up; what the cost model and planner use."""
+    """A scenario with its model, systems and formats looked up; what the cost model and planner use.
+
+    `groups` are the cluster's GPU groups (one for the `{system, gpus}` shorthand). The cost model prices a
+    layout on one system: the planner works on each group through `view(group)`, a scenario whose cluster
+    is that group alone."""
 
     scenario: Scenario
     architecture: Architecture
-    partitions: tuple[ClusterPartition, ...]
+    groups: tuple[ClusterGroup, ...]
     weights: Dtype
     experts: Dtype
     kv_cache: Dtype
 
     @property
     def system(self) -> SystemSpec:
-        """The (single) system type of this release's clusters."""
-        return self.partitions[0].system
+        """The system of a one-group cluster (or of a group's view)."""
+        return self.groups[0].system
+
+    @property
+    def group(self) -> ClusterGroup:
+        """The cluster's only group (a view's)."""
+        return self.groups[0]
 
     @property
     def gpus(self) -> int:
-        return sum(p.gpus for p in self.partitions)
+        """Available GPUs of every group."""
+        return sum(g.gpus for g in self.groups)
+
+    @property
+    def installed_gpus(self) -> int:
+        return sum(g.installed for g in self.groups)
+
+    def view(self, group: ClusterGroup) -> ResolvedScenario:
+        """This scenario on one group's GPUs only (a group of it)."""
+        return replace(self, groups=(group,))
+
+    def group_named(self, name: str | None) -> ClusterGroup | None:
+        """The group of that name; `None` names the only group of a one-group cluster."""
+        if name is None:
+            return self.groups[0] if len(self.groups) == 1 else None
+        return next((g for g in self.groups if g.name == name), None)
 
 
 def resolve(scenario: Scenario, base_dir: Path | None = None) -> ResolvedScenario:
-    """Look up the model and system, apply overrides, and run every semantic check."""
+    """Look up the model and systems, apply overrides, and run every semantic check."""
     architecture = _resolve_model(scenario.model, base_dir)
-    partition = _resolve_cluster(scenario.cluster)
+    groups = _resolve_cluster(scenario.cluster)
     weights = Dtype(scenario.precision.weights or architecture.native_weights)
     experts_name = scenario.precision.experts or scenario.precision.weights or architecture.native_experts
     resolved = ResolvedScenario(
         scenario=scenario,
         architecture=architecture,
-        partitions=(partition,),
+        groups=groups,
         weights=weights,
         experts=Dtype(experts_name),
         kv_cache=Dtype(scenario.precision.kv_cache),
@@ -82,33 +91,71 @@ def _resolve_model(ref: str, base_dir: Path | None) -> Architecture:
         raise ScenarioError(str(exc), "model") from None
 
 
-def _resolve_cluster(cluster: Cluster) -> ClusterPartition:
-    try:
-        system = load_system(cluster.system)
-    except CatalogError as exc:
-        raise ScenarioError(str(exc), "cluster.system") from None
-    try:
-        system = with_overrides(system, cluster.overrides)
-    except CatalogError as exc:
-        raise ScenarioError(str(exc), "cluster.overrides") from None
-    if cluster.racks is not None:
-        return _bounded(ClusterPartition(system, cluster.racks * system.gpus_per_rack), "cluster.racks")
-    if cluster.nodes is not None:
-        return _bounded(ClusterPartition(system, cluster.nodes * system.gpus_per_node), "cluster.nodes")
-    gpus = cluster.gpus or 0
-    if gpus > system.gpus_per_node and gpus % system.gpus_per_node:
-        raise ScenarioError(
-            f"{gpus} GPUs is not a whole number of {system.name} nodes of {system.gpus_per_node}; "
-            f"use a multiple of {system.gpus_per_node} or give `nodes:`",
-            "cluster.gpus",
-        )
-    return ClusterPartition(system, gpus)
+def _resolve_cluster(cluster: Cluster) -> tuple[ClusterGroup, ...]:
+    network = cluster.network
+    if cluster.inventory is None:
+        assert cluster.system is not None  # the schema asks for system without an inventory
+        system = _system(cluster.system, cluster.overrides, "cluster")
+        gpus = _installed(system, cluster.gpus, cluster.nodes, cluster.racks, "cluster")
+        uplink = uplink_bytes_per_s(system, network.oversubscription, network.uplink_bytes_per_s)
+        return (ClusterGroup(system.name, system, gpus, uplink_bytes_per_s=uplink),)
+    groups = []
+    for index, item in enumerate(cluster.inventory):
+        where = f"cluster.inventory.{index}"
+        system = _system(item.system, item.overrides, where)
+        gpus = _installed(system, item.gpus, item.nodes, item.racks, where)
+        unavailable = _unavailable(system, gpus, item.unavailable, where)
+        uplink = uplink_bytes_per_s(system, network.oversubscription, network.uplink_bytes_per_s)
+        groups.append(ClusterGroup(item.name, system, gpus, unavailable, True, uplink))
+    total = sum(g.installed for g in groups)
+    if total > MAX_GPUS:
+        raise ScenarioError(f"{total} GPUs is more than the {MAX_GPUS} a cluster may have; use fewer",
+                            "cluster.inventory")
+    for index, group in enumerate(groups):
+        if group.gpus == 0:
+            raise ScenarioError(f"group {group.name} has no available GPU; drop it or free some",
+                                f"cluster.inventory.{index}.unavailable")
+    return tuple(groups)
 
 
-def _bounded(partition: ClusterPartition, field: str) -> ClusterPartition:
-    if partition.gpus > MAX_GPUS:
-        raise ScenarioError(f"{partition.gpus} GPUs is more than the {MAX_GPUS} a cluster may have; use fewer", field)
-    return partition
+def _system(name: str, overrides: Mapping[str, object], where: str) -> SystemSpec:
+    try:
+        system = load_system(name)
+    except CatalogError as exc:
+        raise ScenarioError(str(exc), f"{where}.system") from None
+    try:
+        return with_overrides(system, overrides)
+    except CatalogError as exc:
+        raise ScenarioError(str(exc), f"{where}.overrides") from None
+
+
+def _installed(system: SystemSpec, gpus: int | None, nodes: int | None, racks: int | None, where: str) -> int:
+    """GPUs installed: racks and nodes are whole; a GPU count may end in a partial node."""
+    if racks is not None:
+        count, field = racks * system.gpus_per_rack, f"{where}.racks"
+    elif nodes is not None:
+        count, field = nodes * system.gpus_per_node, f"{where}.nodes"
+    else:
+        count, field = gpus or 0, f"{where}.gpus"
+    if count > MAX_GPUS:
+        raise ScenarioError(f"{count} GPUs is more than the {MAX_GPUS} a cluster may have; use fewer", field)
+    return count
+
+
+def _unavailable(system: SystemSpec, installed: int, ids: list[str], where: str) -> frozenset[GpuIndex]:
+    nodes_per_rack = system.gpus_per_rack // system.gpus_per_node
+    found: set[GpuIndex] = set()
+    for position, text in enumerate(ids):
+        index = parse_gpu_id(text)
+        assert index is not None  # the schema's pattern
+        rack, node, gpu = index
+        flat = rack * system.gpus_per_rack + node * system.gpus_per_node + gpu
+        if node >= nodes_per_rack or gpu >= system.gpus_per_node or flat >= installed:
+            raise ScenarioError(
+                f"{text} is not a GPU of this group: it has {installed} GPUs in racks of {nodes_per_rack} nodes of "
+                f"{system.gpus_per_node} GPUs (ids r<rack>/n<node>/g<gpu> from 0)", f"{where}.unavailable.{position}")
+        found.add(index)
+    return frozenset(found)
 
 
 def compute_dtype(storage: Dtype, system: SystemSpec) -> Dtype:

@@ -94,33 +94,100 @@ class KvStore(StrictModel):
     )
 
 
-class Cluster(StrictModel):
-    """One GPU system type and how many of it. Give exactly one of `gpus`, `nodes` or `racks`."""
+OVERRIDES_HELP = (
+    "Replace any system field by name, in SI units "
+    "(e.g. {hbm_capacity_bytes: 1.2e11, nic_bandwidth_bytes_per_s: 1.0e11}); host DRAM and local SSD, the "
+    "KV tiers of multi-turn sessions, are host_dram_bytes_per_node, ssd_capacity_bytes_per_node and "
+    "ssd_bandwidth_bytes_per_s_per_node; peak_flops_per_s takes a mapping by format ({fp8: 2.0e+15}), merged "
+    "into the system's. Values must lie in physical ranges (bandwidths 1e6-1e15 B/s, capacities 1e6-1e17 B, "
+    "latencies 1e-9-1 s, FLOP/s 1e9-1e18)."
+)
+Overrides = dict[str, float | int | str | dict[str, float]]
+MAX_GROUPS = 16  # inventory groups; every ordered pair of them is a prefill/decode structure the planner solves
+GROUP_NAME = r"^[A-Za-z][A-Za-z0-9_.-]{0,31}$"
+GPU_ID = r"^r[0-9]{1,5}/n[0-9]{1,3}/g[0-9]{1,3}$"
 
+
+def _one_count(owner: str, counts: dict[str, int | None]) -> None:
+    given = [k for k, v in counts.items() if v is not None]
+    if len(given) != 1:
+        raise ValueError(f"{owner}give exactly one of gpus, nodes or racks (found {', '.join(given) or 'none'})")
+
+
+class InventoryGroup(StrictModel):
+    """GPUs of one system type that the cluster owns: racks of nodes of GPUs, numbered from 0 in the
+    order the count gives them (rack r holds nodes 0.. of `gpus_per_rack / gpus_per_node`; a GPU count that
+    is not a whole number of nodes ends in a partial node)."""
+
+    name: str = Field(pattern=GROUP_NAME, description="Group name used in GPU ids (`<name>/r0/n1/g2`) and output.")
     system: str = Field(description="System catalog name, e.g. h200-sxm or gb200-nvl72 (`plan catalog systems`).")
+    gpus: GpuCount | None = Field(None, description="Number of GPUs (the last node may be partial).")
+    nodes: GpuCount | None = Field(None, description="Number of nodes (trays of `gpus_per_node` GPUs).")
+    racks: GpuCount | None = Field(None, description="Number of racks (`gpus_per_rack` GPUs each).")
+    overrides: Overrides = Field(default_factory=dict, description=OVERRIDES_HELP)
+    unavailable: list[Annotated[str, Field(pattern=GPU_ID)]] = Field(
+        default_factory=list, max_length=MAX_GPUS,
+        description="GPUs that are busy or failed, as `r<R>/n<N>/g<G>` (rack, node within the rack, GPU "
+        "within the node, from 0): no instance is placed on them.",
+    )
+
+    @model_validator(mode="after")
+    def _count(self) -> InventoryGroup:
+        _one_count(f"group {self.name}: ", {"gpus": self.gpus, "nodes": self.nodes, "racks": self.racks})
+        return self
+
+
+class Network(StrictModel):
+    """The scale-out network above the racks. Each GPU has its own NIC (`nic_bandwidth_bytes_per_s` of its
+    system); a rack's uplink carries what leaves the rack, shared equally by the rack's GPUs under load."""
+
+    oversubscription: float = Field(
+        1.0, ge=1.0, le=64.0,
+        description="Rack uplink = the sum of the rack's NICs divided by this (1: non-blocking; 2-4 typical).",
+    )
+    uplink_bytes_per_s: float | None = Field(
+        None, ge=1e6, le=1e16,
+        description="Rack uplink per direction, bytes/s; replaces the NIC sum / oversubscription when given.",
+    )
+
+
+class Cluster(StrictModel):
+    """The GPUs the planner may use: one system and a count (`system` with one of `gpus`, `nodes`, `racks`),
+    or an `inventory` of groups of several systems with busy or failed GPUs."""
+
+    system: str | None = Field(
+        None, description="System catalog name, e.g. h200-sxm or gb200-nvl72 (`plan catalog systems`)."
+    )
     gpus: GpuCount | None = Field(
-        None, description=f"Number of GPUs (a whole number of nodes, or part of one node); at most {MAX_GPUS}."
+        None, description=f"Number of GPUs (the last node may be partial); at most {MAX_GPUS}."
     )
     nodes: GpuCount | None = Field(None, description="Number of nodes (trays of `gpus_per_node` GPUs).")
     racks: GpuCount | None = Field(None, description="Number of racks (`gpus_per_rack` GPUs each).")
-    overrides: dict[str, float | int | str | dict[str, float]] = Field(
-        default_factory=dict,
-        description="Replace any system field by name, in SI units "
-        "(e.g. {hbm_capacity_bytes: 1.2e11, nic_bandwidth_bytes_per_s: 1.0e11}); host DRAM and local SSD, the "
-        "KV tiers of multi-turn sessions, are host_dram_bytes_per_node, ssd_capacity_bytes_per_node and "
-        "ssd_bandwidth_bytes_per_s_per_node; peak_flops_per_s takes a mapping by format ({fp8: 2.0e+15}), merged "
-        "into the system's. Values must lie in physical ranges (bandwidths 1e6-1e15 B/s, capacities 1e6-1e17 B, "
-        "latencies 1e-9-1 s, FLOP/s 1e9-1e18).",
+    overrides: Overrides = Field(default_factory=dict, description=OVERRIDES_HELP)
+    inventory: list[InventoryGroup] | None = Field(
+        None, min_length=1, max_length=MAX_GROUPS,
+        description="Groups of GPUs by system, instead of `system` and a count: "
+        "[{name, system, racks | nodes | gpus, overrides, unavailable}, ...].",
     )
+    network: Network = Field(default_factory=Network, description="Rack uplinks (oversubscription).")
     kv_store: KvStore | None = Field(None, description="Optional shared KV store (multi-turn sessions).")
 
     @model_validator(mode="after")
-    def _one_count(self) -> Cluster:
-        given = [k for k in ("gpus", "nodes", "racks") if getattr(self, k) is not None]
-        if len(given) != 1:
-            raise ValueError(
-                f"give exactly one of gpus, nodes or racks (found {', '.join(given) or 'none'})"
-            )
+    def _one_form(self) -> Cluster:
+        shorthand = [k for k in ("system", "gpus", "nodes", "racks") if getattr(self, k) is not None]
+        if self.inventory is not None:
+            if shorthand or self.overrides:
+                extra = ", ".join(shorthand + (["overrides"] if self.overrides else []))
+                raise ValueError(f"give either inventory or system with a count, not both (found inventory and "
+                                 f"{extra}); move them into an inventory group")
+            names = [g.name for g in self.inventory]
+            repeated = sorted({n for n in names if names.count(n) > 1})
+            if repeated:
+                raise ValueError(f"inventory group names must differ: {', '.join(repeated)} repeated")
+            return self
+        if self.system is None:
+            raise ValueError("give system with one of gpus, nodes or racks, or an inventory of groups")
+        _one_count("", {"gpus": self.gpus, "nodes": self.nodes, "racks": self.racks})
         return self
 
 

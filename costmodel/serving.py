@@ -384,6 +384,7 @@ class PoolTiming:
 
 
 def time_pool(plan: PoolPlan, pricer: Pricer) -> PoolTiming:
+    pricer = pricer.on(plan.ctx.system)  # a pool of another inventory group, or wider than a rack
     pp, request = plan.ctx.par.pp, plan.request
     fill = time_phase(plan.fill, pricer) if plan.fill else None
     decode = time_phase(plan.decode, pricer) if plan.decode else None
@@ -459,16 +460,22 @@ def _secant_guess(use: Callable[[int], MemoryUse], dp: int) -> int:
 def kv_transfer_s(prefill: PoolContext, decode: PoolContext, request: RequestShape,
                   calibration: Calibration) -> float:
     """Moving one request's KV (all layers) from a prefill to a decode instance: over the scale-up
-    fabric when a prefill and a decode instance fit in one domain together (the planner then packs
-    them so), over the NICs otherwise; striped over the smaller instance's GPUs."""
+    fabric when a prefill and a decode instance of one group fit in one domain together (the planner then
+    packs them so), over the NICs otherwise; striped over the smaller instance's GPUs. A transfer between
+    inventory groups, or between domains of a group of several racks, may cross rack uplinks: each GPU then
+    gets at most its fair share of an oversubscribed uplink (`PoolContext.uplink_share_bytes_per_s`)."""
     system = prefill.system
     size = (request.cached + request.new) * prefill.arch.kv_bytes_per_token(prefill.fmt.kv_dtype)
     p2p = calibration.collectives["p2p"]
     pair = prefill.par.stage_gpus * prefill.par.pp + decode.par.stage_gpus * decode.par.pp
-    if pair <= system.scaleup_domain_gpus:
+    across = prefill.group != decode.group
+    if pair <= system.scaleup_domain_gpus and not across:
         link = system.scaleup_bandwidth_bytes_per_s * p2p.efficiency
     else:
-        link = system.nic_bandwidth_bytes_per_s * calibration.nic_efficiency
+        nic = min(system.nic_bandwidth_bytes_per_s, decode.system.nic_bandwidth_bytes_per_s)
+        if across or prefill.group_racks > 1:
+            nic = min(nic, prefill.uplink_share_bytes_per_s, decode.uplink_share_bytes_per_s)
+        link = nic * calibration.nic_efficiency
     streams = min(prefill.par.stage_gpus * prefill.par.pp, decode.par.stage_gpus * decode.par.pp)
     return size / (streams * link) + p2p.latency_s
 

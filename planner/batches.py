@@ -36,6 +36,7 @@ from costmodel.resolve import ResolvedScenario
 from planner.formulation.options import DecodeOption, DeploymentOptions, deployment_options
 from planner.formulation.pairs import pair_figures
 from planner.formulation.units import most_beside, unit_table
+from planner.placement import max_replicas
 from planner.templates import Candidate, CandidateKind, CandidateSet, kind_role, planned, timed_plans
 
 TOL = 1e-9  # relative: an interval tied with the front is closed (it cannot beat it)
@@ -246,10 +247,7 @@ def _mixed_box(interval: Interval, resolved: ResolvedScenario, options: Deployme
 
 
 def _most_instances(size: int, options: DeploymentOptions) -> int:
-    domains = options.domains
-    if size > domains.size:
-        return domains.full // -(-size // domains.size)
-    return domains.full * (domains.size // size) + domains.rest // size
+    return max_replicas(size, options.domains)
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ from costmodel.layout import Layout
 from costmodel.resolve import ResolvedScenario
 from costmodel.serving import FillStation, split_serving, turn_share
 from planner.pareto import FrontPoint
-from planner.placement import domain_bins, max_replicas
+from planner.placement import group_domains, max_replicas
 from planner.templates import Candidate, with_replicas
 
 
@@ -26,7 +26,9 @@ def aggregated_point(resolved: ResolvedScenario, candidate: Candidate) -> FrontP
     """The aggregated deployment of `candidate` filling the cluster, or as much of it as the shared KV
     store serves (None if not one instance fits)."""
     store = resolved.scenario.cluster.kv_store
-    count = min(max_replicas(candidate.gpus, domain_bins(resolved)), candidate.store_instances(store))
+    group = resolved.group_named(candidate.pool.group)
+    assert group is not None  # candidates are generated on the scenario's groups
+    count = min(max_replicas(candidate.gpus, group_domains(group)), candidate.store_instances(store))
     if count < 1:
         return None
     layout = Layout(serving="aggregated", pools=[with_replicas(candidate, count)])

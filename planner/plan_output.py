@@ -15,13 +15,16 @@ from typing import Any
 import yaml
 
 from costmodel.evaluate import evaluate, pool_context
+from costmodel.inventory import GpuIndex
 from costmodel.kv_tiers import FETCHED_TIERS, TIERS
 from costmodel.layout import Layout
+from costmodel.resolve import ResolvedScenario
 from planner import economics_report, report_html
+from planner.experts import ExpertPlacement
 from planner.finite import dumps
 from planner.midfill import midfill_choice
 from planner.out_dir import OutputFolder
-from planner.placement import assign, domain_bins
+from planner.placement import assign
 from planner.solve import SolveResult
 from planner.sweep import SolvedPoint
 
@@ -43,7 +46,8 @@ def batches_dict(result: SolveResult) -> dict[str, Any]:
     why = None
     if not batches.certified:
         search, workload = result.resolved.scenario.search, result.resolved.scenario.workload
-        why = ("multi-turn sessions: KV tiers are sized per batch" if workload.sessions is not None
+        why = ("an inventory of several groups: the batch search runs on one group only" if batches.groups
+               else "multi-turn sessions: KV tiers are sized per batch" if workload.sessions is not None
                else "used GPU accounting" if search.gpu_accounting != "cluster"
                else f"too large to bound in time ({batches.skipped:,} bound evaluations)" if batches.skipped
                else "the time limit ended the batch rounds (each point's gap counts what untimed batches could add)")
@@ -73,6 +77,8 @@ def layout_dict(layout: Layout) -> dict[str, Any]:
     their defaults)."""
     data = layout.model_dump(mode="json")
     for pool in data["pools"]:
+        if pool["group"] is None:
+            del pool["group"]
         if not pool["kv_store"]:
             del pool["kv_store"]
         if pool["tier_load"] == 1.0:
@@ -81,34 +87,58 @@ def layout_dict(layout: Layout) -> dict[str, Any]:
 
 
 def placement(result: SolveResult, point: SolvedPoint) -> dict[str, Any]:
-    """Per pool: where each instance sits ([scale-up domain, first GPU in it]), each pipeline stage's layer
-    range and GPU offsets within an instance, and the expert banks' balance (the banks themselves, per
+    """Per pool: its inventory group, each instance's GPUs (`<group>/r<rack>/n<node>/g<gpu>`, in the order of
+    the instance's ranks), each pipeline stage's layer range and rank offsets within an instance (stage s runs
+    on gpus[gpu_offset[0]..gpu_offset[1]]), and the expert banks' balance (the banks themselves, per
     expert-parallel degree, are in the plan files and under `expert_banks` of the JSON)."""
-    bins, layout = domain_bins(result.resolved), point.point.layout
-    sizes = [pool.gpus_per_instance for pool in layout.pools for _ in range(pool.replicas)]
-    slots = iter(assign(sizes, bins))
-    pools, domains = [], set()
-    for pool in layout.pools:
+    return layout_placement(result.resolved, point.point.layout, result.experts)
+
+
+def layout_placement(resolved: ResolvedScenario, layout: Layout,
+                     experts: dict[int, ExpertPlacement] | None = None) -> dict[str, Any]:
+    """`placement` of any layout that fits (ValueError if it does not)."""
+    gpus = _instance_gpus(resolved, layout)
+    pools: list[dict[str, Any]] = []
+    domains: set[tuple[str, int, int]] = set()
+    for index, pool in enumerate(layout.pools):
+        group = resolved.group_named(pool.group)
+        assert group is not None
         instances = []
-        for _ in range(pool.replicas):
-            slot = next(slots)
-            instances.append([slot.domain, slot.first_gpu])
-            domains.add(slot.domain)
+        for placed in gpus[index]:
+            domains.update((group.name, r, n // (group.system.scaleup_domain_gpus // group.system.gpus_per_node))
+                           for r, n, _ in placed)
+            instances.append({"gpus": [group.gpu_id(g) for g in placed]})
         per_stage, first_layer, stages = pool.tp * pool.dp_attention, 0, []
-        for stage, layers in enumerate(pool_context(result.resolved, pool).stages):
+        for stage, layers in enumerate(pool_context(resolved, pool).stages):
             stages.append({"stage": stage, "layers": [first_layer, first_layer + len(layers) - 1],
                            "gpu_offset": [stage * per_stage, (stage + 1) * per_stage - 1]})
             first_layer += len(layers)
-        entry: dict[str, Any] = {"role": pool.role, "gpus_per_instance": pool.gpus_per_instance,
+        entry: dict[str, Any] = {"role": pool.role, "group": group.name, "gpus_per_instance": pool.gpus_per_instance,
                                  "instances": instances, "stages": stages}
-        if pool.moe_ep in result.experts:
-            banks = result.experts[pool.moe_ep]
+        if experts and pool.moe_ep in experts:
+            banks = experts[pool.moe_ep]
             entry["experts"] = {"moe_ep": pool.moe_ep, "imbalance": banks.imbalance,
                                 "greedy_imbalance": banks.greedy_imbalance,
                                 "lower_bound_imbalance": banks.lower_bound_imbalance, "status": banks.status,
                                 "gap": banks.gap}
         pools.append(entry)
-    return {"domain_gpus": bins[0], "domains_used": len(domains), "pools": pools}
+    groups = {g.name: {"system": g.system.name, "gpus_per_node": g.system.gpus_per_node,
+                       "domain_gpus": g.system.scaleup_domain_gpus, "gpus_per_rack": g.system.gpus_per_rack}
+              for g in resolved.groups}
+    return {"domain_gpus": resolved.groups[0].system.scaleup_domain_gpus, "domains_used": len(domains),
+            "groups": groups, "pools": pools}
+
+
+def _instance_gpus(resolved: ResolvedScenario, layout: Layout) -> list[list[tuple[GpuIndex, ...]]]:
+    """Each pool's instances' GPUs, placed group by group (`planner.placement.assign`)."""
+    result: list[list[tuple[GpuIndex, ...]]] = [[] for _ in layout.pools]
+    for group in resolved.groups:
+        members = [i for i, pool in enumerate(layout.pools) if resolved.group_named(pool.group) is group]
+        sizes = [layout.pools[i].gpus_per_instance for i in members for _ in range(layout.pools[i].replicas)]
+        placed = iter(assign(sizes, group))
+        for i in members:
+            result[i] = [next(placed) for _ in range(layout.pools[i].replicas)]
+    return result
 
 
 def expert_banks(result: SolveResult, degrees: set[int] | None = None) -> dict[str, Any]:

@@ -17,8 +17,8 @@ from costmodel.resolve import ResolvedScenario
 from planner.deployment import aggregated_point, disaggregated_point, meets_slo
 from planner.errors import PlannerError
 from planner.pareto import FrontPoint, non_dominated
-from planner.placement import domain_bins, fits
-from planner.templates import Candidate, CandidateSet
+from planner.placement import Domains, fits, group_domains
+from planner.templates import Candidate, CandidateKind, CandidateSet
 
 MAX_DEPLOYMENTS = 2_000_000  # beyond this the enumeration is not a reasonable reference
 
@@ -33,27 +33,38 @@ def aggregated_points(resolved: ResolvedScenario, candidates: list[Candidate]) -
 
 def disaggregated_points(resolved: ResolvedScenario, calibration: Calibration, prefills: list[Candidate],
                          decodes: list[Candidate], limit: int = MAX_DEPLOYMENTS) -> list[FrontPoint]:
-    bins = domain_bins(resolved)
-    budget = sum(bins)
-    estimate = sum((budget // p.gpus) * (budget // d.gpus) for p in prefills for d in decodes)
+    """Every prefill x decode deployment; the two pools on one inventory group share its domains, on two
+    groups each fits its own."""
+    estimate = sum((_domains(resolved, p).gpus // p.gpus) * (_domains(resolved, d).gpus // d.gpus)
+                   for p in prefills for d in decodes)
     if estimate > limit:
         raise TooLargeForReference(f"about {estimate:,} disaggregated deployments: too many to enumerate")
     points = []
     for prefill in prefills:
         for decode in decodes:
-            for count_p in range(1, budget // prefill.gpus + 1):
-                for count_d in range(1, (budget - count_p * prefill.gpus) // decode.gpus + 1):
-                    if fits([(prefill.gpus, count_p), (decode.gpus, count_d)], bins):
+            shared = prefill.pool.group == decode.pool.group
+            room_p, room_d = _domains(resolved, prefill), _domains(resolved, decode)
+            for count_p in range(1, room_p.gpus // prefill.gpus + 1):
+                left = room_p.gpus - count_p * prefill.gpus if shared else room_d.gpus
+                for count_d in range(1, left // decode.gpus + 1):
+                    pools = [(prefill.gpus, count_p), (decode.gpus, count_d)]
+                    if fits(pools, room_p) if shared else (fits(pools[:1], room_p) and fits(pools[1:], room_d)):
                         point = disaggregated_point(resolved, calibration, [(prefill, count_p)], decode, count_d)
                         points += [point] if point is not None else []
     return points
 
 
+def _domains(resolved: ResolvedScenario, candidate: Candidate) -> Domains:
+    group = resolved.group_named(candidate.pool.group)
+    assert group is not None
+    return group_domains(group)
+
+
 def split_points(resolved: ResolvedScenario, calibration: Calibration, firsts: list[Candidate],
                  midfills: list[Candidate], decodes: list[Candidate], limit: int = MAX_DEPLOYMENTS) -> list[FrontPoint]:
     """Disaggregated deployments with a separate midfill pool: first-turn prefill, midfill and decode pools."""
-    bins = domain_bins(resolved)
-    budget = sum(bins)
+    domains = _domains(resolved, firsts[0])  # one group: the three pools share its domains
+    budget = domains.gpus
     sizes = [collections.Counter(c.gpus for c in group) for group in (firsts, midfills, decodes)]
     estimate = sum(nf * nm * nd * _count_triples(f, m, d, budget) for f, nf in sizes[0].items()
                    for m, nm in sizes[1].items() for d, nd in sizes[2].items())
@@ -66,7 +77,7 @@ def split_points(resolved: ResolvedScenario, calibration: Calibration, firsts: l
             for count_m in range(1, left // midfill.gpus + 1):
                 for count_d in range(1, (left - count_m * midfill.gpus) // decode.gpus + 1):
                     pools = [(first.gpus, count_f), (midfill.gpus, count_m), (decode.gpus, count_d)]
-                    if fits(pools, bins):
+                    if fits(pools, domains):
                         point = disaggregated_point(resolved, calibration, [(first, count_f), (midfill, count_m)],
                                                     decode, count_d)
                         points += [point] if point is not None else []
@@ -79,15 +90,20 @@ def _count_triples(f: int, m: int, d: int, budget: int) -> int:
                for q in range(1, (budget - f * p) // m + 1))
 
 
-def exhaustive_front(resolved: ResolvedScenario, candidates: CandidateSet, calibration: Calibration,
-                     limit: int = MAX_DEPLOYMENTS) -> list[FrontPoint]:
-    """The exact Pareto front of the decision space (see module docstring); raises TooLargeForReference
-    beyond `limit` disaggregated deployments."""
-    points = aggregated_points(resolved, candidates.by_role.get("mixed", []))
-    if "prefill" in candidates.by_role:
-        points += disaggregated_points(resolved, calibration, candidates.by_role["prefill"],
-                                       candidates.by_role["decode"], limit)
-    if "midfill" in candidates.by_role:
-        points += split_points(resolved, calibration, candidates.by_role["first"], candidates.by_role["midfill"],
-                               candidates.by_role["decode"], limit)
+def exhaustive_front(resolved: ResolvedScenario, candidates: CandidateSet | list[CandidateSet],
+                     calibration: Calibration, limit: int = MAX_DEPLOYMENTS) -> list[FrontPoint]:
+    """The exact Pareto front of the decision space (see module docstring), over every inventory group's
+    candidates (one set per group); raises TooLargeForReference beyond `limit` disaggregated deployments."""
+    sets = candidates if isinstance(candidates, list) else [candidates]
+
+    def role(name: CandidateKind) -> list[Candidate]:
+        return [c for own in sets for c in own.by_role.get(name, [])]
+
+    points = aggregated_points(resolved, role("mixed"))
+    if role("prefill"):
+        points += disaggregated_points(resolved, calibration, role("prefill"), role("decode"), limit)
+    for own in sets:  # a separate midfill pool: the three pools on one group
+        if "midfill" in own.by_role:
+            points += split_points(resolved, calibration, own.by_role["first"], own.by_role["midfill"],
+                                   own.by_role["decode"], limit)
     return non_dominated([p for p in points if meets_slo(resolved, p)])

@@ -7,6 +7,7 @@ same figures.
 
 from __future__ import annotations
 
+import itertools
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -19,10 +20,10 @@ from planner.batches import BatchCoverage, refine
 from planner.errors import NoSolutionInTimeError
 from planner.experts import ExpertPlacement, place_experts
 from planner.formulation.model import build_model
-from planner.formulation.options import DeploymentOptions
+from planner.formulation.options import DeploymentOptions, deployment_options
 from planner.solvers import SolveStatus, backend
 from planner.sweep import Coverage, Resolution, SolvedPoint, SweepResult, SweepSettings, Termination, sweep
-from planner.templates import generate
+from planner.templates import CandidateSet, generate, merged
 
 BATCH_SHARE = 0.5  # of the time limit, at most, for timing batches between the grid's (planner.batches)
 BATCH_TOLERANCE = 0.01  # but `exact`: no untimed batch beats the front by more than 1% (a point's gap at most)
@@ -53,6 +54,7 @@ class SolveResult:
     prepare_s: float = 0.0  # candidates and options, before the first MILP
     batches: BatchCoverage = field(default_factory=lambda: BatchCoverage(certified=False))
     fastest_ttft_s: float = 0.0  # no deployment has a lower TTFT (the fastest fill of any layout)
+    blocks: list[DeploymentOptions] = field(default_factory=list)  # structure blocks (one per group and pair)
 
     @property
     def first_feasible_s(self) -> float | None:
@@ -94,16 +96,21 @@ def solve(resolved: ResolvedScenario, settings: SolveSettings, calibration: Cali
     resource) or NoSolutionInTimeError."""
     start = time.perf_counter()
     calibration = calibration or default_calibration()
-    candidates = generate(resolved, calibration)
+    sets = [generate(resolved.view(group), calibration) for group in resolved.groups]
     tolerance = 0.0 if settings.resolution == "exact" else BATCH_TOLERANCE
-    options, batches = refine(resolved, calibration, candidates, start + BATCH_SHARE * settings.time_limit_s,
-                              tolerance)
-    if not options.mixed and not options.disaggregated:
+    if len(sets) == 1:
+        options, batches = refine(resolved, calibration, sets[0], start + BATCH_SHARE * settings.time_limit_s,
+                                  tolerance)
+        blocks = [options]
+    else:  # several inventory groups: the batch grid (the any-batch search is per group, not yet across them)
+        blocks, batches = structure_blocks(resolved, sets, calibration), BatchCoverage(certified=False, groups=True)
+    candidates = sets[0] if len(sets) == 1 else merged(sets)
+    if not any(b.mixed or b.disaggregated for b in blocks):
         raise diagnose.no_candidates(resolved, candidates)
     prepare_s = time.perf_counter() - start
     left = max(0.1, settings.time_limit_s - prepare_s)
     fastest = candidates.fastest_ms.get("ttft", 0.0) / 1e3
-    result = sweep(resolved, calibration, options,
+    result = sweep(resolved, calibration, blocks,
                    SweepSettings(backend(settings.backend), left, settings.threads, settings.seed,
                                  settings.pair_screening, settings.resolution, settings.on_point), fastest)
     front = result.front
@@ -114,11 +121,23 @@ def solve(resolved: ResolvedScenario, settings: SolveSettings, calibration: Cali
         raise diagnose.no_deployment(resolved)
     counts = {str(role): len(c) for role, c in candidates.by_role.items()}
     front = [_with_batch_bound(solved, batches, resolved.gpus) for solved in front]
-    solved = SolveResult(resolved, settings, front, result, 0.0, counts, options=options, prepare_s=prepare_s,
-                         fastest_ttft_s=fastest, batches=batches)
+    solved = SolveResult(resolved, settings, front, result, 0.0, counts, options=blocks[0], prepare_s=prepare_s,
+                         fastest_ttft_s=fastest, batches=batches, blocks=blocks)
     solved.experts = _expert_placements(resolved, front, settings)
     solved.time_s = time.perf_counter() - start
     return solved
+
+
+def structure_blocks(resolved: ResolvedScenario, sets: list[CandidateSet],
+                     calibration: Calibration) -> list[DeploymentOptions]:
+    """Every structure block of an inventory: each group on its own, then fills on one group and decode on
+    another (every ordered pair)."""
+    names = [group.name for group in resolved.groups]
+    blocks = [deployment_options(resolved, own, calibration, label=name) for own, name in zip(sets, names, strict=True)]
+    for (a, fills), (b, decodes) in itertools.permutations(zip(names, sets, strict=True), 2):
+        if fills.by_role.get("prefill") and decodes.by_role.get("decode"):
+            blocks.append(deployment_options(resolved, fills, calibration, decode_from=decodes, label=f"{a}>{b}"))
+    return blocks
 
 
 def _with_batch_bound(solved: SolvedPoint, batches: BatchCoverage, cluster_gpus: int) -> SolvedPoint:

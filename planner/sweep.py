@@ -43,7 +43,6 @@ from planner.formulation.pairs import PAIR_LIMIT, PairTable
 from planner.formulation.screening import screen, screen_cluster
 from planner.formulation.units import UnitTable, selection_of, unit_table
 from planner.pareto import FrontPoint, hypervolume, non_dominated
-from planner.placement import domain_bins, fits
 from planner.solvers import Backend, SolveOptions, SolveReport, SolveStatus
 
 GRID_S = 1e-6  # TTFT grid of the epsilon steps
@@ -188,10 +187,25 @@ class SweepSettings:
     on_point: Callable[[SolvedPoint, int], None] | None = None  # progress: each point found, and the count
 
 
+@dataclass
+class _Block:
+    """One structure block's options (`planner.formulation.options.deployment_options`: every structure on
+    one inventory group, or fills on one group and decode on another) and its closed-form tables."""
+
+    options: DeploymentOptions
+    units: UnitTable | None = None
+    pairs: PairTable | None = None
+    sample: PairTable | None = None
+
+
 class _Sweeper:
-    def __init__(self, resolved: ResolvedScenario, calibration: Calibration, options: DeploymentOptions,
+    """The sweep over caps. Each cap's step takes the best of every block: the blocks' deployments are
+    disjoint and together the scenario's, so the best of the blocks' optima is the optimum, and a block
+    that only has to beat the best so far screens against it."""
+
+    def __init__(self, resolved: ResolvedScenario, calibration: Calibration, blocks: list[DeploymentOptions],
                  settings: SweepSettings, fastest_s: float = 0.0) -> None:
-        self.resolved, self.calibration, self.options, self.settings = resolved, calibration, options, settings
+        self.resolved, self.calibration, self.settings = resolved, calibration, settings
         self.options_fastest_s = fastest_s
         self._proven_empty = False  # the last cap's MILP proved that nothing is within it
         self.deadline = time.perf_counter() + settings.time_limit_s
@@ -199,14 +213,20 @@ class _Sweeper:
         self.result = SweepResult()
         self.first_cap = self._first_cap()
         self.cluster = resolved.scenario.search.gpu_accounting == "cluster"
-        self.units: UnitTable | None = None
-        self.pairs: PairTable | None = None
-        self.sample: PairTable | None = None
-        if self.cluster and settings.pair_screening:
-            self.units = unit_table(options, self.first_cap)
-        elif settings.pair_screening:
-            self.pairs = self._pair_table()
-            self.sample = self._sample_table() if self.pairs is None else None
+        self.blocks: list[_Block] = []
+        for options in blocks:
+            self._use(_Block(options))
+            if self.cluster and settings.pair_screening:
+                self.units = unit_table(options, self.first_cap)
+            elif settings.pair_screening:
+                self.pairs = self._pair_table()
+                self.sample = self._sample_table() if self.pairs is None else None
+            self.blocks.append(_Block(options, self.units, self.pairs, self.sample))
+        self._use(self.blocks[0])
+
+    def _use(self, block: _Block) -> None:
+        """Make `block` the one the per-block steps work on."""
+        self.options, self.units, self.pairs, self.sample = block.options, block.units, block.pairs, block.sample
 
     def _sample_table(self) -> PairTable | None:
         """Too many pairs for the table: a table of small units (the fewest instances per pool that keep
@@ -246,7 +266,7 @@ class _Sweeper:
         if self.settings.resolution != "auto":
             queue.append(self._next_cap(first))
         previous = first.selection
-        while queue and (not self.result.out_of_time or self._enumerated()):
+        while queue and (not self.result.out_of_time or self._all_enumerated()):
             cap = queue.popleft()
             if self._covered(cap):
                 continue
@@ -264,7 +284,7 @@ class _Sweeper:
         certified within AUTO_HV_TOL of the exact one's hypervolume, or holds AUTO_POINTS points."""
         fastest = self.options_fastest_s
         for _ in range(4 * AUTO_POINTS):
-            if (self.result.out_of_time and not self._enumerated()) or len(self.result.front) >= AUTO_POINTS:
+            if (self.result.out_of_time and not self._all_enumerated()) or len(self.result.front) >= AUTO_POINTS:
                 return
             windows = [w for w in self.result.windows(fastest) if w.high_s - w.low_s > 2 * GRID_S]
             loss = sum(w.loss for w in windows)
@@ -289,13 +309,33 @@ class _Sweeper:
 
     def _solve_cap(self, eps: float | None, previous: Selection | None) -> SolvedPoint | None:
         """The best deployment within the cap, recorded (None when none exists or time ran out)."""
-        self._proven_empty = False
-        incumbent = self._incumbent(eps, previous)
-        solved = self._cluster_best(eps, incumbent) if self.cluster else self._best_within(eps, 0.0, incumbent)
+        incumbent = None
+        for block in self.blocks:
+            self._use(block)
+            found = self._incumbent(eps, previous)
+            if found is not None and (incumbent is None or found.point.tokens_per_s_per_gpu >
+                                      incumbent.point.tokens_per_s_per_gpu):
+                incumbent = found
+        solved, bounds, empty = incumbent, [], True
+        for block in self.blocks:
+            self._use(block)
+            self._proven_empty = False
+            step = self._cluster_best(eps, solved) if self.cluster else self._best_within(eps, 0.0, solved)
+            empty &= self._proven_empty
+            if step is None:
+                if not self._proven_empty:
+                    bounds.append(math.inf)  # nothing found and nothing proven (time limit or backend error)
+                continue
+            value = step.point.tokens_per_s_per_gpu
+            bounds.append(value / (1.0 - step.gap) if step.gap < 1.0 else math.inf)
+            solved = step
+        self._use(self.blocks[0])
         if solved is None:
-            if self._proven_empty and eps is not None:
+            if empty and eps is not None:
                 self.result.floor_s = max(self.result.floor_s, eps)
             return None
+        if len(self.blocks) > 1:
+            solved = _joint_status(solved, bounds)
         self.result.points.append(solved)
         if solved.status == SolveStatus.OPTIMAL:  # proven: nothing within the cap beats it
             self.result.resolved.append((solved.point.ttft_ms / 1e3, math.inf if eps is None else eps))
@@ -377,6 +417,14 @@ class _Sweeper:
             bound = max(report.bound, best.point.tokens_per_s) / self.resolved.gpus
             return replace(best, status=SolveStatus.FEASIBLE,
                            gap=max(0.0, bound - best.point.tokens_per_s_per_gpu) / bound)
+
+    def _all_enumerated(self) -> bool:
+        enumerated = []
+        for block in self.blocks:
+            self._use(block)
+            enumerated.append(self._enumerated())
+        self._use(self.blocks[0])
+        return all(enumerated)
 
     def _enumerated(self) -> bool:
         """Cluster accounting without a separate-midfill structure: the unit table and the aggregated
@@ -492,15 +540,27 @@ class _Sweeper:
         assert selection.decode is not None
         fills = [(o, n) for o, n in ((selection.prefill, selection.prefills), (selection.first, selection.firsts),
                                      (selection.midfill, selection.midfills)) if o is not None]
-        instances = [(o.gpus, n) for o, n in fills] + [(selection.decode.gpus, selection.decodes)]
-        if not fits(instances, domain_bins(self.resolved)):
+        if not self.options.fits([(o.gpus, n) for o, n in fills], (selection.decode.gpus, selection.decodes)):
             return None
         point = disaggregated_point(self.resolved, self.calibration, [(o.candidate, n) for o, n in fills],
                                     selection.decode.candidate, selection.decodes)
         return None if point is None or (eps is not None and point.ttft_ms / 1e3 > eps) else point
 
 
-def sweep(resolved: ResolvedScenario, calibration: Calibration, options: DeploymentOptions,
+def _joint_status(best: SolvedPoint, bounds: list[float]) -> SolvedPoint:
+    """The best of the blocks, optimal when every block proved nothing beats it, else feasible with the
+    gap to the largest bound any block left."""
+    value = best.point.tokens_per_s_per_gpu
+    bound = max(bounds, default=value)
+    if bound <= value * (1 + 1e-12):
+        return best if best.status == SolveStatus.OPTIMAL else replace(best, status=SolveStatus.OPTIMAL, gap=0.0)
+    gap = 1.0 if not math.isfinite(bound) else (bound - value) / bound
+    return replace(best, status=SolveStatus.FEASIBLE, gap=max(best.gap if best.gap < math.inf else 0.0, gap))
+
+
+def sweep(resolved: ResolvedScenario, calibration: Calibration, options: DeploymentOptions | list[DeploymentOptions],
           settings: SweepSettings, fastest_s: float = 0.0) -> SweepResult:
-    """The front (`fastest_s`: no deployment has a lower TTFT, where the coverage starts)."""
-    return _Sweeper(resolved, calibration, options, settings, fastest_s).run()
+    """The front (`fastest_s`: no deployment has a lower TTFT, where the coverage starts) over one block of
+    options or several (an inventory of several groups)."""
+    blocks = options if isinstance(options, list) else [options]
+    return _Sweeper(resolved, calibration, blocks, settings, fastest_s).run()

@@ -175,11 +175,12 @@ def _parallel_options(resolved: ResolvedScenario) -> Iterator[tuple[int, int, in
 def candidate_pools(resolved: ResolvedScenario, role: PoolRole) -> list[Pool]:
     per_rank = PREFILL_BATCH_PER_RANK if role in ("prefill", "midfill") else BATCH_PER_RANK
     cap = resolved.scenario.search.max_batch
+    group = resolved.group.name if resolved.group.named else None  # generated on one group (a view)
     pools = []
     for tp, dp, pp, moe_tp, moe_ep in _parallel_options(resolved):
         for batch in (b * dp for b in per_rank):
             if cap is None or batch <= cap:
-                pools.append(Pool(role=role, replicas=1, tp=tp, dp_attention=dp, pp=pp, moe_tp=moe_tp,
+                pools.append(Pool(role=role, group=group, replicas=1, tp=tp, dp_attention=dp, pp=pp, moe_tp=moe_tp,
                                   moe_ep=moe_ep, batch=batch))
     return pools
 
@@ -268,8 +269,10 @@ def _ladder_extras(resolved: ResolvedScenario, plans: list[PoolPlan], every_batc
 def timed_plans(plans: list[PoolPlan], resolved: ResolvedScenario, calibration: Calibration) -> list[PoolTiming]:
     """Time planned pools, priced in bulk."""
     engine = resolved.scenario.engine
-    works = [w for plan in plans for phase in (plan.fill, plan.decode, plan.mixed) for w in phase or []]
-    table = WorkTable(works, [resolved.system] * len(works), [engine] * len(works))
+    pairs = [(w, plan.ctx.system) for plan in plans for phase in (plan.fill, plan.decode, plan.mixed)
+             for w in phase or []]
+    works = [w for w, _ in pairs]
+    table = WorkTable(works, [system for _, system in pairs], [engine] * len(works))
     pricer = TablePricer(table, table.price(calibration), calibration, engine)
     return [time_pool(plan, pricer) for plan in plans]
 
@@ -314,3 +317,17 @@ def _slo_breach(resolved: ResolvedScenario, candidate: Candidate) -> str | None:
 def with_replicas(candidate: Candidate, replicas: int) -> Pool:
     """The candidate's pool as a layout entry with `replicas` instances."""
     return candidate.pool.model_copy(update={"replicas": replicas})
+
+
+def merged(sets: list[CandidateSet]) -> CandidateSet:
+    """The candidates of several inventory groups together (for counts and the infeasibility diagnosis)."""
+    result = CandidateSet()
+    for own in sets:
+        for kind, members in own.by_role.items():
+            result.by_role.setdefault(kind, []).extend(members)
+        for reason, count in own.pruned.items():
+            result.pruned[reason] = result.pruned.get(reason, 0) + count
+        for name, value in own.fastest_ms.items():
+            result.fastest_ms[name] = min(result.fastest_ms.get(name, value), value)
+        result.instance_gpus = max(result.instance_gpus, own.instance_gpus)
+    return result

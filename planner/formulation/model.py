@@ -32,7 +32,6 @@ Other sizes are checked exactly after the solve (`planner.placement.fits`), with
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
@@ -41,6 +40,7 @@ from planner.formulation.linear import Expr, LinearModel, add_expr
 from planner.formulation.options import DecodeOption, DeploymentOptions, MixedOption, PrefillOption
 from planner.formulation.pairs import PairTable
 from planner.formulation.screening import Screened, screen
+from planner.placement import Domains, packing_rows
 
 RATE_STEPS = 2**20  # CP-SAT resolution of rates and utilisation: 1e-6 of their range
 
@@ -375,15 +375,18 @@ def _define_store(dm: DeploymentModel, options: DeploymentOptions) -> None:
 
 
 def _define_packing(dm: DeploymentModel, options: DeploymentOptions) -> None:
-    """`packing`: instances in scale-up domains (module docstring)."""
-    domains, configs = options.domains, dm.configs()
-    wide = {c.var: float(c.count * math.ceil(c.option.gpus / domains.size))
-            for c in configs if c.option.gpus > domains.size}
-    if wide:
-        dm.model.add("packing-wide", "packing", wide, "<=", domains.full)
-    for size in sorted({c.option.gpus for c in configs if c.option.gpus <= domains.size}):
-        per_domain = domains.size // size * size
-        row = add_expr({c.var: float(c.gpus) for c in configs if size <= c.option.gpus <= domains.size},
-                       _scaled(wide, per_domain))
-        dm.model.add(f"packing-size{size}", "packing", row, "<=",
-                     per_domain * domains.full + domains.rest // size * size)
+    """`packing`: instances in scale-up domains and racks (`planner.placement.packing_rows`), per inventory
+    group: the fill and decode pools share one group's rows, or each has its own group's."""
+    fills = [*dm.prefill, *dm.first, *dm.midfill]
+    if options.shared_domains:
+        _packing_rows(dm, options.domains, [*fills, *dm.decode], "")
+    else:
+        _packing_rows(dm, options.domains, fills, "fill-")
+        _packing_rows(dm, options.decode_room, list(dm.decode), "decode-")
+
+
+def _packing_rows(dm: DeploymentModel, domains: Domains, configs: Sequence[AnyConfig], tag: str) -> None:
+    for row in packing_rows(domains, [c.option.gpus for c in configs]):
+        expr = {c.var: float(row.weight(c.option.gpus) * c.count) for c in configs if row.weight(c.option.gpus)}
+        if expr:
+            dm.model.add(f"packing-{tag}{row.name}", "packing", expr, "<=", float(row.rhs))

@@ -19,6 +19,7 @@ prefill pool and so raises its queueing (a TTFT trade-off).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from costmodel.calibration import Calibration
 from costmodel.kv_tiers import NO_STORE_USE, StoreUse
@@ -27,7 +28,7 @@ from costmodel.scenario import KvStore
 from costmodel.serving import kv_transfer_s, turn_share
 from planner.deployment import aggregated_point
 from planner.pareto import FrontPoint
-from planner.placement import domain_bins, max_replicas
+from planner.placement import Domains, fits, group_domains, max_replicas
 from planner.templates import Candidate, CandidateSet
 
 STORE_TOO_SMALL = "shared KV store too small for one instance"
@@ -59,19 +60,6 @@ class DecodeOption:
     most: int
 
 
-@dataclass(frozen=True)
-class Domains:
-    """Scale-up domains: `full` of `size` GPUs and one of `rest` GPUs (0 if none)."""
-
-    size: int
-    full: int
-    rest: int
-
-    @property
-    def gpus(self) -> int:
-        return self.size * self.full + self.rest
-
-
 @dataclass(frozen=True, eq=False)
 class FillGroup:
     """Fill options of one kind in disaggregated serving with a midfill pool: the first-turn prefill
@@ -99,12 +87,37 @@ class DeploymentOptions:
     prefill: tuple[PrefillOption, ...]
     decode: tuple[DecodeOption, ...]
     kv_transfer_s: dict[tuple[int, int], float]  # (prefill GPUs, decode GPUs) -> s
-    domains: Domains
+    domains: Domains  # where the fill pools run (and the decode pool, unless `decode_domains` is given)
     output_tokens: int
     cohort_fraction: float
     pruned_prefill: int
     store: KvStore | None = None  # the cluster's shared KV store (multi-turn sessions)
     split: tuple[FillGroup, FillGroup] | None = None  # (first turns, midfill): a separate midfill pool
+    decode_domains: Domains | None = None  # the decode pool on another inventory group: its own domains
+    label: str = ""  # the inventory groups of this structure block, e.g. "hopper>nvl" (prefill > decode)
+
+    @property
+    def shared_domains(self) -> bool:
+        """The fill and decode pools share one group's domains (their packing rows are joint)."""
+        return self.decode_domains is None
+
+    @property
+    def decode_room(self) -> Domains:
+        return self.domains if self.decode_domains is None else self.decode_domains
+
+    def fill_room(self, decode_gpus: Any) -> Any:
+        """GPUs the fill pools may take beside a decode pool of `decode_gpus` (a number or an array)."""
+        return self.domains.gpus - decode_gpus if self.decode_domains is None else self.domains.gpus
+
+    def fits(self, fills: list[tuple[int, int]], decode: tuple[int, int]) -> bool:
+        """Whether fill pools of (instance GPUs, instances) and the decode pool fit their groups."""
+        if self.decode_domains is None:
+            return fits([*fills, decode], self.domains)
+        return fits(fills, self.domains) and fits([decode], self.decode_domains)
+
+    def decode_room_gpus(self, fill_gpus: int) -> int:
+        """GPUs the decode pool may take beside fill pools of at least `fill_gpus`."""
+        return self.domains.gpus - fill_gpus if self.decode_domains is None else self.decode_domains.gpus
 
     @property
     def disaggregated(self) -> bool:
@@ -112,10 +125,10 @@ class DeploymentOptions:
         return bool((self.prefill or self.split) and self.decode)
 
 
-def _domains(resolved: ResolvedScenario) -> Domains:
-    bins = domain_bins(resolved)
-    full = sum(1 for b in bins if b == bins[0])
-    return Domains(bins[0], full, sum(bins) - full * bins[0])
+def _domains_of(resolved: ResolvedScenario, candidate: Candidate) -> Domains:
+    group = resolved.group_named(candidate.pool.group)
+    assert group is not None  # candidates are generated on the scenario's groups
+    return group_domains(group)
 
 
 def _prune_prefill(options: list[PrefillOption]) -> list[PrefillOption]:
@@ -131,45 +144,62 @@ def _prune_prefill(options: list[PrefillOption]) -> list[PrefillOption]:
     return kept
 
 
-def deployment_options(resolved: ResolvedScenario, candidates: CandidateSet,
-                       calibration: Calibration) -> DeploymentOptions:
-    bins, workload = domain_bins(resolved), resolved.scenario.workload
+def deployment_options(resolved: ResolvedScenario, candidates: CandidateSet, calibration: Calibration,
+                       decode_from: CandidateSet | None = None, label: str = "") -> DeploymentOptions:
+    """The options of one structure block: every structure on one group (`candidates`), or, with
+    `decode_from`, fills on `candidates`' group and decode on another's (no mixed or midfill pools)."""
+    workload = resolved.scenario.workload
     mixed = []
-    for candidate in candidates.by_role.get("mixed", []):
+    for candidate in candidates.by_role.get("mixed", []) if decode_from is None else []:
         point = aggregated_point(resolved, candidate)
         if point is not None:
             mixed.append(MixedOption(candidate, point))
-        elif max_replicas(candidate.gpus, bins) >= 1:
+        elif max_replicas(candidate.gpus, _domains_of(resolved, candidate)) >= 1:
             candidates.count(STORE_TOO_SMALL)
     store = resolved.scenario.cluster.kv_store
     prefill_all = _fill_options(resolved, candidates.by_role.get("prefill", []), candidates)
     prefill = _prune_prefill(prefill_all)
+    decoders = (decode_from or candidates).by_role.get("decode", [])
     decode = [DecodeOption(c, c.gpus, c.pool.batch, (workload.output_tokens - 1) * c.timing.tpot_s,
-                           max_replicas(c.gpus, bins)) for c in candidates.by_role.get("decode", [])]
+                           max_replicas(c.gpus, _domains_of(resolved, c))) for c in decoders]
     decode = [d for d in decode if d.most >= 1]
-    first = _prune_prefill(_fill_options(resolved, candidates.by_role.get("first", []), candidates))
-    midfill = _prune_prefill(_fill_options(resolved, candidates.by_role.get("midfill", []), candidates))
     split = None
-    if first and midfill and decode:
-        split = (FillGroup(tuple(first), turn_share(workload, "first"), _transfers(first, decode, calibration)),
-                 FillGroup(tuple(midfill), turn_share(workload, "later"), _transfers(midfill, decode, calibration)))
+    if decode_from is None:
+        first = _prune_prefill(_fill_options(resolved, candidates.by_role.get("first", []), candidates))
+        midfill = _prune_prefill(_fill_options(resolved, candidates.by_role.get("midfill", []), candidates))
+        if first and midfill and decode:
+            split = (FillGroup(tuple(first), turn_share(workload, "first"), _transfers(first, decode, calibration)),
+                     FillGroup(tuple(midfill), turn_share(workload, "later"),
+                               _transfers(midfill, decode, calibration)))
+    fills_group = resolved.group_named(_group_name(candidates))
+    decode_group = None if decode_from is None else resolved.group_named(_group_name(decode_from))
+    assert fills_group is not None
     return DeploymentOptions(
         mixed=tuple(mixed), prefill=tuple(prefill), decode=tuple(decode),
-        kv_transfer_s=_transfers(prefill, decode, calibration), domains=_domains(resolved),
-        output_tokens=workload.output_tokens,
+        kv_transfer_s=_transfers(prefill, decode, calibration),
+        domains=group_domains(fills_group), output_tokens=workload.output_tokens,
         cohort_fraction=calibration.engine(resolved.scenario.engine).cohort_fraction,
         pruned_prefill=len(prefill_all) - len(prefill), store=store, split=split,
+        decode_domains=None if decode_group is None else group_domains(decode_group), label=label,
     )
+
+
+def _group_name(candidates: CandidateSet) -> str | None:
+    """The inventory group a candidate set was generated on (None: the cluster's only group)."""
+    for members in candidates.by_role.values():
+        for candidate in members:
+            return candidate.pool.group
+    return None
 
 
 def _fill_options(resolved: ResolvedScenario, candidates: list[Candidate],
                   pruned: CandidateSet | None = None) -> list[PrefillOption]:
     """Fill options with the most instances the domains and the shared KV store hold; those that fit the
     domains but not the store are counted in `pruned` (for the diagnosis of an infeasible scenario)."""
-    bins, store = domain_bins(resolved), resolved.scenario.cluster.kv_store
+    store = resolved.scenario.cluster.kv_store
     options = []
     for c in candidates:
-        fitting = max_replicas(c.gpus, bins)
+        fitting = max_replicas(c.gpus, _domains_of(resolved, c))
         most = min(fitting, c.store_instances(store))
         if fitting >= 1 and most < 1 and pruned is not None:
             pruned.count(STORE_TOO_SMALL)
@@ -180,7 +210,8 @@ def _fill_options(resolved: ResolvedScenario, candidates: list[Candidate],
 
 def _transfers(fills: list[PrefillOption], decode: list[DecodeOption],
                calibration: Calibration) -> dict[tuple[int, int], float]:
-    """KV transfer time by (fill GPUs, decode GPUs): it depends on the two sizes and the fills' turns only."""
+    """KV transfer time by (fill GPUs, decode GPUs): it depends on the two sizes and the fills' turns only
+    (and, between inventory groups, on their NICs and rack uplinks: one block has one group pair)."""
     transfer = {}
     for p in fills:
         for d in decode:

@@ -92,7 +92,8 @@ class PairTable:
                                       transfer_matrix(options, a.size_y[block], a.size_z),
                                       a.conc[None, :], a.away[None, :], options.cohort_fraction,
                                       a.load[block, None] if (a.load < 1.0).any() else None)
-            self.ttft[block] = np.where(self._gpus(block) <= options.domains.gpus, ttft, np.inf)
+            room = self._gpus(block) <= options.domains.gpus if options.shared_domains else True  # else: own groups
+            self.ttft[block] = np.where(room, ttft, np.inf)
             self.rate[block] = rate
 
     def _blocks(self) -> list[slice]:

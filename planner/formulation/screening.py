@@ -64,7 +64,7 @@ def screen(options: DeploymentOptions, eps_s: float | None, q: float, q_feasible
         mixed = [m for m in mixed if m.point.tokens_per_s_per_gpu >= q * (1 - BOUND_TOL)]
     if not options.disaggregated:
         return Screened(mixed, [], [])
-    room = options.domains.gpus - min(d.gpus for d in options.decode)
+    room = options.fill_room(min(d.gpus for d in options.decode))
     fills = [p for p in options.prefill
              if eps_s is None or p.fill_s + min(options.kv_transfer_s.values()) <= eps_s * (1 + EPS_TOL)]
     prefill = _prefill_configs(tuple(fills), room)
@@ -74,7 +74,7 @@ def screen(options: DeploymentOptions, eps_s: float | None, q: float, q_feasible
     table = _decode_table(options)
     fewest = [min(p.gpus for p in fills)] if prefill else []
     fewest += [min(p.gpus for p, _ in first) + min(p.gpus for p, _ in midfill)] if midfill else []
-    alive = table.gpus <= options.domains.gpus - min(fewest)
+    alive = table.gpus <= options.decode_room_gpus(min(fewest))
     if eps_s is not None:
         alive &= table.fastest <= eps_s * (1 + 1e-9)
     shared, split = (alive.copy() if prefill else np.zeros_like(alive)), (alive.copy() if midfill else
@@ -136,7 +136,7 @@ _TABLES: weakref.WeakKeyDictionary[DeploymentOptions, _DecodeTable] = weakref.We
 
 def _decode_table(options: DeploymentOptions) -> _DecodeTable:
     if options not in _TABLES:
-        configs = _decode_configs(options.decode, options.domains.gpus)
+        configs = _decode_configs(options.decode, options.decode_room.gpus)
         a = ConfigArrays.of([], configs)
         _TABLES[options] = _DecodeTable(configs, a.conc, a.away, a.gpus_z, _fastest_ttft(options, a))
     return _TABLES[options]
@@ -154,7 +154,7 @@ def _fastest_ttft(options: DeploymentOptions, a: ConfigArrays) -> np.ndarray:
         ttft, _ = pair_figures(cap, shortest, np.zeros_like(cap), a.conc, a.away, options.cohort_fraction)
         best = np.asarray(ttft, dtype=float)  # fill and transfer folded together: the same TTFT
     for p in options.prefill:
-        count = np.minimum(p.most, (options.domains.gpus - a.gpus_z) // p.gpus)
+        count = np.minimum(p.most, options.fill_room(a.gpus_z) // p.gpus)
         cap = np.maximum(count, 1) * p.capacity
         transfer = transfer_matrix(options, np.array([p.gpus]), a.size_z)[0]
         ttft, _ = pair_figures(cap, np.full_like(cap, p.fill_s), transfer, a.conc, a.away, options.cohort_fraction)
@@ -360,12 +360,12 @@ def screen_cluster(options: DeploymentOptions, units: UnitTable | None, eps_s: f
                 d, count_d = int(units.decode[i]), int(units.decodes[i])
                 prefill[(p, count_p)] = (options.prefill[p], count_p)
                 decode[(d, count_d)] = (options.decode[d], count_d)
-    room = options.domains.gpus - min(d.gpus for d in options.decode)
+    room = options.fill_room(min(d.gpus for d in options.decode))
     first, midfill = _split_configs(options, eps_s, room)
     if midfill:
         table = _decode_table(options)
         fewest = min(p.gpus for p, _ in first) + min(p.gpus for p, _ in midfill)
-        alive = table.gpus <= options.domains.gpus - fewest
+        alive = table.gpus <= options.decode_room_gpus(fewest)
         if eps_s is not None:
             alive &= table.fastest <= eps_s * (1 + 1e-9)
         split = _split_bounded(options, first, midfill, table, alive, 0.0, target) if alive.any() else alive

@@ -25,9 +25,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from planner.formulation.options import DecodeOption, DeploymentOptions, Domains, PrefillOption
+from planner.formulation.options import DecodeOption, DeploymentOptions, PrefillOption
 from planner.formulation.pairs import pair_figures
-from planner.placement import fits
+from planner.placement import Domains, divisible, fits, packing_rows
 
 KEEP_TOL = 1e-6  # relative: triples within this of the block's best rate at their TTFT are kept
 BLOCK = 2_000_000  # triples per numpy block (memory: ~10 arrays of this many float64)
@@ -68,7 +68,8 @@ def unit_table(options: DeploymentOptions, first_cap_s: float | None) -> UnitTab
     if not options.prefill or not options.decode:
         return None
     prefill = list(options.prefill)
-    divisible = _divisible([p.gpus for p in prefill] + [d.gpus for d in options.decode], options.domains)
+    exact = options.decode_domains is not None or divisible(
+        [p.gpus for p in prefill] + [d.gpus for d in options.decode], options.domains)
     groups: dict[tuple[int, int], list[int]] = {}
     for index, d in enumerate(options.decode):  # decode options of one size and count limit share P_max
         groups.setdefault((d.gpus, d.most), []).append(index)
@@ -77,7 +78,7 @@ def unit_table(options: DeploymentOptions, first_cap_s: float | None) -> UnitTab
         counts = _decode_counts(options, prefill, size, most)
         if counts.size == 0:
             continue
-        count_p = _prefill_counts(options, prefill, size, counts, divisible)
+        count_p = _prefill_counts(options, prefill, size, counts, exact)
         rows = max(1, BLOCK // (len(prefill) * counts.size))
         for start in range(0, len(members), rows):
             part = _block(options, prefill, members[start:start + rows], counts, count_p, first_cap_s)
@@ -92,8 +93,10 @@ def unit_table(options: DeploymentOptions, first_cap_s: float | None) -> UnitTab
 
 
 def _decode_counts(options: DeploymentOptions, prefill: list[PrefillOption], size: int, most: int) -> np.ndarray:
-    smallest = min(p.gpus for p in prefill)
     counts = np.arange(1, most + 1)
+    if options.decode_domains is not None:  # on another group: the fills' room does not depend on it
+        return counts
+    smallest = min(p.gpus for p in prefill)
     return np.asarray(counts[counts * size <= options.domains.gpus - smallest])
 
 
@@ -102,6 +105,8 @@ def _prefill_counts(options: DeploymentOptions, prefill: list[PrefillOption], si
     """P_max per prefill option (rows) and decode count (columns)."""
     gpus_p = np.array([p.gpus for p in prefill])
     most_p = np.array([p.most for p in prefill])
+    if options.decode_domains is not None:
+        return np.asarray(np.broadcast_to(most_p[:, None], (len(prefill), counts.size)).copy())
     count_p = np.minimum(most_p[:, None], most_beside(gpus_p, size, counts, options.domains))
     if not divisible:
         count_p = _packed_counts(gpus_p, size, counts, count_p, options.domains)
@@ -163,8 +168,7 @@ def _front_mask(ttft: np.ndarray, rate: np.ndarray) -> np.ndarray:
 
 def most_beside(size_p: np.ndarray, size_d: int, counts: np.ndarray, domains: Domains) -> np.ndarray:
     """Most prefill instances of each size in `size_p` (rows) beside `counts` decode instances of `size_d`
-    (columns), by the packing rows: instances larger than a domain take whole domains; for every size s
-    up to a domain, the GPUs of instances of size >= s fit the domains' multiples of s."""
+    (columns), by the packing rows (`planner.placement.packing_rows`): exact when sizes divide each other."""
     result = np.empty((size_p.size, counts.size), dtype=np.int64)
     for row, size in enumerate(size_p):
         result[row] = _most_of_size(int(size), size_d, counts, domains)
@@ -172,48 +176,21 @@ def most_beside(size_p: np.ndarray, size_d: int, counts: np.ndarray, domains: Do
 
 
 def _most_of_size(size: int, size_d: int, counts: np.ndarray, domains: Domains) -> np.ndarray:
-    span_p, span_d = -(-size // domains.size), -(-size_d // domains.size)
-    wide_d = counts * span_d if size_d > domains.size else np.zeros_like(counts)
-    limits = []
-    if size > domains.size:  # whole domains, beside the decode pool's whole domains
-        limits.append((domains.full - wide_d) // span_p)
-    for s in sorted({x for x in (size, size_d) if x <= domains.size}):
-        per_domain = domains.size // s * s
-        room = per_domain * domains.full + domains.rest // s * s
-        used = counts * size_d if s <= size_d <= domains.size else np.zeros_like(counts)
-        used = used + wide_d * per_domain
-        if size > domains.size:
-            limits.append((room - used) // (span_p * per_domain))
-        elif size >= s:
-            limits.append((room - used) // size)
+    rows = packing_rows(domains, [size, size_d])
+    limits = [(row.rhs - row.weight(size_d) * counts) // row.weight(size) for row in rows if row.weight(size) > 0]
     bound = np.min(np.stack(limits), axis=0) if limits else np.zeros_like(counts)
-    fits_d = _decode_fits(size_d, counts, domains)
+    fits_d = np.all(np.stack([row.weight(size_d) * counts <= row.rhs for row in rows]), axis=0)
     return np.where(fits_d, np.maximum(bound, 0), 0)
-
-
-def _decode_fits(size_d: int, counts: np.ndarray, domains: Domains) -> np.ndarray:
-    if size_d > domains.size:
-        return np.asarray(counts * -(-size_d // domains.size) <= domains.full)
-    per_domain = domains.size // size_d * size_d
-    return np.asarray(counts * size_d <= per_domain * domains.full + domains.rest // size_d * size_d)
-
-
-def _divisible(sizes: list[int], domains: Domains) -> bool:
-    """Whether the packing rows are exact: sizes that divide each other (and, for instances wider than a
-    domain, whole numbers of domains)."""
-    distinct = sorted(set(sizes))
-    return all(b % a == 0 for i, a in enumerate(distinct) for b in distinct[i:])
 
 
 def _packed_counts(size_p: np.ndarray, size_d: int, counts: np.ndarray, count_p: np.ndarray,
                    domains: Domains) -> np.ndarray:
     """Sizes that do not divide each other: lower each count until the exact packer accepts it."""
-    bins = (domains.size,) * domains.full + ((domains.rest,) if domains.rest else ())
     result = count_p.copy()
     for row, size in enumerate(size_p):
         for col, count_d in enumerate(counts):
             n = int(result[row, col])
-            while n >= 1 and not fits([(int(size), n), (size_d, int(count_d))], bins):
+            while n >= 1 and not fits([(int(size), n), (size_d, int(count_d))], domains):
                 n -= 1
             result[row, col] = n
     return result

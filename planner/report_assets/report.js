@@ -121,21 +121,23 @@
 
   // ---------------------------------------------------------------- the cluster of one point
   function gpuCells(point) {
-    // Every GPU the point uses: [domain, gpu in domain] -> what runs there.
+    // Every GPU the point uses: "<group>/r<rack>/d<domain>:<gpu in domain>" -> what runs there.
     const cells = new Map();
-    const size = point.placement.domain_gpus;
     point.layout.pools.forEach((pool, p) => {
       const placed = point.placement.pools[p];
+      const shape = point.placement.groups[placed.group];
+      const nodesPerDomain = shape.domain_gpus / shape.gpus_per_node;
       const banks = D.expert_banks[String(pool.moe_ep)];
-      placed.instances.forEach(([domain, first], instance) => {
-        for (let offset = 0; offset < placed.gpus_per_instance; offset++) {
-          const absolute = first + offset;
-          const key = `${domain + Math.floor(absolute / size)}:${absolute % size}`;
+      placed.instances.forEach((inst, instance) => {
+        inst.gpus.forEach((id, offset) => {
+          const [, rack, node, g] = id.match(/\/r(\d+)\/n(\d+)\/g(\d+)$/).map(Number);
+          const key = `${placed.group}/r${rack}/d${Math.floor(node / nodesPerDomain)}:` +
+            `${(node % nodesPerDomain) * shape.gpus_per_node + g}`;
           const stage = placed.stages.find((s) => offset >= s.gpu_offset[0] && offset <= s.gpu_offset[1]);
           const rank = stage ? Math.floor((offset - stage.gpu_offset[0]) / pool.moe_tp) : null;
           const experts = banks && rank !== null && pool.moe_ep > 1 ? banks.gpu_experts[rank] : null;
-          cells.set(key, { pool: p, role: pool.role, instance, offset, stage, rank, experts });
-        }
+          cells.set(key, { pool: p, role: pool.role, instance, offset, stage, rank, experts, id });
+        });
       });
     });
     return cells;
@@ -145,19 +147,34 @@
     const box = document.getElementById("cluster");
     box.replaceChildren();
     const cells = gpuCells(point);
-    const size = point.placement.domain_gpus, perNode = Math.min(D.cluster.gpus_per_node, size);
-    const domains = [...new Set([...cells.keys()].map((k) => Number(k.split(":")[0])))].sort((a, b) => a - b);
+    const order = (k) => k.split(":")[0].match(/^(.*)\/r(\d+)\/d(\d+)$/);
+    const domains = [...new Set([...cells.keys()].map((k) => k.split(":")[0]))].sort((a, b) => {
+      const [, ga, ra, da] = order(a), [, gb, rb, db] = order(b);
+      return ga === gb ? (Number(ra) - Number(rb)) || (Number(da) - Number(db)) : (ga < gb ? -1 : 1);
+    });
     const shown = domains.slice(0, 48);
-    const cell = 16, gap = 3, nodeGap = 8, perRow = Math.max(1, Math.floor(640 / (perNode * (cell + gap) + nodeGap)));
-    const nodes = Math.ceil(size / perNode), nodeWidth = perNode * (cell + gap) + nodeGap;
-    const domainHeight = 22 + Math.ceil(nodes / perRow) * (cell + 14);
-    const width = 40 + Math.min(nodes, perRow) * nodeWidth;
-    const svg = el("svg:svg", { width, height: shown.length * (domainHeight + 10) + 10, id: "cluster-drawing" });
-    const unit = size >= D.cluster.gpus_per_rack ? "rack" : "scale-up domain";
+    const shapeOf = (domain) => point.placement.groups[order(domain)[1]];
+    const cell = 16, gap = 3, nodeGap = 8;
+    const geometry = shown.map((domain) => {
+      const shape = shapeOf(domain), size = shape.domain_gpus, perNode = Math.min(shape.gpus_per_node, size);
+      const perRow = Math.max(1, Math.floor(640 / (perNode * (cell + gap) + nodeGap)));
+      const nodes = Math.ceil(size / perNode), nodeWidth = perNode * (cell + gap) + nodeGap;
+      return { shape, size, perNode, perRow, nodes, nodeWidth, height: 22 + Math.ceil(nodes / perRow) * (cell + 14),
+        width: 40 + Math.min(nodes, perRow) * nodeWidth };
+    });
+    const width = Math.max(100, ...geometry.map((g) => g.width));
+    const tops = [];
+    let y = 10;
+    geometry.forEach((g) => { tops.push(y); y += g.height + 10; });
+    const svg = el("svg:svg", { width, height: y, id: "cluster-drawing" });
+    const unitOf = (g) => (g.size >= g.shape.gpus_per_rack ? "rack" : "scale-up domain");
+    const unit = geometry.length && geometry.every((g) => unitOf(g) === "rack") ? "rack" : "scale-up domain";
     shown.forEach((domain, row) => {
-      const y0 = 10 + row * (domainHeight + 10);
-      svg.append(el("svg:rect", { x: 4, y: y0, width: width - 8, height: domainHeight, class: "domain" }));
-      svg.append(el("svg:text", { x: 10, y: y0 + 14, class: "label" }, `${unit} ${domain} (${size} GPUs)`));
+      const { size, perNode, perRow, nodes, nodeWidth, height } = geometry[row];
+      const y0 = tops[row];
+      svg.append(el("svg:rect", { x: 4, y: y0, width: width - 8, height, class: "domain" }));
+      svg.append(el("svg:text", { x: 10, y: y0 + 14, class: "label" },
+        `${unitOf(geometry[row])} ${domain} (${size} GPUs)`));
       for (let node = 0; node < nodes; node++) {
         const nx = 12 + (node % perRow) * nodeWidth, ny = y0 + 20 + Math.floor(node / perRow) * (cell + 14);
         svg.append(el("svg:rect", { x: nx - 3, y: ny - 3, width: nodeWidth - nodeGap + 2, height: cell + 6,
@@ -175,7 +192,7 @@
           const layers = info.stage ? `layers ${info.stage.layers[0]}-${info.stage.layers[1]}` : "";
           const bank = info.experts ? `EP rank ${info.rank}: ${info.experts.length} experts [${info.experts.join(", ")}]`
             : "experts: all (no expert parallelism)";
-          const text = `${unit} ${domain}, node ${node}, GPU ${gpu}\n${info.role} instance ${info.instance}, ` +
+          const text = `${info.id}\n${info.role} instance ${info.instance}, ` +
             `GPU ${info.offset} of it\npipeline stage ${stage} (${layers})\n${bank}`;
           rect.addEventListener("mousemove", (e) => showTip(e, text));
           rect.addEventListener("mouseleave", hideTip);

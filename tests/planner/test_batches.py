@@ -14,7 +14,7 @@ from costmodel.calibration import default_calibration
 from costmodel.resolve import ResolvedScenario
 from planner.deployment import aggregated_point, disaggregated_point
 from planner.pareto import FrontPoint
-from planner.placement import domain_bins, fits
+from planner.placement import cluster_domains, fits
 from planner.scenario import scenario_from_data
 from planner.solve import SolveSettings, solve
 from planner.templates import Candidate, CandidateSet, candidate_pools, kind_role, layout_key, planned, timed_plans
@@ -74,7 +74,7 @@ def test_no_deployment_at_any_batch_beats_the_front(layout_p: int, batch_d: int,
             assert_not_beaten(point)
     prefill, decode = timed("prefill", layout_p, batch_p), timed("decode", layout_d, batch_d)
     if prefill is None or decode is None or not fits([(prefill.gpus, count_p), (decode.gpus, count_d)],
-                                                     domain_bins(scenario())):
+                                                     cluster_domains(scenario())):
         return
     point = disaggregated_point(scenario(), default_calibration(), [(prefill, count_p)], decode, count_d)
     if point is not None and (slo.tpot_ms is None or point.tpot_ms <= slo.tpot_ms):

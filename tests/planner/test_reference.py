@@ -9,7 +9,7 @@ from costmodel.evaluate import evaluate
 from costmodel.layout import Layout
 from costmodel.resolve import ResolvedScenario
 from planner.pareto import FrontPoint, additive_epsilon, dominates, hypervolume, non_dominated
-from planner.placement import domain_bins, fits, max_replicas
+from planner.placement import Domains, cluster_domains, fits, max_replicas
 from planner.reference import exhaustive_front
 from planner.scenario import load_scenario, scenario_from_data
 from planner.templates import generate
@@ -50,11 +50,12 @@ def test_domains_and_packing() -> None:
     gb200 = scenario_from_data({"schema_version": 1, "name": "g", "model": "qwen3-30b",
                                 "cluster": {"system": "gb200-nvl72", "gpus": 80},
                                 "workload": {"input_tokens": 10, "output_tokens": 10}})
-    assert domain_bins(gb200) == (72, 8)  # one full NVL72 domain and 8 GPUs of a second rack
-    bins = (72, 8)
-    assert fits([(16, 4), (8, 1)], bins) and not fits([(16, 5)], bins)
-    assert fits([(32, 2), (8, 2)], bins) and not fits([(32, 2), (8, 3)], bins)
-    assert max_replicas(16, bins) == 4 and max_replicas(8, (8, 8)) == 2 and max_replicas(144, (72, 72)) == 1
+    domains = cluster_domains(gb200)
+    assert domains.bins == (72, 8)  # one full NVL72 domain and 8 GPUs of a second rack
+    assert fits([(16, 4), (8, 1)], domains) and not fits([(16, 5)], domains)
+    assert fits([(32, 2), (8, 2)], domains) and not fits([(32, 2), (8, 3)], domains)
+    assert max_replicas(16, domains) == 4 and max_replicas(8, Domains(8, 2)) == 2
+    assert max_replicas(144, Domains(72, 2)) == 1 and max_replicas(144, domains) == 0
 
 
 def test_exhaustive_front_points_are_reproduced_by_evaluate() -> None:
@@ -101,10 +102,10 @@ def test_example_scenarios_have_feasible_candidates(name: str) -> None:
 def test_divisible_packing_is_exact_against_the_search() -> None:
     from itertools import product
 
-    from planner.placement import _divisible_fit, _pack_exact
+    from planner.placement import _pack_exact
 
-    for bins in ((72, 72), (72, 8), (40, 24, 24)):
+    for domains in (Domains(72, 2), Domains(72, 1, (8,)), Domains(40, 1, (24, 24)), Domains(8, 1, (7, 5, 3))):
         for counts in product(range(4), repeat=3):
             items = tuple((size, count) for size, count in zip((32, 16, 8), counts, strict=True) if count)
-            assert _divisible_fit(items, bins) == _pack_exact(items, bins), (bins, items)
-    assert fits([(16, 4), (32, 64)], (72,) * 64)  # many domains: no exhaustive search
+            assert fits(items, domains) == _pack_exact(items, domains.bins), (domains, items)
+    assert fits([(16, 4), (32, 64)], Domains(72, 64))  # many domains: no exhaustive search

@@ -143,12 +143,14 @@ def test_placement_accounts_for_every_gpu() -> None:
     result = solve(scenario, SolveSettings("highs", 60.0))
     for solved in result.front:
         placement = plan_output.placement(result, solved)
-        used: set[tuple[int, int]] = set()
+        used: set[str] = set()
         for pool in placement["pools"]:
             assert pool["stages"][-1]["gpu_offset"][1] == pool["gpus_per_instance"] - 1
-            for domain, first in pool["instances"]:
-                gpus = {(domain, first + g) for g in range(pool["gpus_per_instance"])}
-                assert not gpus & used and all(0 <= g < placement["domain_gpus"] for _, g in gpus)
+            for instance in pool["instances"]:
+                gpus = set(instance["gpus"])
+                assert len(gpus) == pool["gpus_per_instance"] and not gpus & used
+                nodes = {gpu.rsplit("/", 1)[0] for gpu in gpus}  # an H100 instance of <= 8 GPUs: one node
+                assert len(nodes) == -(-pool["gpus_per_instance"] // 8)
                 used |= gpus
         assert len(used) == solved.point.gpus
 

@@ -7,11 +7,13 @@ import numpy as np
 import pytest
 
 from costmodel.calibration import default_calibration
+from costmodel.hardware import load_system
+from costmodel.inventory import ClusterGroup
 from planner.formulation.options import DeploymentOptions, deployment_options
 from planner.formulation.pairs import pair_figures
 from planner.formulation.units import most_beside, unit_table
 from planner.pareto import TIE_REL
-from planner.placement import fits
+from planner.placement import assign, fits, group_domains
 from planner.scenario import scenario_from_data
 from planner.templates import generate
 from tests.planner.small_scenarios import small_data
@@ -25,13 +27,22 @@ def _options(name: str, **cluster: object) -> DeploymentOptions:
     return deployment_options(scenario, generate(scenario, calibration), calibration)
 
 
-@pytest.mark.parametrize(("gpus", "domain"), [(16, 8), (72, 72), (144, 72), (20, 8)])
-def test_most_beside_matches_the_exact_packer(gpus: int, domain: int) -> None:
-    """Powers of two in domains of 8 or 72 GPUs, whole and partial domains, instances wider than one."""
-    from planner.formulation.options import Domains
+def _placeable(group: ClusterGroup, items: list[tuple[int, int]]) -> bool:
+    try:
+        assign([size for size, count in items for _ in range(count)], group)
+    except ValueError:
+        return False
+    return True
 
-    domains = Domains(domain, gpus // domain, gpus % domain)
-    bins = (domain,) * domains.full + ((domains.rest,) if domains.rest else ())
+
+@pytest.mark.parametrize(("system", "gpus", "unavailable"), [
+    ("h200-sxm", 16, ()), ("gb200-nvl72", 72, ()), ("gb200-nvl72", 144, ()), ("h200-sxm", 20, ()),
+    ("h200-sxm", 72, ((0, 1, 3), (1, 0, 0))), ("gb200-nvl72", 144, ((1, 17, 2),))])
+def test_most_beside_matches_the_placer(system: str, gpus: int, unavailable: tuple[tuple[int, int, int], ...]) -> None:
+    """Powers of two in domains of 8 or 72 GPUs, whole and partial domains and racks, failed GPUs, instances
+    wider than a domain or a rack: the packing rows' counts equal what first-fit placement achieves."""
+    group = ClusterGroup("g", load_system(system), gpus, frozenset(unavailable))
+    domains = group_domains(group)
     sizes = np.array([1, 2, 4, 8, 16, 32, 64, 128])
     for size_d in (1, 4, 8, 32, 128):
         counts = np.arange(1, gpus // size_d + 2)
@@ -39,9 +50,9 @@ def test_most_beside_matches_the_exact_packer(gpus: int, domain: int) -> None:
         for row, size in enumerate(sizes):
             for col, count_d in enumerate(counts):
                 brute = 0
-                while fits([(int(size), brute + 1), (size_d, int(count_d))], bins):
+                while _placeable(group, [(int(size), brute + 1), (size_d, int(count_d))]):
                     brute += 1
-                if not fits([(size_d, int(count_d))], bins):
+                if not _placeable(group, [(size_d, int(count_d))]):
                     brute = 0
                 assert most[row, col] == brute, (size, size_d, count_d)
 
@@ -51,13 +62,12 @@ def test_the_table_holds_the_front_of_every_count(name: str) -> None:
     options = _options(name)
     table = unit_table(options, None)
     assert table is not None
-    bins = (options.domains.size,) * options.domains.full + ((options.domains.rest,) if options.domains.rest else ())
     best: list[tuple[float, float]] = []
     for p in options.prefill:
         for d in options.decode:
             for count_d in range(1, d.most + 1):
                 for count_p in range(1, p.most + 1):
-                    if not fits([(p.gpus, count_p), (d.gpus, count_d)], bins):
+                    if not fits([(p.gpus, count_p), (d.gpus, count_d)], options.domains):
                         continue
                     ttft, rate = pair_figures(np.array(p.capacity * count_p), np.array(p.fill_s),
                                               np.array(options.kv_transfer_s[(p.gpus, d.gpus)]),

@@ -45,7 +45,7 @@ def test_every_example_scenario_validates(path: Path) -> None:
 def test_minimal_scenario_resolves_counts_and_defaults(tmp_path: Path) -> None:
     resolved = load_scenario(_write(tmp_path, BASE))
     assert resolved.gpus == 8
-    assert resolved.partitions[0].nodes == 1
+    assert resolved.group.nodes == 1
     assert resolved.experts is Dtype.FP8  # experts default to the weights' format
     assert resolved.scenario.search.solver == "cpsat"
     assert resolved.scenario.engine == "generic"
@@ -113,10 +113,11 @@ def test_cluster_needs_exactly_one_count(tmp_path: Path) -> None:
     assert problem.field == "cluster" and "exactly one" in problem.message
 
 
-def test_partial_nodes_beyond_one_are_rejected(tmp_path: Path) -> None:
-    problem = _error(tmp_path, BASE.replace("gpus: 8", "gpus: 12")).problems[0]
-    assert (problem.field, problem.line) == ("cluster.gpus", 5)
-    assert "multiple of 8" in problem.message
+def test_a_gpu_count_may_end_in_a_partial_node(tmp_path: Path) -> None:
+    resolved = load_scenario(_write(tmp_path, BASE.replace("gpus: 8", "gpus: 12")))
+    assert resolved.gpus == 12 and resolved.group.nodes == 2
+    assert [d.capacity for d in resolved.group.domains] == [8, 4]  # the second node holds 4 GPUs
+    assert [d.complete for d in resolved.group.domains] == [True, False]
 
 
 def test_unknown_model_suggests_close_names(tmp_path: Path) -> None:
