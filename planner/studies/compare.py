@@ -94,8 +94,15 @@ def fronts(results: list[CaseResult]) -> list[Front]:
 
 
 def _stated_gpus(scenario: dict[str, Any]) -> int:
+    """GPUs a case's cluster states (for a case without a front, which has no `cluster_gpus`)."""
+    from costmodel.hardware import load_system
+
     cluster = scenario["cluster"]
-    return int(cluster.get("gpus") or 0)
+    if cluster.get("gpus"):
+        return int(cluster["gpus"])
+    system = load_system(str(cluster["system"]))
+    per = system.gpus_per_node if cluster.get("nodes") else system.gpus_per_rack
+    return int(cluster.get("nodes") or cluster.get("racks") or 0) * per
 
 
 def band_caps(study: Study, found: list[Front], bands: list[float] | None) -> list[float]:

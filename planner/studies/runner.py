@@ -14,6 +14,7 @@ import logging
 import multiprocessing
 import os
 import signal
+import socket
 import sys
 import time
 import traceback
@@ -134,7 +135,12 @@ def _ray(payloads: dict[str, Payload], jobs: int, address: str | None) -> Iterat
     except ImportError:
         raise InputError.single(None, None, "--ray", "Ray is not installed: pip install 'moe-planner[ray]'") from None
     if address:
-        ray.init(address=address, logging_level=logging.WARNING, log_to_driver=False)
+        _reachable(address)
+        try:
+            ray.init(address=address, logging_level=logging.WARNING, log_to_driver=False)
+        except (ConnectionError, RuntimeError, ValueError) as exc:
+            raise InputError.single(None, None, "--ray", f"cannot reach a Ray cluster at {address} ({exc}); start "
+                                    "one (ray start --head) or leave the address out for a local instance") from None
     else:
         ray.init(num_cpus=jobs, include_dashboard=False, logging_level=logging.WARNING, log_to_driver=False)
     interrupt.on_interrupt(ray.shutdown)
@@ -148,6 +154,20 @@ def _ray(payloads: dict[str, Payload], jobs: int, address: str | None) -> Iterat
                 yield refs[ref], ray.get(ref)
     finally:
         ray.shutdown()
+
+
+def _reachable(address: str, timeout_s: float = 5.0) -> None:
+    """A `host:port` or `ray://host:port` address answers, or an InputError at once (Ray itself keeps
+    retrying an address that does not answer for minutes). `auto` is Ray's to resolve."""
+    host, _, port = address.removeprefix("ray://").rpartition(":")
+    if not host or not port.isdigit():
+        return
+    try:
+        socket.create_connection((host, int(port)), timeout=timeout_s).close()
+    except OSError as exc:
+        raise InputError.single(None, None, "--ray", f"nothing answers at {address} ({exc.strerror or exc}); start a "
+                                "Ray cluster there (ray start --head) or leave the address out for a local "
+                                "instance") from None
 
 
 def run_cases(cases: tuple[Case, ...], executor: Executor, cache: Path | None,

@@ -175,3 +175,5 @@ def test_bad_executor_options(tmp_path: Path) -> None:
     assert result.code == 2 and "--out" in result.err
     with pytest.raises(InputError):
         load_study(tmp_path / "absent.yaml")
+    result = run_cli("sweep", str(study), "--out", str(tmp_path / "o"), "--ray", "127.0.0.1:9")  # nothing there
+    assert result.code == 2 and "--ray: nothing answers at 127.0.0.1:9" in result.err
