@@ -290,9 +290,9 @@ def plan_pool(ctx: PoolContext, pool: Pool, workload: Workload, tiers: TierPlan 
         budget = max(ENGINE_STEP_TOKENS - seqs * (1 + request.draft), ENGINE_STEP_TOKENS / 4)
         prompts = request.slowest_new(seqs, active)
         chunk = min(budget, prompts)
+        decodes = decode or []  # each stage's decode step, planned above (merging leaves it as it is)
         mixed = _stages(ctx, lambda s: merged_work(
-            _decode_stage(ctx, s, seqs / ctx.par.pp, request, context, active),
-            midfill_work(ctx, s, chunk / new / ctx.par.pp, new, request.cached, request.fetch, active)))
+            decodes[s], midfill_work(ctx, s, chunk / new / ctx.par.pp, new, request.cached, request.fetch, active)))
         mixed_steps = prompts / chunk
         own_steps = request.own_steps(chunk)
     return PoolPlan(ctx, pool, request, memory, largest, fill, decode, mixed, fill_chunks, mixed_steps, own_steps,
@@ -480,6 +480,50 @@ def kv_transfer_s(prefill: PoolContext, decode: PoolContext, request: RequestSha
     return size / (streams * link) + p2p.latency_s
 
 
+def kv_link_bandwidth(prefill: PoolContext, decode: PoolContext,
+                      calibration: Calibration) -> tuple[float, float] | None:
+    """Per-GPU bandwidth a KV transfer's traffic gets on the NIC path, as (egress of a prefill GPU, ingress
+    of a decode GPU), each GPU sending or receiving its share over its own NIC, at most its fair share of
+    an oversubscribed rack uplink where the traffic may leave the rack (as `kv_transfer_s`); None when the
+    transfer stays on the scale-up fabric."""
+    pair = prefill.par.stage_gpus * prefill.par.pp + decode.par.stage_gpus * decode.par.pp
+    across = prefill.group != decode.group
+    if pair <= prefill.system.scaleup_domain_gpus and not across:
+        return None
+
+    def side(ctx: PoolContext) -> float:
+        nic = ctx.system.nic_bandwidth_bytes_per_s
+        if across or ctx.group_racks > 1:
+            nic = min(nic, ctx.uplink_share_bytes_per_s)
+        return nic * calibration.nic_efficiency
+
+    return side(prefill), side(decode)
+
+
+def request_kv_bytes(plan: PoolPlan) -> float:
+    """KV bytes of one request's context as a fill pool hands it to decode."""
+    return (plan.request.cached + plan.request.new) * plan.ctx.arch.kv_bytes_per_token(plan.ctx.fmt.kv_dtype)
+
+
+def kv_link_rate(stations: list[FillStation], decode: PoolTiming, decode_replicas: int,
+                 calibration: Calibration) -> float:
+    """Most requests per second the NICs and rack uplinks carry the KV of: each fill pool's GPUs send its
+    share of the requests' KV, the decode pool's GPUs receive all of it (inf: no transfer leaves a domain)."""
+    limit, inbound, inbound_bw = math.inf, 0.0, math.inf
+    decode_gpus = decode_replicas * decode.plan.ctx.par.stage_gpus * decode.plan.ctx.par.pp
+    for station in stations:
+        link = kv_link_bandwidth(station.timing.plan.ctx, decode.plan.ctx, calibration)
+        if link is None:
+            continue
+        flow = station.share * request_kv_bytes(station.timing.plan)
+        ctx = station.timing.plan.ctx
+        limit = min(limit, station.replicas * ctx.par.stage_gpus * ctx.par.pp * link[0] / flow)
+        inbound, inbound_bw = inbound + flow, min(inbound_bw, link[1])
+    if inbound > 0:
+        limit = min(limit, decode_gpus * inbound_bw / inbound)
+    return limit
+
+
 @dataclass(frozen=True)
 class FillStation:
     """A pool of fill instances in disaggregated serving and the share of requests it fills."""
@@ -515,7 +559,8 @@ def split_serving(stations: list[FillStation], decode: PoolTiming, decode_replic
     they are one station of the closed loop whose capacity is that of the pool that saturates first,
     min over pools of capacity / share (one pool: exactly the single-pool model). A pool whose KV tiers
     are sized for a part `tier_load` of its rate admits no more: the rate is capped there and the wait
-    for admission counts in TTFT (C / rate - Z, Little's law on the loop)."""
+    for admission counts in TTFT (C / rate - Z, Little's law on the loop). So does the rate the NICs and
+    rack uplinks carry the requests' KV at (`kv_link_rate`)."""
     request = decode.plan.request
     transfer = sum(s.share * kv_transfer_s(s.timing.plan.ctx, decode.plan.ctx, s.timing.plan.request, calibration)
                    for s in stations)
@@ -526,8 +571,8 @@ def split_serving(stations: list[FillStation], decode: PoolTiming, decode_replic
     cohort = calibration.engine(engine).cohort_fraction
     at_prefill = closed_loop_wait_s(concurrency, capacity, fill, elsewhere, cohort)
     rate = concurrency / (at_prefill + elsewhere)
-    admitted = min(s.admitted for s in stations)
-    if rate > admitted:  # tiers sized for part of a pool's rate: requests wait to be admitted
+    admitted = min(min(s.admitted for s in stations), kv_link_rate(stations, decode, decode_replicas, calibration))
+    if rate > admitted:  # tiers sized for part of a pool's rate, or links full: requests wait to be admitted
         rate = admitted
         at_prefill = concurrency / rate - elsewhere
     parts = {"fill": fill, "queue": at_prefill - fill, "kv_transfer": transfer}

@@ -20,8 +20,11 @@ from __future__ import annotations
 import functools
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
-from costmodel.inventory import ClusterGroup, Domain, GpuIndex
+from costmodel.errors import ScenarioError
+from costmodel.inventory import ClusterGroup, Domain, GpuIndex, parse_gpu_id
+from costmodel.layout import Layout
 from costmodel.resolve import ResolvedScenario
 
 
@@ -217,3 +220,82 @@ def _domains_in_rack(span: int, by_rack: dict[int, list[int]], domains: Sequence
 
 def _complete_free(index: int, domains: Sequence[Domain], used: list[int]) -> bool:
     return domains[index].complete and used[index] == 0
+
+
+def check_layout_fits(resolved: ResolvedScenario, layout: Layout) -> None:
+    """Every pool on a group of the cluster, and each group's pools fitting its domains (ScenarioError)."""
+    for index, pool in enumerate(layout.pools):
+        if resolved.group_named(pool.group) is None:
+            names = ", ".join(g.name for g in resolved.groups)
+            what = "give the group" if pool.group is None else f"no inventory group is named {pool.group!r}"
+            raise ScenarioError(f"{what}: the cluster's groups are {names}", f"pools.{index}.group")
+    for group in resolved.groups:
+        members = [(p.gpus_per_instance, p.replicas) for p in layout.pools if resolved.group_named(p.group) is group]
+        if members and not fits(members, group_domains(group)):
+            have = f"{group.gpus} available GPUs" + (f" of {group.installed}" if group.unavailable else "")
+            pools = ", ".join(f"{n} x {s} GPUs" for s, n in members)
+            raise ScenarioError(f"the pools on {group.name} ({pools}) do not fit its {have} in scale-up domains "
+                                f"of {group.system.scaleup_domain_gpus}; "
+                                "reduce replicas or instance sizes", "pools")
+
+
+def check_placement(resolved: ResolvedScenario, layout: Layout, placement: Any) -> None:
+    """A plan file's placement (`plan_output.placement`): every instance on GPUs of its pool's group that
+    exist, are available and are used once, within one scale-up domain (or whole complete domains of one
+    rack, or whole racks, for wider instances). Raises ScenarioError naming the field and the GPU."""
+    pools = placement.get("pools") if isinstance(placement, dict) else None
+    if not isinstance(pools, list) or len(pools) != len(layout.pools):
+        raise ScenarioError("expected one placed pool per layout pool; re-run `plan solve --out`", "placement.pools")
+    used: dict[GpuIndex, str] = {}
+    for i, (pool, placed) in enumerate(zip(layout.pools, pools, strict=True)):
+        group = resolved.group_named(pool.group)
+        instances = placed.get("instances") if isinstance(placed, dict) else None
+        if group is None or not isinstance(instances, list) or len(instances) != pool.replicas:
+            raise ScenarioError(f"expected {pool.replicas} instances of the pool", f"placement.pools.{i}.instances")
+        for j, instance in enumerate(instances):
+            where = f"placement.pools.{i}.instances.{j}.gpus"
+            gpus = instance.get("gpus") if isinstance(instance, dict) else None
+            if not isinstance(gpus, list) or len(gpus) != pool.gpus_per_instance:
+                raise ScenarioError(f"expected a list of the instance's {pool.gpus_per_instance} GPU ids", where)
+            indices = [_gpu_of(group, gpu, f"{where}.{k}", used) for k, gpu in enumerate(gpus)]
+            _check_span(group, indices, where)
+
+
+def _gpu_of(group: ClusterGroup, gpu: object, where: str, used: dict[GpuIndex, str]) -> GpuIndex:
+    text = str(gpu)
+    name, _, rest = text.partition("/")
+    index = parse_gpu_id(rest)
+    if name != group.name or index is None:
+        raise ScenarioError(f"{text} is not a GPU of group {group.name} (ids {group.name}/r<rack>/n<node>/g<gpu>)",
+                            where)
+    system = group.system
+    flat = index[0] * system.gpus_per_rack + index[1] * system.gpus_per_node + index[2]
+    if index[1] >= system.gpus_per_rack // system.gpus_per_node or index[2] >= system.gpus_per_node \
+            or flat >= group.installed:
+        raise ScenarioError(f"{text} does not exist: group {group.name} has {group.installed} GPUs", where)
+    if index in group.unavailable:
+        raise ScenarioError(f"{text} is unavailable (busy or failed in the inventory); place the instance on "
+                            "available GPUs", where)
+    if index in used:
+        raise ScenarioError(f"{text} is used twice (also by {used[index]})", where)
+    used[index] = where
+    return index
+
+
+def _check_span(group: ClusterGroup, gpus: list[GpuIndex], where: str) -> None:
+    system = group.system
+    per_domain = system.scaleup_domain_gpus // system.gpus_per_node
+    domains = {(rack, node // per_domain) for rack, node, _ in gpus}
+    size = len(gpus)
+    if size <= system.scaleup_domain_gpus:
+        if len(domains) > 1:
+            raise ScenarioError(f"an instance of {size} GPUs must sit in one scale-up domain; it spans "
+                                f"{len(domains)}", where)
+        return
+    complete = {(d.rack, d.free[0][0] // per_domain) for d in group.domains if d.complete}
+    if not domains <= complete or len(domains) != -(-size // system.scaleup_domain_gpus):
+        raise ScenarioError(f"an instance of {size} GPUs must take whole complete scale-up domains "
+                            f"({-(-size // system.scaleup_domain_gpus)} of {system.scaleup_domain_gpus})", where)
+    racks = {rack for rack, _ in domains}
+    if size <= system.gpus_per_rack and len(racks) > 1:
+        raise ScenarioError(f"an instance of {size} GPUs must sit in one rack; it spans {len(racks)}", where)

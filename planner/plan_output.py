@@ -14,12 +14,14 @@ from typing import Any
 
 import yaml
 
+from costmodel.calibration import default_calibration
 from costmodel.evaluate import evaluate, pool_context
 from costmodel.inventory import GpuIndex
 from costmodel.kv_tiers import FETCHED_TIERS, TIERS
 from costmodel.layout import Layout
 from costmodel.resolve import ResolvedScenario
 from planner import economics_report, report_html
+from planner.binding import binding
 from planner.experts import ExpertPlacement
 from planner.finite import dumps
 from planner.midfill import midfill_choice
@@ -164,8 +166,10 @@ def point_dict(result: SolveResult, point: SolvedPoint) -> dict[str, Any]:
         "tokens_per_s_per_cluster_gpu": p.tokens_per_s_per_cluster_gpu,
         "tokens_per_s_per_user": p.tokens_per_s_per_user, "gpus": p.gpus, "idle_gpus": p.idle_gpus,
         **economics_report.point_fields(result.resolved, p), "serving": p.layout.serving,
-        "status": point.status.value, "gap": _gap(point.gap), "proof": point.proof, "layout": layout_dict(p.layout),
-        "placement": placement(result, point), **extra,
+        "status": point.status.value, "gap": _gap(point.gap), "proof": point.proof,
+        "binding": binding(result.resolved, p.layout, p.tokens_per_s / result.resolved.scenario.workload.output_tokens,
+                           default_calibration()),
+        "layout": layout_dict(p.layout), "placement": placement(result, point), **extra,
     }
 
 
@@ -225,7 +229,7 @@ def plan_yaml(result: SolveResult, index: int, point: SolvedPoint, data: dict[st
                                     "tokens_per_s_per_cluster_gpu", "tokens_per_s_per_user", "gpus", "idle_gpus",
                                     "usd_per_million_tokens", "tokens_per_s_per_mw", "status", "gap")}
     degrees = {pool.moe_ep for pool in point.point.layout.pools}
-    body = {"figures": figures, "layout": data["layout"], "placement": data["placement"],
+    body = {"figures": figures, "binding": data["binding"], "layout": data["layout"], "placement": data["placement"],
             "expert_banks": expert_banks(result, degrees)}
     body.update({key: data[key] for key in ("kv_tiers", "midfill") if key in data})  # multi-turn sessions
     body["scenario"] = scenario_dict(result)  # `plan export` reads the plan alone

@@ -14,6 +14,7 @@ from costmodel.layout import Layout
 from costmodel.resolve import ResolvedScenario, check_layout, resolve
 from costmodel.scenario import Scenario
 from planner.errors import InputError
+from planner.placement import check_layout_fits, check_placement
 from planner.sourcefile import SourceDocument, parse_text, read_document
 from planner.validation import validate_document
 
@@ -61,14 +62,21 @@ def is_plan_file(document: SourceDocument) -> bool:
 
 def layout_from_document(document: SourceDocument, resolved: ResolvedScenario | None = None) -> Layout:
     """Validate a layout document, or the layout inside a plan file."""
-    if is_plan_file(document):
+    plan = document if is_plan_file(document) else None
+    if plan is not None:
         document = document.sub("layout")
     layout = validate_document(Layout, document, "layout")
     if resolved is not None:
         try:
             check_layout(resolved, layout)
+            check_layout_fits(resolved, layout)
         except ScenarioError as exc:
             raise _located(document, exc.field, str(exc)) from None
+        if plan is not None and isinstance(plan.data, dict) and "placement" in plan.data:
+            try:
+                check_placement(resolved, layout, plan.data["placement"])
+            except ScenarioError as exc:
+                raise _located(plan, exc.field, str(exc)) from None
     return layout
 
 

@@ -158,6 +158,7 @@ class _Group:
     configs: list[_Config[PrefillOption]]
     share: float
     transfer_s: dict[tuple[int, int], float]
+    links: dict[tuple[int, int], tuple[float, float]]
 
 
 def build_model(options: DeploymentOptions, eps_s: float | None, q: float, q_feasible: bool = False,
@@ -180,14 +181,14 @@ def build_model(options: DeploymentOptions, eps_s: float | None, q: float, q_fea
     if screened.prefill and screened.decode:
         var = model.binary("disaggregated", "choice")
         dm.prefill = _one_hot(model, "prefill", screened.prefill, {var: 1.0})
-        structures.append((var, [_Group("prefill", dm.prefill, 1.0, options.kv_transfer_s)]))
+        structures.append((var, [_Group("prefill", dm.prefill, 1.0, options.kv_transfer_s, options.links)]))
     if screened.first and screened.midfill and screened.decode and options.split is not None:
         var = model.binary("split", "choice")
         dm.first = _one_hot(model, "first", screened.first, {var: 1.0})
         dm.midfill = _one_hot(model, "midfill", screened.midfill, {var: 1.0})
         first, midfill = options.split
-        structures.append((var, [_Group("first", dm.first, first.share, first.transfer_s),
-                                 _Group("midfill", dm.midfill, midfill.share, midfill.transfer_s)]))
+        structures.append((var, [_Group("first", dm.first, first.share, first.transfer_s, first.links),
+                                 _Group("midfill", dm.midfill, midfill.share, midfill.transfer_s, midfill.links)]))
     if structures:
         chosen = {var: 1.0 for var, _ in structures}
         one.update(chosen)
@@ -223,9 +224,11 @@ def _define_disaggregated(dm: DeploymentModel, options: DeploymentOptions, struc
     model.add("rate-decode-sum", "rate", add_expr(dict.fromkeys(x_decode, 1.0), _scaled(rate, -1.0)), "==", 0.0)
     transfer_time: Expr = {}
     fill_latency: Expr = {}
+    carried: list[tuple[_Group, dict[tuple[int, int], int]]] = []
     for (_, kinds), structure_rate in zip(structures, rates, strict=True):
         for group in kinds:
             pairs, x_pair = _define_transfer_pairs(dm, group, structure_rate, rate_max, len(groups) == 1)
+            carried.append((group, x_pair))
             transfer_time.update({v: group.transfer_s[k] for k, v in x_pair.items()})
             fill_latency.update({c.var: group.share * c.option.fill_s for c in group.configs})
             fill_latency.update({v: group.share * group.transfer_s[k] for k, v in pairs.items()})
@@ -239,6 +242,7 @@ def _define_disaggregated(dm: DeploymentModel, options: DeploymentOptions, struc
         model.add("ttft-cap", "ttft", add_expr(_scaled(rate, eps_s), decoding, _scaled(concurrency, -1.0)), ">=", 0.0)
         model.add("ttft-fill", "ttft", fill_latency, "<=", eps_s)
     _define_store(dm, options)
+    _define_links(dm, carried)
     _define_packing(dm, options)
     model.objective.update(_scaled(rate, float(options.output_tokens)))
     for config in dm.configs():
@@ -346,6 +350,37 @@ def _define_transfer_pairs(dm: DeploymentModel, group: _Group, rate: Expr, rate_
               add_expr(dict.fromkeys(copies.values(), 1.0), _scaled(rate, -group.share)),
               "==" if single else ">=", 0.0)
     return pairs, copies
+
+
+def _define_links(dm: DeploymentModel, carried: list[tuple[_Group, dict[tuple[int, int], int]]]) -> None:
+    """`links`: the KV each fill group sends over the NICs (size pairs that leave a domain) within what its
+    chosen pool's GPUs carry, P a e / kv requests/s (e: a fill GPU's egress bandwidth, kv: bytes per
+    request), and what the decode pool's GPUs receive within D b i / kv (`costmodel.serving.kv_link_rate`);
+    rows in requests/s, so coefficients stay O(1). One configuration per pool is chosen, so each row's right
+    side is the chosen pool's limit."""
+    model = dm.model
+    kv_ref = max((c.option.kv_bytes for group, _ in carried for c in group.configs), default=0.0)
+    inbound: dict[int, Expr] = {}
+    ingress: dict[int, float] = {}
+    for group, x_pair in carried:
+        if not group.links or kv_ref <= 0:
+            continue
+        kv = max(c.option.kv_bytes for c in group.configs)
+        tag = "" if group.name == "prefill" else f"{group.name}-"
+        for a in sorted({a for a, _ in group.links}):
+            sent = {x_pair[(a, b)]: 1.0 for (a2, b) in group.links if a2 == a and (a, b) in x_pair}
+            egress = next(e for (a2, _), (e, _) in group.links.items() if a2 == a)
+            limit = {c.var: -c.count * a * egress / kv for c in group.configs if c.option.gpus == a}
+            if sent and limit:
+                model.add(f"links-{tag}egress-{a}", "links", add_expr(sent, limit), "<=", 0.0)
+        for (a, b), (_, into) in group.links.items():
+            if (a, b) in x_pair:
+                inbound.setdefault(b, {})[x_pair[(a, b)]] = kv / kv_ref
+                ingress[b] = into
+    for b, received in sorted(inbound.items()):
+        limit = {c.var: -c.count * b * ingress[b] / kv_ref for c in dm.decode if c.option.gpus == b}
+        if limit:
+            model.add(f"links-ingress-{b}", "links", add_expr(received, limit), "<=", 0.0)
 
 
 def shortest_fill_s(options: DeploymentOptions) -> float:

@@ -18,14 +18,14 @@ prefill pool and so raises its queueing (a TTFT trade-off).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from costmodel.calibration import Calibration
 from costmodel.kv_tiers import NO_STORE_USE, StoreUse
 from costmodel.resolve import ResolvedScenario
 from costmodel.scenario import KvStore
-from costmodel.serving import kv_transfer_s, turn_share
+from costmodel.serving import kv_link_bandwidth, kv_transfer_s, request_kv_bytes, turn_share
 from planner.deployment import aggregated_point
 from planner.pareto import FrontPoint
 from planner.placement import Domains, fits, group_domains, max_replicas
@@ -49,6 +49,7 @@ class PrefillOption:
     most: int  # instances the domains (and the shared KV store) hold
     store: StoreUse = NO_STORE_USE  # multi-turn sessions: shared-store bytes and bytes/s per instance
     load: float = 1.0  # multi-turn sessions: the share of its capacity the pool may run at (`Pool.tier_load`)
+    kv_bytes: float = 0.0  # KV of one request as it leaves for decode (`costmodel.serving.request_kv_bytes`)
 
 
 @dataclass(frozen=True)
@@ -69,6 +70,7 @@ class FillGroup:
     options: tuple[PrefillOption, ...]
     share: float
     transfer_s: dict[tuple[int, int], float]
+    links: dict[tuple[int, int], tuple[float, float]] = field(default_factory=dict)
 
     @property
     def shortest_s(self) -> float:
@@ -94,6 +96,9 @@ class DeploymentOptions:
     store: KvStore | None = None  # the cluster's shared KV store (multi-turn sessions)
     split: tuple[FillGroup, FillGroup] | None = None  # (first turns, midfill): a separate midfill pool
     decode_domains: Domains | None = None  # the decode pool on another inventory group: its own domains
+    # (fill GPUs, decode GPUs) -> per-GPU bytes/s (egress of a fill GPU, ingress of a decode GPU) where the
+    # KV transfer takes the NICs (`costmodel.serving.kv_link_bandwidth`): the link rows
+    links: dict[tuple[int, int], tuple[float, float]] = field(default_factory=dict)
     label: str = ""  # the inventory groups of this structure block, e.g. "hopper>nvl" (prefill > decode)
 
     @property
@@ -139,7 +144,7 @@ def _prune_prefill(options: list[PrefillOption]) -> list[PrefillOption]:
         same = [k for k in kept if k.gpus == option.gpus]
         if not any(k.fill_s <= option.fill_s and k.capacity >= option.capacity and k.load >= option.load
                    and k.store.bytes <= option.store.bytes and k.store.bytes_per_s <= option.store.bytes_per_s
-                   for k in same):
+                   and k.kv_bytes <= option.kv_bytes for k in same):
             kept.append(option)
     return kept
 
@@ -168,15 +173,16 @@ def deployment_options(resolved: ResolvedScenario, candidates: CandidateSet, cal
         first = _prune_prefill(_fill_options(resolved, candidates.by_role.get("first", []), candidates))
         midfill = _prune_prefill(_fill_options(resolved, candidates.by_role.get("midfill", []), candidates))
         if first and midfill and decode:
-            split = (FillGroup(tuple(first), turn_share(workload, "first"), _transfers(first, decode, calibration)),
+            split = (FillGroup(tuple(first), turn_share(workload, "first"), _transfers(first, decode, calibration),
+                               _links(first, decode, calibration)),
                      FillGroup(tuple(midfill), turn_share(workload, "later"),
-                               _transfers(midfill, decode, calibration)))
+                               _transfers(midfill, decode, calibration), _links(midfill, decode, calibration)))
     fills_group = resolved.group_named(_group_name(candidates))
     decode_group = None if decode_from is None else resolved.group_named(_group_name(decode_from))
     assert fills_group is not None
     return DeploymentOptions(
         mixed=tuple(mixed), prefill=tuple(prefill), decode=tuple(decode),
-        kv_transfer_s=_transfers(prefill, decode, calibration),
+        kv_transfer_s=_transfers(prefill, decode, calibration), links=_links(prefill, decode, calibration),
         domains=group_domains(fills_group), output_tokens=workload.output_tokens,
         cohort_fraction=calibration.engine(resolved.scenario.engine).cohort_fraction,
         pruned_prefill=len(prefill_all) - len(prefill), store=store, split=split,
@@ -204,7 +210,7 @@ def _fill_options(resolved: ResolvedScenario, candidates: list[Candidate],
         if fitting >= 1 and most < 1 and pruned is not None:
             pruned.count(STORE_TOO_SMALL)
         options.append(PrefillOption(c, c.gpus, c.timing.ttft_s, c.requests_per_s, most, c.store_use,
-                                     c.pool.tier_load))
+                                     c.pool.tier_load, request_kv_bytes(c.timing.plan)))
     return [p for p in options if p.most >= 1]
 
 
@@ -221,3 +227,16 @@ def _transfers(fills: list[PrefillOption], decode: list[DecodeOption],
                                               p.candidate.timing.plan.request, calibration)
     return transfer
 
+
+def _links(fills: list[PrefillOption], decode: list[DecodeOption],
+           calibration: Calibration) -> dict[tuple[int, int], tuple[float, float]]:
+    """Per-GPU link bandwidths by (fill GPUs, decode GPUs) where the transfer takes the NICs."""
+    links = {}
+    for p in fills:
+        for d in decode:
+            key = (p.gpus, d.gpus)
+            if key not in links:
+                link = kv_link_bandwidth(p.candidate.timing.plan.ctx, d.candidate.timing.plan.ctx, calibration)
+                if link is not None:
+                    links[key] = link
+    return links

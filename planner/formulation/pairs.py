@@ -33,6 +33,9 @@ class ConfigArrays:
     away: np.ndarray
     gpus_z: np.ndarray
     size_z: np.ndarray
+    count_y: np.ndarray
+    count_z: np.ndarray
+    kv_bytes: float  # per request, the fill options' (one request shape per block)
 
     @staticmethod
     def of(prefill: list[tuple[PrefillOption, int]], decode: list[tuple[DecodeOption, int]]) -> ConfigArrays:
@@ -47,6 +50,9 @@ class ConfigArrays:
             away=np.array([d.decoding_s for d, _ in decode], dtype=float),
             gpus_z=np.array([d.gpus * n for d, n in decode], dtype=float),
             size_z=np.array([d.gpus for d, _ in decode], dtype=int),
+            count_y=np.array([n for _, n in prefill], dtype=float),
+            count_z=np.array([n for _, n in decode], dtype=float),
+            kv_bytes=max((p.kv_bytes for p, _ in prefill), default=1.0),
         )
 
 
@@ -58,20 +64,39 @@ def transfer_matrix(options: DeploymentOptions, size_y: np.ndarray, size_z: np.n
 
 
 def pair_figures(cap: np.ndarray, fill: np.ndarray, transfer: np.ndarray, conc: np.ndarray, away: np.ndarray,
-                 cohort_fraction: float, load: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+                 cohort_fraction: float, load: np.ndarray | None = None,
+                 limit: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """(TTFT s, requests/s) of every pair; cap, fill and load are columns (y), conc and away rows (z).
-    `load`: the share of cap the prefill pool admits (`Pool.tier_load`; None: all of it)."""
+    `load`: the share of cap the prefill pool admits (`Pool.tier_load`; None: all of it); `limit`: the rate
+    the NICs and uplinks carry the KV at (`link_limits`; None: no limit)."""
     elsewhere = transfer + away
     steady = conc / cap - elsewhere
     bunched = fill + cohort_fraction * (conc - 1.0) / (2.0 * cap)
     at = np.maximum(np.maximum(fill, steady), bunched)
     rate = conc / (at + elsewhere)
-    if load is not None:
-        admitted = load * cap
+    admitted = None if load is None else load * cap
+    if limit is not None:
+        admitted = limit if admitted is None else np.minimum(admitted, limit)
+    if admitted is not None:
         capped = rate > admitted
         rate = np.where(capped, admitted, rate)
         at = np.where(capped, conc / rate - elsewhere, at)
     return at + transfer, rate
+
+
+def link_limits(options: DeploymentOptions, size_y: np.ndarray, size_z: np.ndarray, count_y: np.ndarray,
+                count_z: np.ndarray, kv_bytes: float) -> np.ndarray | None:
+    """Most requests/s the links carry per pair (`costmodel.serving.kv_link_rate`), broadcast over the
+    arrays' shapes; None where no size pair takes the NICs."""
+    if not options.links:
+        return None
+    sizes_y, sizes_z = np.unique(size_y), np.unique(size_z)
+    egress = np.array([[options.links.get((int(a), int(b)), (np.inf, np.inf))[0] for b in sizes_z] for a in sizes_y])
+    ingress = np.array([[options.links.get((int(a), int(b)), (np.inf, np.inf))[1] for b in sizes_z] for a in sizes_y])
+    iy, iz = np.searchsorted(sizes_y, size_y), np.searchsorted(sizes_z, size_z)
+    with np.errstate(invalid="ignore"):
+        out = np.minimum(count_y * size_y * egress[iy, iz], count_z * size_z * ingress[iy, iz]) / kv_bytes
+    return np.asarray(np.where(np.isnan(out), np.inf, out))
 
 
 class PairTable:
@@ -88,10 +113,12 @@ class PairTable:
         self.ttft = np.empty((len(prefill), len(decode)))
         self.rate = np.empty((len(prefill), len(decode)), dtype=np.float32)
         for block in self._blocks():
+            limit = link_limits(options, a.size_y[block, None], a.size_z[None, :], a.count_y[block, None],
+                                a.count_z[None, :], a.kv_bytes)
             ttft, rate = pair_figures(a.cap[block, None], a.fill[block, None],
                                       transfer_matrix(options, a.size_y[block], a.size_z),
                                       a.conc[None, :], a.away[None, :], options.cohort_fraction,
-                                      a.load[block, None] if (a.load < 1.0).any() else None)
+                                      a.load[block, None] if (a.load < 1.0).any() else None, limit)
             room = self._gpus(block) <= options.domains.gpus if options.shared_domains else True  # else: own groups
             self.ttft[block] = np.where(room, ttft, np.inf)
             self.rate[block] = rate

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from planner.formulation.options import DecodeOption, DeploymentOptions, PrefillOption
-from planner.formulation.pairs import pair_figures
+from planner.formulation.pairs import link_limits, pair_figures
 from planner.placement import Domains, divisible, fits, packing_rows
 
 KEEP_TOL = 1e-6  # relative: triples within this of the block's best rate at their TTFT are kept
@@ -124,9 +124,12 @@ def _block(options: DeploymentOptions, prefill: list[PrefillOption], members: li
     transfer = np.array([options.kv_transfer_s[(p.gpus, size)] for p in prefill])[None, :, None]
     conc = (np.array([d.slots for d in decode], dtype=float)[:, None, None] * counts[None, None, :])
     away = np.array([d.decoding_s for d in decode])[:, None, None]
+    gpus_p = np.array([p.gpus for p in prefill])[None, :, None]
+    limit = link_limits(options, gpus_p, np.array(size), count_p[None].astype(float),
+                        counts[None, None, :].astype(float), max(p.kv_bytes for p in prefill))
     with np.errstate(divide="ignore", invalid="ignore"):
         ttft, rate = pair_figures(np.where(count_p >= 1, cap, np.nan), fill, transfer, conc, away,
-                                  options.cohort_fraction, load if (load < 1.0).any() else None)
+                                  options.cohort_fraction, load if (load < 1.0).any() else None, limit)
     ok = (count_p >= 1)[None] & np.isfinite(ttft)
     if cap_s is not None:
         ok &= ttft <= cap_s * (1 + 1e-12)

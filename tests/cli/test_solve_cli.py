@@ -40,7 +40,7 @@ def test_json_front_and_plan_files_round_trip(scenario: Path, tmp_path: Path) ->
     assert len(front) >= 5
     keys = {"ttft_ms", "tpot_ms", "tokens_per_s_per_gpu", "tokens_per_s_per_gpu_used", "tokens_per_s_per_cluster_gpu",
             "tokens_per_s_per_user", "gpus", "idle_gpus", "usd_per_million_tokens", "tokens_per_s_per_mw", "economics",
-            "serving", "status", "gap", "proof", "layout", "placement"}
+            "serving", "status", "gap", "proof", "binding", "layout", "placement"}
     assert all(set(p) == keys for p in front)
     assert [p["ttft_ms"] for p in front] == sorted(p["ttft_ms"] for p in front)
     files = sorted(f.name for f in out.iterdir())
