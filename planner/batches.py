@@ -41,6 +41,7 @@ from planner.templates import Candidate, CandidateKind, CandidateSet, kind_role,
 
 TOL = 1e-9  # relative: an interval tied with the front is closed (it cannot beat it)
 WORK_LIMIT = 200_000_000  # first-round bound evaluations beyond which the batch grid is kept (~10 s on one core)
+LOOSE_PIECES = 12  # `_alive(loose=True)`: pieces of a decode interval paired with the best fill per size
 PIECES = 4  # a decode interval's bound is taken over this many sub-ranges of its sequences (no timing needed)
 CHUNK = 2_000_000  # bound evaluations per numpy block
 SLACK = 1e-12  # relative: rounding of a bound scaled from a timed batch (kept on the safe side)
@@ -48,13 +49,23 @@ SLACK = 1e-12  # relative: rounding of a bound scaled from a timed batch (kept o
 
 @dataclass(frozen=True)
 class Interval:
+    """The untimed batches strictly between two timed ones of a layout (`only`: just that one of them)."""
+
     kind: CandidateKind
     low: Candidate
     high: Candidate
+    only: int = 0
 
     @property
     def middle(self) -> int:
         return (self.low.pool.batch + self.high.pool.batch) // 2
+
+    @property
+    def fill_bound(self) -> float:
+        """A fill pool's fill latency over the interval, from below: fill(lo), and, for one batch n, n over
+        capacity(hi) (a fill of n requests lasts at least n / capacity(n), and capacity grows with n)."""
+        fill = self.low.timing.ttft_s
+        return max(fill, self.only / self.high.requests_per_s) if self.only else fill
 
 
 @dataclass
@@ -69,6 +80,7 @@ class BatchCoverage:
     groups: bool = False  # an inventory of several groups: the grid's batches (not searched across groups yet)
     open_ttft: np.ndarray = field(default_factory=lambda: np.zeros(0))  # lower bounds of TTFT, s
     open_value: np.ndarray = field(default_factory=lambda: np.zeros(0))  # upper bounds of tokens/s
+    untimed: int = 0  # grid batches candidate generation left untimed at its deadline (bounded as open)
 
     def bound_at(self, ttft_s: float) -> float:
         """Most tokens/s an untimed batch could reach at this TTFT or less (0: none)."""
@@ -98,6 +110,11 @@ def refine(resolved: ResolvedScenario, calibration: Calibration, candidates: Can
     if resolved.scenario.workload.sessions is not None or resolved.scenario.search.gpu_accounting != "cluster":
         return options, BatchCoverage(certified=False)
     intervals = _intervals(candidates)
+    if candidates.untimed:  # generation's deadline left grid batches untimed: bound each (cheaply), time no more
+        _, ttft_lb, value_ub = _alive(options, _untimed_grid(candidates), _front(options, resolved), resolved, 0.0,
+                                      loose=True)
+        return options, BatchCoverage(certified=False, open_ttft=ttft_lb, open_value=value_ub,
+                                      untimed=candidates.untimed)
     work = _first_round_work(options, intervals)
     if work > WORK_LIMIT:  # too large to bound in time: the front is certified over the grid's batches only
         return options, BatchCoverage(certified=False, skipped=work)
@@ -139,17 +156,33 @@ def _intervals(candidates: CandidateSet) -> list[Interval]:
     return result
 
 
+def _untimed_grid(candidates: CandidateSet) -> list[Interval]:
+    """Each grid batch candidate generation left untimed, bounded by the timed batches of its layout
+    around it (none above: a fill pool's batch beyond the top of its range, which the top dominates)."""
+    result = []
+    for (kind, key), batches in sorted(candidates.untimed_batches.items()):
+        rungs = candidates.ladders.get((kind, key), [])
+        for batch in batches:
+            below = [c for c in rungs if c.pool.batch < batch]
+            above = [c for c in rungs if c.pool.batch > batch]
+            if below and above:
+                result.append(Interval(kind, below[-1], above[0], batch))
+    return result
+
+
 def _split(resolved: ResolvedScenario, calibration: Calibration, candidates: CandidateSet,
            intervals: list[Interval]) -> list[Interval]:
     """Time each interval's middle batch; return the halves that still hold untimed batches."""
-    pools = [i.low.pool.model_copy(update={"batch": i.middle}) for i in intervals]
-    halves = []
-    for interval, pool in zip(intervals, pools, strict=True):
-        _, turns = kind_role(interval.kind)
-        plans = planned(resolved, [pool], turns, candidates)
-        if not plans:  # memory is monotone in the batch: the high end fits, so the middle does
+    plans = []
+    for interval in intervals:
+        pool = interval.low.pool.model_copy(update={"batch": interval.middle})
+        planned_pool = planned(resolved, [pool], kind_role(interval.kind)[1], candidates)
+        if not planned_pool:  # memory is monotone in the batch: the high end fits, so the middle does
             raise AssertionError(f"batch {pool.batch} does not fit although {interval.high.pool.batch} does")
-        middle = Candidate(pool, timed_plans(plans, resolved, calibration)[0])
+        plans += planned_pool
+    halves = []
+    for interval, timing in zip(intervals, timed_plans(plans, resolved, calibration), strict=True):  # priced at once
+        middle = Candidate(timing.plan.pool, timing)
         candidates.add(resolved, interval.kind, middle, ladder=True)
         halves += [h for h in (Interval(interval.kind, interval.low, middle), Interval(interval.kind, middle,
                                                                                          interval.high))
@@ -173,8 +206,12 @@ def _front(options: DeploymentOptions, resolved: ResolvedScenario) -> _Front:
 
 
 def _alive(options: DeploymentOptions, intervals: list[Interval], front: _Front,
-           resolved: ResolvedScenario, tolerance: float) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Which intervals may hold a deployment the front does not beat; with the bounds of those that do."""
+           resolved: ResolvedScenario, tolerance: float,
+           loose: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Which intervals may hold a deployment the front does not beat; with the bounds of those that do.
+    `loose`: only the cheap first checks (decode intervals against one fill per size that beats every fill
+    of that size, fill intervals against one decode row per size): sound bounds, looser, in a fraction of
+    the time."""
     slo = resolved.scenario.slo
     cap = math.inf if slo.ttft_ms is None else slo.ttft_ms / 1e3
     alive = np.zeros(len(intervals), dtype=bool)
@@ -202,8 +239,13 @@ def _alive(options: DeploymentOptions, intervals: list[Interval], front: _Front,
     for size in sorted({intervals[i].low.gpus for i in decode}):  # each decode interval with every fill
         members = [i for i in decode if intervals[i].low.gpus == size]
         # first against one fill per size that beats them all (cheap, looser), then the survivors in full
-        owners, rows = _Decodes.of_intervals(options, [intervals[i] for i in members], 1)
-        survivors = [members[i] for i in np.flatnonzero(_boxes(options, best, size, rows, cap, front, factor)[0])]
+        owners, rows = _Decodes.of_intervals(options, [intervals[i] for i in members], LOOSE_PIECES if loose else 1)
+        per_row, _, found = _boxes(options, best, size, rows, cap, front, factor)
+        survivors = [members[i] for i in np.unique(np.asarray(owners, dtype=int)[per_row])]
+        if loose:
+            alive[survivors] = True
+            boxes.append(found)
+            continue
         if not survivors:
             continue
         owners, rows = _Decodes.of_intervals(options, [intervals[i] for i in survivors])
@@ -217,8 +259,13 @@ def _alive(options: DeploymentOptions, intervals: list[Interval], front: _Front,
         virtual = _optimistic_fills(replace(options, prefill=()), [intervals[i] for i in prefill])
         maybe = np.zeros(len(prefill), dtype=bool)  # first against one decode row per size that beats them all
         for size, rows in decodes.items():
-            maybe |= _boxes(options, virtual, size, rows.best(), cap, front, factor)[1]
-        prefill = [i for i, keep in zip(prefill, maybe, strict=True) if keep]
+            _, per_fill, found = _boxes(options, virtual, size, rows.best(), cap, front, factor)
+            maybe |= per_fill
+            if loose:
+                boxes.append(found)
+        if loose:
+            alive[np.asarray(prefill)[maybe]] = True
+        prefill = [] if loose else [i for i, keep in zip(prefill, maybe, strict=True) if keep]
         virtual = _optimistic_fills(replace(options, prefill=()), [intervals[i] for i in prefill])
         for size, rows in decodes.items() if prefill else ():
             _, per_fill, found = _boxes(options, virtual, size, rows, cap, front, factor)
@@ -267,7 +314,7 @@ def _optimistic_fills(options: DeploymentOptions, intervals: list[Interval]) -> 
                   most=np.array([p.most for p in timed] + [_most_instances(i.low.gpus, options) for i in virtual],
                                 dtype=np.int64),
                   capacity=np.array([p.capacity for p in timed] + [i.high.requests_per_s for i in virtual]),
-                  fill=np.array([p.fill_s for p in timed] + [i.low.timing.ttft_s for i in virtual]))
+                  fill=np.array([p.fill_s for p in timed] + [i.fill_bound for i in virtual]))
 
 
 def _dominated_fills(options: DeploymentOptions, intervals: list[Interval]) -> np.ndarray:
@@ -281,7 +328,7 @@ def _dominated_fills(options: DeploymentOptions, intervals: list[Interval]) -> n
     for index, interval in enumerate(intervals):
         if interval.kind != "prefill":
             continue
-        fill, capacity = interval.low.timing.ttft_s, interval.high.requests_per_s
+        fill, capacity = interval.fill_bound, interval.high.requests_per_s
         most = _most_instances(interval.low.gpus, options)
         result[index] = any(f <= fill and c >= capacity and m >= most for f, c, m in by_size.get(interval.low.gpus, ()))
     return result
@@ -339,16 +386,19 @@ class _Decodes:
         for index, interval in enumerate(intervals):
             edges = np.unique(np.rint(np.geomspace(interval.low.pool.batch, interval.high.pool.batch,
                                                    (pieces or PIECES) + 1)))
-            for a, b in itertools.pairwise(edges):
+            for a, b in [(interval.only, interval.only)] if interval.only else itertools.pairwise(edges):
                 owners.append(index)
                 low.append(a)
                 high.append(b)
-                # Z(b) = osl TPOT(b) grows with b and Z(b) / b does not (requests/s per instance b / TPOT
-                # never falls): over the piece [a, b], Z <= min(Z(hi), Z(lo) b / lo), Z >= max(Z(lo), Z(hi) a / hi)
+                # Z(n) = osl TPOT(n) grows with n and Z(n) / n does not (requests/s per instance n / TPOT never
+                # falls): over the piece [a, b], Z(n) <= min(Z(hi), Z(lo) b / lo) (the TTFT bound's decoding
+                # time, with D a sequences). The rate at D n sequences and Z(n) >= max(Z(lo), Z(hi) n / hi)
+                # grows with n (each of the three waits of `pair_figures` gives C / (A + z C) with A > 0), so
+                # at D b sequences and max(Z(lo), Z(hi) b / hi) it bounds the piece's rate from above.
                 z_lo, z_hi = osl * interval.low.timing.tpot_s, osl * interval.high.timing.tpot_s
                 lo, hi = interval.low.pool.batch, interval.high.pool.batch
                 slow.append(min(z_hi, z_lo * b / lo * (1 + SLACK)))
-                fast.append(max(z_lo, z_hi * a / hi * (1 - SLACK)))
+                fast.append(max(z_lo, z_hi * b / hi * (1 - SLACK)))
         return owners, _Decodes(np.array(low, dtype=float), np.array(slow), np.array(high, dtype=float),
                                 np.array(fast), np.full(len(owners), _most_instances(size, options)))
 

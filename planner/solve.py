@@ -25,6 +25,7 @@ from planner.solvers import SolveStatus, backend
 from planner.sweep import Coverage, Resolution, SolvedPoint, SweepResult, SweepSettings, Termination, sweep
 from planner.templates import CandidateSet, generate, merged
 
+GENERATE_SHARE = 0.4  # of the time limit, at most, for timing the grid's batches (their ranges' ends: always)
 BATCH_SHARE = 0.5  # of the time limit, at most, for timing batches between the grid's (planner.batches)
 BATCH_TOLERANCE = 0.01  # but `exact`: no untimed batch beats the front by more than 1% (a point's gap at most)
 EXPERT_TIME_S = 0.5  # CP-SAT deterministic time per expert-parallel degree: the swap search does most of the work
@@ -96,7 +97,9 @@ def solve(resolved: ResolvedScenario, settings: SolveSettings, calibration: Cali
     resource) or NoSolutionInTimeError."""
     start = time.perf_counter()
     calibration = calibration or default_calibration()
-    sets = [generate(resolved.view(group), calibration) for group in resolved.groups]
+    # one group: the grid's batches until the deadline (refine bounds those left); several: the whole grid
+    generate_by = start + GENERATE_SHARE * settings.time_limit_s if len(resolved.groups) == 1 else None
+    sets = [generate(resolved.view(group), calibration, deadline=generate_by) for group in resolved.groups]
     tolerance = 0.0 if settings.resolution == "exact" else BATCH_TOLERANCE
     if len(sets) == 1:
         options, batches = refine(resolved, calibration, sets[0], start + BATCH_SHARE * settings.time_limit_s,

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from typing import Literal
@@ -90,11 +91,18 @@ class CandidateSet:
     pruned: dict[str, int] = field(default_factory=dict)
     fastest_ms: dict[str, float] = field(default_factory=dict)  # best TPOT / TTFT among layouts that fit HBM
     instance_gpus: int = 0  # GPUs of the largest instance layout tried
+    # grid batches that fit but were left untimed at `generate`'s deadline, per kind and parallel layout
+    untimed_batches: dict[tuple[CandidateKind, tuple[int, int, int, int, int]], list[int]] = field(
+        default_factory=dict)
     # per kind and parallel layout, every timed batch that fits HBM, in batch order (planner.batches)
     ladders: dict[tuple[CandidateKind, tuple[int, int, int, int, int]], list[Candidate]] = field(
         default_factory=dict)
     # each layout's pool context, built once for all its batches (`planned`)
     contexts: dict[tuple[object, ...], tuple[ResolvedScenario, PoolContext]] = field(default_factory=dict, repr=False)
+
+    @property
+    def untimed(self) -> int:
+        return sum(len(batches) for batches in self.untimed_batches.values())
 
     def total(self) -> int:
         return sum(len(c) for c in self.by_role.values())
@@ -185,13 +193,22 @@ def candidate_pools(resolved: ResolvedScenario, role: PoolRole) -> list[Pool]:
     return pools
 
 
-def generate(resolved: ResolvedScenario, calibration: Calibration, every_batch: bool = False) -> CandidateSet:
+def generate(resolved: ResolvedScenario, calibration: Calibration, every_batch: bool = False,
+             deadline: float | None = None) -> CandidateSet:
     """Every candidate of every kind the scenario allows, timed, with infeasible ones pruned. Without
     sessions, each layout's batches also include the ends of its batch range (`ladder_ends`), and every
     timed batch that fits is kept in `ladders` (SLO breaches too: they bound the batches between);
-    `every_batch` times every integer batch of each range (the exhaustive reference's candidates)."""
-    result = CandidateSet()
+    `every_batch` times every integer batch of each range (the exhaustive reference's candidates).
+
+    `deadline` (`time.perf_counter()` seconds; without sessions): the ends of every layout's range are timed
+    first, whatever the deadline, then the grid's batches between, the most promising layouts first, until
+    the deadline; the grid batches left untimed are counted in `untimed` (every untimed batch then lies
+    between two timed ones of its layout, which bound it: `planner.batches`). Whatever the deadline, the
+    candidates timed are the same as without one when time suffices, in the same order."""
     workload = resolved.scenario.workload
+    if workload.sessions is None and not every_batch:
+        return _generate_anytime(resolved, calibration, deadline)
+    result = CandidateSet()
     for kind in kinds_for(resolved):
         role, turns = kind_role(kind)
         plans = planned(resolved, candidate_pools(resolved, role), turns, result)
@@ -204,6 +221,123 @@ def generate(resolved: ResolvedScenario, calibration: Calibration, every_batch: 
         for timing in timings:
             result.add(resolved, kind, Candidate(timing.plan.pool, timing), ladder=workload.sessions is None)
     return result
+
+
+CHUNK_POOLS = 48  # grid batches planned and priced together between two looks at the deadline
+
+
+@dataclass
+class _Layout:
+    """One parallel layout of one kind: its grid pools and batch range, as `generate` times them."""
+
+    kind: CandidateKind
+    grid: list[Pool]  # the grid's pools (every batch, fitting or not)
+    fitting: list[Pool] = field(default_factory=list)  # the grid's that fit HBM
+    ends: list[Pool] = field(default_factory=list)  # the range's ends the grid lacks
+    timed: dict[int, PoolTiming] = field(default_factory=dict)  # by batch
+    potential: float = 0.0  # requests/s per GPU at the top of the range: what it may bring to the front
+    queue: list[Pool] = field(default_factory=list)  # grid batches that fit, not yet timed, in batch order
+
+
+def _generate_anytime(resolved: ResolvedScenario, calibration: Calibration, deadline: float | None) -> CandidateSet:
+    """`generate` without sessions: each layout's ends first (batch 1, whose memory count gives the largest
+    batch that fits, and the top of its range), then its other grid batches by the layouts' potential until
+    the deadline. A grid batch fits exactly when it is at most the largest batch that fits (memory grows
+    with the batch), so those beyond are counted over HBM without being planned."""
+    result = CandidateSet()
+    layouts: list[_Layout] = []
+    for kind in kinds_for(resolved):
+        role, turns = kind_role(kind)
+        by_key: dict[tuple[int, int, int, int, int], _Layout] = {}
+        for pool in candidate_pools(resolved, role):
+            result.instance_gpus = max(result.instance_gpus, pool.gpus_per_instance)
+            by_key.setdefault(layout_key(pool), _Layout(kind, [])).grid.append(pool)
+        probe = CandidateSet(contexts=result.contexts)  # batch 1 not fitting is no pool of the grid: not counted
+        ones = {layout_key(plan.pool): plan for plan in
+                planned(resolved, [group.grid[0].model_copy(update={"batch": 1}) for group in by_key.values()],
+                        turns, probe)}
+        ends_planned = []
+        for key, group in by_key.items():
+            layouts.append(group)
+            one = ones.get(key)
+            largest = one.max_batch if one is not None else 0  # batch 1 does not fit: no batch does
+            group.fitting = [pool for pool in group.grid if pool.batch <= largest]
+            for _ in range(len(group.grid) - len(group.fitting)):
+                result.count("over HBM")
+            if one is None or not group.fitting:  # no grid batch fits: the layout is not a candidate
+                continue
+            ends = ladder_ends(resolved, role, group.grid[0].dp_attention, largest)
+            have = {pool.batch for pool in group.fitting}
+            group.ends = [group.grid[0].model_copy(update={"batch": batch}) for batch in sorted(ends - have)]
+            tops = [group.grid[0].model_copy(update={"batch": batch}) for batch in sorted(ends) if batch != 1]
+            ends_planned += ([one] if 1 in ends else []) + planned(resolved, tops, turns, result)
+        for timing in timed_plans(ends_planned, resolved, calibration):
+            group = by_key[layout_key(timing.plan.pool)]
+            group.timed[timing.plan.pool.batch] = timing
+            group.potential = max(group.potential, timing.requests_per_s / timing.plan.pool.gpus_per_instance)
+        for group in by_key.values():
+            group.queue = [pool for pool in group.fitting if pool.batch not in group.timed]
+    # the other grid batches, in waves (each live layout's next batch, layouts by potential); a layout whose
+    # batch breaks an SLO its figures only worsen in (TPOT of mixed and decode pools, fill latency of
+    # prefill pools) breaks it at every larger batch too: those are counted as such, not timed
+    order = [group for group in _by_potential(layouts) if not _stops(resolved, group)]
+    cut: list[tuple[Pool, _Layout]] = []  # batches of the wave the deadline stopped
+    while order and not cut:
+        wave = [(group.queue.pop(0), group) for group in order]
+        for start in range(0, len(wave), CHUNK_POOLS):
+            if deadline is not None and time.perf_counter() >= deadline:
+                cut = wave[start:]
+                break
+            chunk = wave[start:start + CHUNK_POOLS]
+            plans = [plan for pool, group in chunk for plan in planned(resolved, [pool], kind_role(group.kind)[1],
+                                                                         result)]
+            for timing, (_, group) in zip(timed_plans(plans, resolved, calibration), chunk, strict=True):
+                group.timed[timing.plan.pool.batch] = timing
+        order = [group for group in order if group.queue and not _stops(resolved, group)]
+    for pool, group in cut + [(pool, g) for g in layouts if not _stops(resolved, g) for pool in g.queue]:
+        result.untimed_batches.setdefault((group.kind, layout_key(pool)), []).append(pool.batch)
+    for kind in kinds_for(resolved):  # the grid's batches, then the ends, as the grid path orders them
+        result.by_role[kind] = []
+        members = [group for group in layouts if group.kind == kind]
+        for group, pool in [(g, p) for g in members for p in g.fitting] + [(g, p) for g in members for p in g.ends]:
+            found = group.timed.get(pool.batch)
+            if found is not None:
+                result.add(resolved, kind, Candidate(found.plan.pool, found), ladder=True)
+    for group in layouts:  # grid batches beyond a breach (after the others: the same order of reasons)
+        stopped = _stops(resolved, group)
+        if stopped is not None:
+            for _ in group.queue:
+                result.count(stopped)
+    return result
+
+
+def _stops(resolved: ResolvedScenario, group: _Layout) -> str | None:
+    """Why every grid batch of the layout above its last one timed is pruned, if it is: that batch breaks,
+    by more than rounding, an SLO that the layout's figures only worsen in as the batch grows (TPOT of mixed
+    and decode pools, checked first as in `_slo_breach`; fill latency of prefill pools)."""
+    if not group.timed or not group.queue:
+        return None
+    timed = [batch for batch in group.timed if batch < group.queue[0].batch]
+    if not timed:
+        return None
+    timing, slo = group.timed[max(timed)], resolved.scenario.slo
+    role = timing.plan.pool.role
+    if slo.tpot_ms is not None and role in ("mixed", "decode") and timing.tpot_s * 1e3 > slo.tpot_ms * (1 + 1e-9):
+        return "TPOT over the SLO"
+    if slo.ttft_ms is not None and role == "prefill" and timing.ttft_s * 1e3 > slo.ttft_ms * (1 + 1e-9):
+        return "TTFT over the SLO"
+    return None
+
+
+def _by_potential(layouts: list[_Layout]) -> list[_Layout]:
+    """Layouts in the order their grid batches are timed: within each kind by potential (most first), the
+    kinds interleaved by rank (the i-th best of each kind before the (i+1)-th of any)."""
+    ranked: list[tuple[float, int, _Layout]] = []
+    kinds = sorted({group.kind for group in layouts})
+    for kind in kinds:
+        members = sorted((g for g in layouts if g.kind == kind and g.timed), key=lambda g: -g.potential)
+        ranked += [(rank / len(members), kinds.index(kind), group) for rank, group in enumerate(members)]
+    return [group for _, _, group in sorted(ranked, key=lambda item: item[:2])]
 
 
 def planned(resolved: ResolvedScenario, pools: list[Pool], turns: Turns, result: CandidateSet) -> list[PoolPlan]:

@@ -1,0 +1,134 @@
+"""Candidate generation under a deadline (`planner.templates.generate`): without one it times the grid's
+batches and each layout's range ends, as the grid path does; with one it times every layout's ends first
+and states the grid batches it left untimed, which the batch bounds then cover soundly."""
+
+from __future__ import annotations
+
+import functools
+import itertools
+
+import numpy as np
+import pytest
+
+from costmodel.calibration import default_calibration
+from costmodel.resolve import ResolvedScenario
+from planner.batches import _front, refine
+from planner.deployment import aggregated_point, disaggregated_point
+from planner.placement import cluster_domains, fits
+from planner.scenario import scenario_from_data
+from planner.templates import (
+    Candidate,
+    CandidateSet,
+    _ladder_extras,
+    _slo_breach,
+    candidate_pools,
+    generate,
+    kind_role,
+    kinds_for,
+    ladder_ends,
+    layout_key,
+    planned,
+    timed_plans,
+)
+from tests.planner.small_scenarios import small_data
+
+NAMES = ["qwen3-30b-4xh200", "llama-8b-dense-6xh100-disaggregated"]
+
+
+@functools.cache
+def scenario(name: str) -> ResolvedScenario:
+    return scenario_from_data(small_data(name))
+
+
+def figures(candidate: Candidate) -> tuple[object, ...]:
+    t = candidate.timing
+    return candidate.pool.model_dump_json(), t.ttft_s, t.tpot_s, t.cycle_s, t.plan.memory.total
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_without_a_deadline_the_candidates_are_the_grids(name: str) -> None:
+    """Every grid batch that fits and each range's ends, timed, in the grid path's order, with the same
+    pruned counts (the batches beyond an SLO breach counted, not timed)."""
+    resolved, calibration = scenario(name), default_calibration()
+    got = generate(resolved, calibration)
+    assert got.untimed == 0
+    want = CandidateSet()
+    for kind in kinds_for(resolved):
+        role, turns = kind_role(kind)
+        plans = planned(resolved, candidate_pools(resolved, role), turns, want)
+        plans += planned(resolved, _ladder_extras(resolved, plans), turns, want)
+        want.by_role[kind] = []
+        for timing in timed_plans(plans, resolved, calibration):
+            want.add(resolved, kind, Candidate(timing.plan.pool, timing), ladder=True)
+    assert {k: [figures(c) for c in v] for k, v in got.by_role.items()} == \
+        {k: [figures(c) for c in v] for k, v in want.by_role.items()}
+    assert got.pruned == want.pruned and got.fastest_ms == want.fastest_ms
+    assert got.instance_gpus == want.instance_gpus
+    for key, rungs in want.ladders.items():  # the same rungs up to the first that breaks an SLO for good
+        mine = {c.pool.batch: figures(c) for c in got.ladders[key]}
+        for rung in rungs:
+            if rung.pool.batch in mine:
+                assert mine[rung.pool.batch] == figures(rung)
+            else:
+                assert _slo_breach(resolved, rung) is not None
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_a_deadline_times_every_layouts_ends_and_names_what_it_left(name: str) -> None:
+    resolved, calibration = scenario(name), default_calibration()
+    full, cut = generate(resolved, calibration), generate(resolved, calibration, deadline=0.0)
+    assert cut.untimed > 0
+    for (kind, key), rungs in full.ladders.items():
+        role, _ = kind_role(kind)
+        ends = ladder_ends(resolved, role, key[1], rungs[0].timing.plan.max_batch)
+        assert ends <= {c.pool.batch for c in cut.ladders[(kind, key)]}
+    timed = {(k, figures(c)) for k, v in full.by_role.items() for c in v}
+    assert {(k, figures(c)) for k, v in cut.by_role.items() for c in v} <= timed
+    untimed = {(kind, key, b) for (kind, key), batches in cut.untimed_batches.items() for b in batches}
+    missing = {(k, key, c.pool.batch) for (k, key), rungs in full.ladders.items() for c in rungs
+               if c.pool.batch not in {x.pool.batch for x in cut.ladders[(k, key)]}}
+    assert missing <= untimed
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_untimed_grid_batches_are_within_the_stated_bounds(name: str) -> None:
+    """Every deployment with an untimed grid batch (aggregated; disaggregated with any timed fill or
+    decode option at every count that fits) is beaten by the timed front or inside one of the open boxes
+    refine states (TTFT at least the box's, tokens/s at most its)."""
+    resolved, calibration = scenario(name), default_calibration()
+    full, cut = generate(resolved, calibration), generate(resolved, calibration, deadline=0.0)
+    options, coverage = refine(resolved, calibration, cut, deadline=0.0)
+    assert not coverage.certified and coverage.untimed == cut.untimed
+    front = _front(options, resolved)  # the timed deployments' front (aggregated and the unit table)
+    bins, slo = cluster_domains(resolved), resolved.scenario.slo
+
+    def covered(ttft_ms: float, per_gpu: float) -> bool:
+        value = per_gpu * resolved.gpus * (1 - 1e-9)  # cluster accounting: tokens/s over the cluster's GPUs
+        if front.at(np.array([ttft_ms / 1e3]))[0] >= value:
+            return True
+        return bool(((coverage.open_ttft <= ttft_ms / 1e3 * (1 + 1e-9)) & (coverage.open_value >= value)).any())
+
+    untimed = {(kind, key, b) for (kind, key), batches in cut.untimed_batches.items() for b in batches}
+    extra = [c for kind, cs in full.by_role.items() for c in cs
+             if (kind, layout_key(c.pool), c.pool.batch) in untimed]
+    assert extra, "the deadline left no candidate untimed"
+    fills = [c for c in full.by_role.get("prefill", [])]
+    decodes = [c for c in full.by_role.get("decode", [])]
+    for candidate in extra:
+        if candidate.pool.role == "mixed":
+            point = aggregated_point(resolved, candidate)
+            if point is not None:
+                assert covered(point.ttft_ms, point.tokens_per_s_per_gpu)
+            continue
+        pairs = [(candidate, d) for d in decodes] if candidate.pool.role == "prefill" else \
+            [(p, candidate) for p in fills]
+        for prefill, decode in pairs:
+            for count_p, count_d in itertools.product(range(1, 5), range(1, 5)):
+                if not fits([(prefill.gpus, count_p), (decode.gpus, count_d)], bins):
+                    continue
+                point = disaggregated_point(resolved, calibration, [(prefill, count_p)], decode, count_d)
+                if point is None or (slo.tpot_ms is not None and point.tpot_ms > slo.tpot_ms) or \
+                        (slo.ttft_ms is not None and point.ttft_ms > slo.ttft_ms):
+                    continue
+                assert covered(point.ttft_ms, point.tokens_per_s_per_gpu), (prefill.pool, decode.pool)
+
