@@ -246,7 +246,7 @@ def check_placement(resolved: ResolvedScenario, layout: Layout, placement: Any) 
     pools = placement.get("pools") if isinstance(placement, dict) else None
     if not isinstance(pools, list) or len(pools) != len(layout.pools):
         raise ScenarioError("expected one placed pool per layout pool; re-run `plan solve --out`", "placement.pools")
-    used: dict[GpuIndex, str] = {}
+    used: dict[tuple[str, GpuIndex], str] = {}
     for i, (pool, placed) in enumerate(zip(layout.pools, pools, strict=True)):
         group = resolved.group_named(pool.group)
         instances = placed.get("instances") if isinstance(placed, dict) else None
@@ -261,7 +261,7 @@ def check_placement(resolved: ResolvedScenario, layout: Layout, placement: Any) 
             _check_span(group, indices, where)
 
 
-def _gpu_of(group: ClusterGroup, gpu: object, where: str, used: dict[GpuIndex, str]) -> GpuIndex:
+def _gpu_of(group: ClusterGroup, gpu: object, where: str, used: dict[tuple[str, GpuIndex], str]) -> GpuIndex:
     text = str(gpu)
     name, _, rest = text.partition("/")
     index = parse_gpu_id(rest)
@@ -276,9 +276,9 @@ def _gpu_of(group: ClusterGroup, gpu: object, where: str, used: dict[GpuIndex, s
     if index in group.unavailable:
         raise ScenarioError(f"{text} is unavailable (busy or failed in the inventory); place the instance on "
                             "available GPUs", where)
-    if index in used:
-        raise ScenarioError(f"{text} is used twice (also by {used[index]})", where)
-    used[index] = where
+    if (group.name, index) in used:
+        raise ScenarioError(f"{text} is used twice (also by {used[group.name, index]})", where)
+    used[group.name, index] = where
     return index
 
 

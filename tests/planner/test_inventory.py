@@ -1,0 +1,198 @@
+"""Real clusters: inventories of several GPU systems, busy or failed GPUs, partial nodes and rack uplinks.
+
+The fronts over two groups against the exhaustive reference (every prefill x decode deployment on each
+group and across the two, the link budgets in the cost model) on every backend, with and without the
+closed-form screening; mixed-generation deployments that beat each group's own front; an oversubscribed
+uplink that changes the front and is named; unavailable GPUs never placed and refused by `plan evaluate`.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from costmodel.calibration import default_calibration
+from costmodel.resolve import ResolvedScenario
+from planner import plan_output
+from planner.errors import InputError
+from planner.pareto import FrontPoint
+from planner.reference import exhaustive_front
+from planner.scenario import load_layout, scenario_from_data
+from planner.solve import SolveResult, SolveSettings, solve
+from planner.solvers import BACKENDS
+from planner.templates import generate
+
+REL = 1e-6
+
+# Llama-3.1-8B with a bf16 KV cache (1.07 GB per 8K request) on an H100 group and a B200 group with one
+# failed GPU; a 300 GB/s rack uplink (9.4 GB/s per GPU): the KV links cap the rate of the widest
+# cross-group deployments (a front point is held by them).
+TWO_GROUPS: dict[str, Any] = {
+    "schema_version": 1, "name": "two-groups", "model": "llama3.1-8b",
+    "precision": {"weights": "fp8", "kv_cache": "bf16"},
+    "cluster": {"inventory": [{"name": "hop", "system": "h100-sxm", "gpus": 4},
+                              {"name": "bw", "system": "b200-sxm", "gpus": 4, "unavailable": ["r0/n0/g3"]}],
+                "network": {"uplink_bytes_per_s": 3.0e11}},
+    "workload": {"input_tokens": 8192, "output_tokens": 128}, "slo": {"tpot_ms": 40},
+    "search": {"serving": ["disaggregated"], "pp": [1], "dp_attention": [1], "max_batch": 16},
+}
+
+# DeepSeek-V3 on two H200 nodes and 16 GPUs of a GB200 NVL72 rack, GPUs counted as used.
+MIXED_GENERATIONS: dict[str, Any] = {
+    "schema_version": 1, "name": "mixed-generations", "model": "deepseek-ai/DeepSeek-V3",
+    "precision": {"weights": "fp8", "kv_cache": "fp8"},
+    "cluster": {"inventory": [{"name": "hopper", "system": "h200-sxm", "nodes": 2},
+                              {"name": "nvl", "system": "gb200-nvl72", "gpus": 16}]},
+    "workload": {"input_tokens": 4096, "output_tokens": 1024}, "slo": {"ttft_ms": 2000, "tpot_ms": 50},
+    "search": {"gpu_accounting": "used", "serving": ["disaggregated"], "max_batch": 256}, "engine": "sglang",
+}
+
+
+def _with(data: dict[str, Any], **changes: Any) -> dict[str, Any]:
+    out = copy.deepcopy(data)
+    for dotted, value in changes.items():
+        *path, last = dotted.split("__")
+        node = out
+        for key in path:
+            node = node[key]
+        if value is None:
+            node.pop(last, None)
+        else:
+            node[last] = value
+    return out
+
+
+def _solve(data: dict[str, Any], backend: str = "cpsat", screening: bool = True) -> SolveResult:
+    return solve(scenario_from_data(data), SolveSettings(backend, 60.0, pair_screening=screening, resolution="exact"))
+
+
+def _figures(points: list[FrontPoint] | tuple[FrontPoint, ...]) -> list[float]:
+    return [x for p in points for x in (p.ttft_ms, p.tokens_per_s_per_gpu)]
+
+
+@functools.cache
+def _reference(accounting: str) -> tuple[FrontPoint, ...]:
+    resolved = scenario_from_data(_with(TWO_GROUPS, search__gpu_accounting=accounting))
+    calibration = default_calibration()
+    sets = [generate(resolved.view(group), calibration) for group in resolved.groups]
+    return tuple(exhaustive_front(resolved, sets, calibration))
+
+
+@pytest.mark.parametrize("screening", [True, False])
+@pytest.mark.parametrize("accounting", ["cluster", "used"])
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_two_group_front_equals_the_exhaustive_front(backend: str, accounting: str, screening: bool) -> None:
+    result = _solve(_with(TWO_GROUPS, search__gpu_accounting=accounting), backend, screening)
+    want = _figures(_reference(accounting))
+    assert _figures([s.point for s in result.front]) == pytest.approx(want, rel=REL)
+    assert result.status == "optimal"
+
+
+def test_the_link_budget_holds_a_cross_group_point() -> None:
+    """The case above is the one it claims: some front point spans both groups and the KV links cap its
+    rate (the budget binds), and without the budget the front differs."""
+    resolved = scenario_from_data(TWO_GROUPS)
+    held = [p for p in _reference("cluster") if {q.group for q in p.layout.pools} == {"hop", "bw"}
+            and any(b.startswith("uplink") for b in _binding(resolved, p))]
+    assert held
+    free = _solve(_with(TWO_GROUPS, cluster__network=None))
+    assert _figures([s.point for s in free.front]) != pytest.approx(_figures(_reference("cluster")), rel=REL)
+
+
+def _binding(resolved: ResolvedScenario, point: FrontPoint) -> list[str]:
+    from planner.binding import binding
+
+    rate = point.tokens_per_s / resolved.scenario.workload.output_tokens
+    return binding(resolved, point.layout, rate, default_calibration())
+
+
+def _best_at(front: list[FrontPoint], ttft_ms: float) -> float:
+    return max((p.tokens_per_s_per_gpu for p in front if p.ttft_ms <= ttft_ms * (1 + 1e-12)), default=0.0)
+
+
+def test_mixed_generations_beat_each_group_alone() -> None:
+    """GPUs counted as used: the joint front weakly dominates each group's own front and is strictly better
+    somewhere, with a deployment whose pools run on both generations."""
+    joint = [s.point for s in _solve(MIXED_GENERATIONS).front]
+    alone = []
+    for group in MIXED_GENERATIONS["cluster"]["inventory"]:
+        alone.append([s.point for s in _solve(_with(MIXED_GENERATIONS, cluster__inventory=[group])).front])
+    for front in alone:
+        assert all(_best_at(joint, p.ttft_ms) >= p.tokens_per_s_per_gpu * (1 - REL) for p in front)
+    better = [p for p in joint if p.tokens_per_s_per_gpu > max(_best_at(f, p.ttft_ms) for f in alone) * (1 + 1e-6)]
+    assert better and all({q.group for q in p.layout.pools} == {"hopper", "nvl"} for p in better)
+
+
+def test_oversubscribed_uplinks_change_the_front_and_are_named() -> None:
+    """At 4:1 the KV between the groups crosses both racks' uplinks at a quarter of the NICs: the front moves
+    and its cross-group points name the uplinks; at 1:1 it is the front of the cluster without a network."""
+    plain = _solve(MIXED_GENERATIONS)
+    even = _solve(_with(MIXED_GENERATIONS, cluster__network={"oversubscription": 1.0}))
+    assert _figures([s.point for s in even.front]) == _figures([s.point for s in plain.front])
+    four = _solve(_with(MIXED_GENERATIONS, cluster__network={"oversubscription": 4.0}))
+    assert _figures([s.point for s in four.front]) != pytest.approx(_figures([s.point for s in plain.front]), rel=REL)
+    crossing = [s for s in four.front if {q.group for q in s.point.layout.pools} == {"hopper", "nvl"}]
+    assert crossing
+    for solved in crossing:
+        names = plan_output.point_dict(four, solved)["binding"]
+        assert "uplink hopper/r0" in names and "uplink nvl/r0" in names
+
+
+def test_unavailable_gpus_are_never_placed() -> None:
+    data = _with(TWO_GROUPS, search__gpu_accounting="cluster")
+    data["cluster"]["inventory"][0]["unavailable"] = ["r0/n0/g0", "r0/n0/g2"]
+    result = _solve(data, "highs")
+    for solved in result.front:
+        placement = plan_output.placement(result, solved)
+        gpus = [g for pool in placement["pools"] for instance in pool["instances"] for g in instance["gpus"]]
+        assert len(gpus) == len(set(gpus)) == solved.point.gpus
+        assert not {"hop/r0/n0/g0", "hop/r0/n0/g2", "bw/r0/n0/g3"} & set(gpus)
+
+
+def test_evaluate_refuses_a_placement_on_an_unavailable_gpu(tmp_path: Path) -> None:
+    result = _solve(TWO_GROUPS, "highs")
+    resolved = result.resolved
+    solved = result.front[-1]
+    data = yaml.safe_load(plan_output.plan_yaml(result, 0, solved))
+    path = tmp_path / "plan.yaml"
+    path.write_text(yaml.safe_dump(data), encoding="utf-8")
+    assert load_layout(path, resolved) == solved.point.layout  # as written: accepted
+    pool = next(i for i, p in enumerate(data["layout"]["pools"]) if p.get("group") == "bw")
+    data["placement"]["pools"][pool]["instances"][0]["gpus"][0] = "bw/r0/n0/g3"  # the failed one
+    path.write_text(yaml.safe_dump(data), encoding="utf-8")
+    with pytest.raises(InputError) as info:
+        load_layout(path, resolved)
+    problem = info.value.problems[0]
+    assert problem.field == f"placement.pools.{pool}.instances.0.gpus.0" and "unavailable" in problem.message
+    assert problem.line is not None
+
+
+def test_partial_node_clusters_plan() -> None:
+    """18 GB200 GPUs: four trays and half of a fifth, one NVLink domain of 18."""
+    data = _with(TWO_GROUPS, cluster={"system": "gb200-nvl72", "gpus": 18}, search__gpu_accounting="cluster")
+    resolved = scenario_from_data(data)
+    assert resolved.gpus == 18 and resolved.group.nodes == 5
+    result = solve(resolved, SolveSettings("highs", 60.0))
+    assert result.front and all(s.point.gpus <= 18 for s in result.front)
+
+
+@pytest.mark.parametrize(("cluster", "field", "words"), [
+    ({"inventory": [{"name": "a", "system": "h100-sxm", "gpus": 8, "unavailable": ["r0/n1/g0"]}]},
+     "cluster.inventory.0.unavailable.0", "not a GPU of this group"),
+    ({"inventory": [{"name": "a", "system": "h100-sxm", "gpus": 8}, {"name": "a", "system": "b200-sxm", "gpus": 8}]},
+     "cluster", "names must differ"),
+    ({"system": "h100-sxm", "gpus": 8, "inventory": [{"name": "a", "system": "h100-sxm", "gpus": 8}]},
+     "cluster", "not both"),
+    ({"inventory": [{"name": "a", "system": "h100-sxm", "gpus": 1, "unavailable": ["r0/n0/g0"]}]},
+     "cluster.inventory.0.unavailable", "no available GPU"),
+])
+def test_inventory_errors_name_the_field(cluster: dict[str, Any], field: str, words: str) -> None:
+    with pytest.raises(InputError) as info:
+        scenario_from_data(_with(TWO_GROUPS, cluster=cluster))
+    problem = info.value.problems[0]
+    assert problem.field == field and words in problem.message
