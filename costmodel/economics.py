@@ -181,20 +181,25 @@ def _busy_shares(resolved: ResolvedScenario, layout: Layout, timings: list[PoolT
     return [1.0 if t is decode else min(1.0, rate / stations[id(t)].capacity) for t in timings]
 
 
-def hbm_use(resolved: ResolvedScenario, layout: Layout, paid_gpus: int, calibration: Calibration) -> HbmUse:
-    """HBM capacity filled, bandwidth moved and HBM stranded by `layout` over `paid_gpus` GPUs (those the
-    scenario's accounting pays for; the GPUs the layout leaves idle count as empty and unused). Memory per
-    GPU is that of each pool's most loaded pipeline stage; bandwidth that of its slowest stage's steps."""
+Paid = tuple[tuple[SystemSpec, int], ...]  # GPUs paid for, by system: (system, count)
+
+
+def hbm_use(resolved: ResolvedScenario, layout: Layout, paid: Paid, calibration: Calibration) -> HbmUse:
+    """HBM capacity filled, bandwidth moved and HBM stranded by `layout` over the GPUs `paid` for (those the
+    scenario's accounting pays for, by system; the GPUs the layout leaves idle count as empty and unused).
+    Memory per GPU is that of each pool's most loaded pipeline stage; bandwidth that of its slowest stage's
+    steps, each pool on its own group's system."""
+    paid_gpus = sum(count for _, count in paid)
     if paid_gpus < layout.gpus:
         raise ValueError(f"the layout holds {layout.gpus} GPUs but only {paid_gpus} are paid for")
     pricer = DirectPricer(resolved.system, calibration, resolved.scenario.engine)
     timings = [time_pool(pool, pricer) for pool in plan_layout(resolved, layout, pricer).pools]
-    capacity = resolved.system.hbm_capacity_bytes
-    used = sum(t.plan.pool.gpus * min(t.plan.memory.total, capacity) for t in timings)
+    capacity = sum(count * system.hbm_capacity_bytes for system, count in paid)
+    used = sum(t.plan.pool.gpus * min(t.plan.memory.total, t.plan.memory.capacity) for t in timings)
     shares = _busy_shares(resolved, layout, timings, calibration)
     moved = sum(t.plan.pool.gpus * share * _busy_bandwidth(t) for t, share in zip(timings, shares, strict=True))
-    return HbmUse(capacity_utilisation=used / (paid_gpus * capacity), bandwidth_utilisation=moved / paid_gpus,
-                  stranded_bytes=paid_gpus * capacity - used)
+    return HbmUse(capacity_utilisation=used / capacity, bandwidth_utilisation=moved / paid_gpus,
+                  stranded_bytes=capacity - used)
 
 
 @dataclass(frozen=True)
@@ -215,15 +220,19 @@ class PointEconomics:
                 "stranded_hbm_gb": self.hbm.stranded_bytes / GB}
 
 
-def point_economics(resolved: ResolvedScenario, layout: Layout, tokens_per_s_per_gpu: float, paid_gpus: int,
+def point_economics(resolved: ResolvedScenario, layout: Layout, tokens_per_s_per_gpu: float, paid: Paid,
                     calibration: Calibration) -> PointEconomics:
-    """Economics of `layout` yielding `tokens_per_s_per_gpu` per GPU paid for (`paid_gpus` of them)."""
-    rate = rates(resolved.system, resolved.scenario.economics)
+    """Economics of `layout` yielding `tokens_per_s_per_gpu` per GPU paid for (`paid`: the GPUs by system;
+    each system's GPUs at its own price and power)."""
+    paid_gpus = sum(count for _, count in paid)
+    each = [(rates(system, resolved.scenario.economics), count) for system, count in paid]
+    usd_per_hour = sum(rate.usd_per_gpu_hour * count for rate, count in each)
+    facility_w = sum(rate.facility_w_per_gpu * count for rate, count in each)
     return PointEconomics(
-        usd_per_million_tokens=usd_per_million_tokens(tokens_per_s_per_gpu, rate.usd_per_gpu_hour),
-        tokens_per_s_per_mw=tokens_per_s_per_mw(tokens_per_s_per_gpu, rate.facility_w_per_gpu),
-        usd_per_hour=paid_gpus * rate.usd_per_gpu_hour,
-        facility_kw=paid_gpus * rate.facility_w_per_gpu / 1e3,
+        usd_per_million_tokens=usd_per_million_tokens(tokens_per_s_per_gpu, usd_per_hour / paid_gpus),
+        tokens_per_s_per_mw=tokens_per_s_per_mw(tokens_per_s_per_gpu, facility_w / paid_gpus),
+        usd_per_hour=usd_per_hour,
+        facility_kw=facility_w / 1e3,
         paid_gpus=paid_gpus,
-        hbm=hbm_use(resolved, layout, paid_gpus, calibration),
+        hbm=hbm_use(resolved, layout, paid, calibration),
     )

@@ -10,7 +10,8 @@ from collections.abc import Callable, Sequence
 from typing import Any, Literal, TypeVar
 
 from costmodel.calibration import Calibration, default_calibration
-from costmodel.economics import PointEconomics, point_economics, rates
+from costmodel.economics import Paid, PointEconomics, point_economics, rates
+from costmodel.hardware import SystemSpec
 from costmodel.resolve import ResolvedScenario
 from planner.pareto import FrontPoint
 
@@ -24,15 +25,25 @@ OBJECTIVE_KEYS: dict[str, tuple[str, bool]] = {
 }
 
 
-def paid_gpus(point: FrontPoint) -> int:
-    """The GPUs the ranked tokens/s per GPU divides by: the cluster's under `cluster` accounting, the
-    deployment's under `used`."""
-    return (point.cluster_gpus or point.gpus) if point.accounting == "cluster" else point.gpus
+def paid(resolved: ResolvedScenario, point: FrontPoint) -> Paid:
+    """The GPUs the ranked tokens/s per GPU divides by, by system: every available GPU of the cluster under
+    `cluster` accounting, the deployment's (each pool's on its group's system) under `used`."""
+    if point.accounting == "cluster":
+        return tuple((group.system, group.gpus) for group in resolved.groups)
+    counts: dict[str, int] = {}
+    systems: dict[str, SystemSpec] = {}
+    for pool in point.layout.pools:
+        group = resolved.group_named(pool.group)
+        if group is None:
+            raise ValueError(f"no inventory group named {pool.group!r}")
+        counts[group.name] = counts.get(group.name, 0) + pool.gpus
+        systems[group.name] = group.system
+    return tuple((systems[name], count) for name, count in counts.items())
 
 
 def economics_of(resolved: ResolvedScenario, point: FrontPoint,
                  calibration: Calibration | None = None) -> PointEconomics:
-    return point_economics(resolved, point.layout, point.tokens_per_s_per_gpu, paid_gpus(point),
+    return point_economics(resolved, point.layout, point.tokens_per_s_per_gpu, paid(resolved, point),
                            calibration or default_calibration())
 
 
@@ -44,9 +55,14 @@ def point_fields(resolved: ResolvedScenario, point: FrontPoint) -> dict[str, Any
 
 
 def result_fields(resolved: ResolvedScenario) -> dict[str, Any]:
-    """The front's objective and the rates its economics use, with their sources."""
-    return {"objective": resolved.scenario.search.objective,
-            "economics": rates(resolved.system, resolved.scenario.economics).to_dict()}
+    """The front's objective and the rates its economics use, with their sources: those of the cluster's
+    system (of its first inventory group), and under `by_system` those of every system of an inventory."""
+    economics = resolved.scenario.economics
+    systems = {group.system.name: group.system for group in resolved.groups}
+    data = rates(resolved.system, economics).to_dict()
+    if len(systems) > 1:
+        data["by_system"] = {name: rates(system, economics).to_dict() for name, system in systems.items()}
+    return {"objective": resolved.scenario.search.objective, "economics": data}
 
 
 def best(items: Sequence[T], objective: str, figures: Callable[[T], dict[str, Any]]) -> T | None:

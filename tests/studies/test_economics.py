@@ -87,7 +87,7 @@ def test_hbm_of_an_aggregated_layout_with_idle_gpus() -> None:
     prediction = evaluate(resolved, layout)
     pool = prediction.pools[0]
     used_gb, capacity_gb = pool["memory_per_gpu_gb"]["total"], pool["memory_per_gpu_gb"]["capacity"]
-    use = hbm_use(resolved, layout, 8, default_calibration())
+    use = hbm_use(resolved, layout, ((resolved.system, 8),), default_calibration())
     # 4 GPUs hold the layout, 4 of the 8 paid for stay idle: their HBM is all stranded
     assert use.capacity_utilisation == pytest.approx(4 * used_gb / (8 * capacity_gb))
     assert use.stranded_bytes / GB == pytest.approx(8 * capacity_gb - 4 * used_gb)
@@ -102,10 +102,10 @@ def test_hbm_of_an_aggregated_layout_with_idle_gpus() -> None:
     assert use.bandwidth_utilisation == pytest.approx(4 * busy / 8)
     assert min(mixed, decode) * 0.5 <= use.bandwidth_utilisation <= max(mixed, decode) * 0.5
     # the same layout paid only for the GPUs it holds
-    assert hbm_use(resolved, layout, 4, default_calibration()).capacity_utilisation == pytest.approx(
-        used_gb / capacity_gb)
+    held = hbm_use(resolved, layout, ((resolved.system, 4),), default_calibration())
+    assert held.capacity_utilisation == pytest.approx(used_gb / capacity_gb)
     with pytest.raises(ValueError):
-        hbm_use(resolved, layout, 2, default_calibration())
+        hbm_use(resolved, layout, ((resolved.system, 2),), default_calibration())
 
 
 def test_hbm_bandwidth_of_a_disaggregated_layout_counts_the_prefill_pools_idle_time() -> None:
@@ -125,7 +125,8 @@ def test_hbm_bandwidth_of_a_disaggregated_layout_counts_the_prefill_pools_idle_t
     assert 0 < busy < 1
     expected = (2 * busy * prefill["fill"]["utilisation"]["hbm_bandwidth"]
                 + 2 * decode["decode"]["utilisation"]["hbm_bandwidth"]) / 4
-    assert hbm_use(resolved, layout, 4, default_calibration()).bandwidth_utilisation == pytest.approx(expected)
+    paid = ((resolved.system, 4),)
+    assert hbm_use(resolved, layout, paid, default_calibration()).bandwidth_utilisation == pytest.approx(expected)
 
 
 def test_solve_json_csv_and_table_carry_economics(tmp_path: Any) -> None:
@@ -169,5 +170,28 @@ def test_used_accounting_pays_for_the_gpus_held() -> None:
         assert entry["usd_per_million_tokens"] == pytest.approx(2.0 / (entry["tokens_per_s_per_gpu_used"] * 3600) * 1e6)
     resolved = scenario_from_data(data)
     first = front.points[0]
-    direct = point_economics(resolved, first.layout, first.tokens_per_s_per_gpu, first.gpus, default_calibration())
+    direct = point_economics(resolved, first.layout, first.tokens_per_s_per_gpu, ((resolved.system, first.gpus),),
+                             default_calibration())
     assert direct.usd_per_million_tokens == pytest.approx(first.data["usd_per_million_tokens"])
+
+
+def test_an_inventory_of_two_systems_prices_each_at_its_own_rate() -> None:
+    """Cluster accounting pays for every available GPU of both groups, each at its system's price and power."""
+    data = {**QWEN, "cluster": {"inventory": [{"name": "old", "system": "h100-sxm", "gpus": 8},
+                                              {"name": "new", "system": "h200-sxm", "gpus": 8}]}}
+    resolved = scenario_from_data(data)
+    layout = _layout("aggregated", [{"role": "mixed", "group": "new", "replicas": 2, "tp": 2, "dp_attention": 1,
+                                     "pp": 1, "moe_tp": 1, "moe_ep": 2, "batch": 32}])
+    h100, h200 = (group.system for group in resolved.groups)
+    paid = ((h100, 8), (h200, 8))
+    economics = point_economics(resolved, layout, 100.0, paid, default_calibration())
+    usd = 8 * 49.24 / 8 + 8 * 50.44 / 8  # CoreWeave HGX H100 and H200 lists, per GPU-hour
+    assert economics.usd_per_hour == pytest.approx(usd)
+    # 100 tokens/s per GPU over 16 GPUs: 5.76 M tokens an hour
+    assert economics.usd_per_million_tokens == pytest.approx(usd / (100.0 * 16 * 3600) * 1e6)
+    watts = 8 * (700 + 575) * 1.3 * 2  # both DGX generations: 700 W GPUs, 575 W of the rest per GPU
+    assert economics.facility_kw == pytest.approx(watts / 1e3)
+    pool = evaluate(resolved, layout).pools[0]["memory_per_gpu_gb"]
+    capacity = 8 * h100.hbm_capacity_bytes + 8 * h200.hbm_capacity_bytes
+    assert economics.hbm.capacity_utilisation == pytest.approx(4 * pool["total"] * GB / capacity)
+    assert pool["capacity"] * GB == pytest.approx(h200.hbm_capacity_bytes)  # the pool sits on the H200 group
