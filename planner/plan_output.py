@@ -198,8 +198,9 @@ def result_dict(result: SolveResult) -> dict[str, Any]:
 
 
 def pools_summary(layout: Layout) -> str:
-    """Each pool's instances, parallelism and batch, e.g. `9 x mixed tp1 dp8 ep8 b512`."""
-    return " + ".join(f"{p.replicas} x {p.role} tp{p.tp} dp{p.dp_attention}"
+    """Each pool's instances, group, parallelism and batch, e.g. `9 x mixed tp1 dp8 ep8 b512`, or
+    `4 x prefill@hopper tp8 dp1 ep8 b4` on an inventory group."""
+    return " + ".join(f"{p.replicas} x {p.role}" + (f"@{p.group}" if p.group else "") + f" tp{p.tp} dp{p.dp_attention}"
                       + (f" pp{p.pp}" if p.pp > 1 else "") + (f" mtp{p.moe_tp}" if p.moe_tp > 1 else "")
                       + f" ep{p.moe_ep} b{p.batch}" for p in layout.pools)
 

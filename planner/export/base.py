@@ -150,9 +150,10 @@ def read_plan(path: Path, data: Any, resolved: ResolvedScenario) -> Plan:
         raise InputError.single(path, None, "placement.pools",
                                 f"{len(placed)} placed pools for {len(pools)} layout pools; re-run `plan solve --out`")
     banks = data.get("expert_banks") or {}
-    per_node = resolved.system.gpus_per_node
     out = []
     for index, (pool, place) in enumerate(zip(pools, placed, strict=True)):
+        group = resolved.group_named(pool.get("group") if isinstance(pool, dict) else None)
+        per_node = (group or resolved.groups[0]).system.gpus_per_node  # each pool on its own group's nodes
         try:
             gpus = int(place["gpus_per_instance"])
             numbers = {key: int(pool[key]) for key in ("replicas", "tp", "dp_attention", "pp", "moe_tp", "moe_ep",

@@ -24,7 +24,7 @@
       minimumFractionDigits: digits, maximumFractionDigits: digits, useGrouping: false }) : String(value);
   }
   function poolText(pool) {
-    return `${pool.replicas} x ${pool.role} tp${pool.tp} dp${pool.dp_attention} pp${pool.pp} moe_tp${pool.moe_tp} ` +
+    return `${pool.replicas} x ${pool.role}${pool.group ? "@" + pool.group : ""} tp${pool.tp} dp${pool.dp_attention} pp${pool.pp} moe_tp${pool.moe_tp} ` +
       `ep${pool.moe_ep} batch ${pool.batch}`;
   }
   function pointText(point, index) {
