@@ -26,6 +26,7 @@ the point's gap is (U - its figure) / U.
 
 from __future__ import annotations
 
+import bisect
 import math
 import time
 from collections import deque
@@ -38,7 +39,7 @@ from costmodel.resolve import ResolvedScenario
 from planner.deployment import disaggregated_point
 from planner.formulation.linear import LinearModel
 from planner.formulation.model import DeploymentModel, InvalidSolution, Selection, build_model
-from planner.formulation.options import DeploymentOptions
+from planner.formulation.options import DeploymentOptions, MixedOption
 from planner.formulation.pairs import PAIR_LIMIT, PairTable
 from planner.formulation.screening import screen, screen_cluster
 from planner.formulation.units import UnitTable, selection_of, unit_table
@@ -214,6 +215,7 @@ class _Sweeper:
         self.first_cap = self._first_cap()
         self.cluster = resolved.scenario.search.gpu_accounting == "cluster"
         self.blocks: list[_Block] = []
+        self._mixed_tables: dict[int, tuple[list[float], list[int]]] = {}  # per block's options (`_best_mixed`)
         for options in blocks:
             self._use(_Block(options))
             if self.cluster and settings.pair_screening:
@@ -266,7 +268,7 @@ class _Sweeper:
         if self.settings.resolution != "auto":
             queue.append(self._next_cap(first))
         previous = first.selection
-        while queue and (not self.result.out_of_time or self._all_enumerated()):
+        while queue and (not self.result.out_of_time or self._enumerating()):
             cap = queue.popleft()
             if self._covered(cap):
                 continue
@@ -284,7 +286,7 @@ class _Sweeper:
         certified within AUTO_HV_TOL of the exact one's hypervolume, or holds AUTO_POINTS points."""
         fastest = self.options_fastest_s
         for _ in range(4 * AUTO_POINTS):
-            if (self.result.out_of_time and not self._all_enumerated()) or len(self.result.front) >= AUTO_POINTS:
+            if (self.result.out_of_time and not self._enumerating()) or len(self.result.front) >= AUTO_POINTS:
                 return
             windows = [w for w in self.result.windows(fastest) if w.high_s - w.low_s > 2 * GRID_S]
             loss = sum(w.loss for w in windows)
@@ -349,13 +351,34 @@ class _Sweeper:
         """A good deployment within the cap to start from (and hint): the best aggregated one, and the best
         disaggregated one by closed-form figures (cluster: the unit table's best within the cap; used: the
         pair table's, or the small-unit table's and every count of the previous point's two candidates)."""
-        mixed = [m for m in self.options.mixed if eps is None or m.point.ttft_ms / 1e3 <= eps]
-        found = [SolvedPoint(m.point, Selection(mixed=m), SolveStatus.FEASIBLE, math.inf) for m in mixed]
+        mixed = self._best_mixed(eps)
+        found = [] if mixed is None else [SolvedPoint(mixed.point, Selection(mixed=mixed), SolveStatus.FEASIBLE,
+                                                      math.inf)]
         for selection in self._closed_form_picks(eps, previous):
             point = self._point(selection, eps)
             if point is not None:
                 found.append(SolvedPoint(point, selection, SolveStatus.FEASIBLE, math.inf))
         return max(found, key=lambda s: s.point.tokens_per_s_per_gpu, default=None)
+
+    def _best_mixed(self, eps: float | None) -> MixedOption | None:
+        """The aggregated option with the most tokens/s per GPU within the cap (the first in the options'
+        order among equals), from the options sorted by TTFT with the best up to each (built once per block)."""
+        mixed = self.options.mixed
+        table = self._mixed_tables.get(id(self.options))
+        if table is None:
+            ttft = [m.point.ttft_ms / 1e3 for m in mixed]
+            value = [m.point.tokens_per_s_per_gpu for m in mixed]
+            order = sorted(range(len(mixed)), key=lambda i: ttft[i])
+            best: list[int] = []
+            for i in order:
+                if not best or value[i] > value[best[-1]] or (value[i] == value[best[-1]] and i < best[-1]):
+                    best.append(i)
+                else:
+                    best.append(best[-1])
+            table = self._mixed_tables[id(self.options)] = ([ttft[i] for i in order], best)
+        times, best = table
+        within = len(times) if eps is None else bisect.bisect_right(times, eps)
+        return mixed[best[within - 1]] if within else None
 
     def _closed_form_picks(self, eps: float | None, previous: Selection | None) -> list[Selection]:
         if self.cluster:
@@ -378,8 +401,6 @@ class _Sweeper:
         if previous is None or previous.prefill is None or previous.decode is None:
             return None
         p, d = previous.prefill, previous.decode
-        if not any(o is p for o in self.options.prefill) or not any(o is d for o in self.options.decode):
-            return None  # the previous point is another block's: its options do not pack by this block's rows
         return PairTable(self.options, [(p, n) for n in range(1, p.most + 1)], [(d, n) for n in range(1, d.most + 1)])
 
     def _cluster_best(self, eps: float | None, incumbent: SolvedPoint | None) -> SolvedPoint | None:
@@ -419,6 +440,11 @@ class _Sweeper:
             bound = max(report.bound, best.point.tokens_per_s) / self.resolved.gpus
             return replace(best, status=SolveStatus.FEASIBLE,
                            gap=max(0.0, bound - best.point.tokens_per_s_per_gpu) / bound)
+
+    def _enumerating(self) -> bool:
+        """Past the MILPs' time: caps are still proven while the enumeration does it for every block, but
+        not beyond the time limit (the limit holds for the whole solve)."""
+        return self._all_enumerated() and time.perf_counter() < self.deadline
 
     def _all_enumerated(self) -> bool:
         enumerated = []
