@@ -26,6 +26,7 @@ from planner.sweep import Coverage, Resolution, SolvedPoint, SweepResult, SweepS
 from planner.templates import CandidateSet, generate, merged
 
 GENERATE_SHARE = 0.5  # of the time limit, at most, for timing the grid's batches (their ranges' ends: always)
+SWEEP_RESERVE_S = 1.5  # and at least this left after it: options, bounds, the backend's import, the sweep's tables
 BATCH_SHARE = 0.5  # of the time limit, at most, for timing batches between the grid's (planner.batches)
 BATCH_TOLERANCE = 0.01  # but `exact`: no untimed batch beats the front by more than 1% (a point's gap at most)
 EXPERT_TIME_S = 0.5  # CP-SAT deterministic time per expert-parallel degree: the swap search does most of the work
@@ -98,7 +99,8 @@ def solve(resolved: ResolvedScenario, settings: SolveSettings, calibration: Cali
     start = time.perf_counter()
     calibration = calibration or default_calibration()
     # one group: the grid's batches until the deadline (refine bounds those left); several: the whole grid
-    generate_by = start + GENERATE_SHARE * settings.time_limit_s if len(resolved.groups) == 1 else None
+    limit = settings.time_limit_s
+    generate_by = start + min(GENERATE_SHARE * limit, limit - SWEEP_RESERVE_S) if len(resolved.groups) == 1 else None
     sets = [generate(resolved.view(group), calibration, deadline=generate_by) for group in resolved.groups]
     tolerance = 0.0 if settings.resolution == "exact" else BATCH_TOLERANCE
     if len(sets) == 1:
