@@ -68,11 +68,11 @@ SCENARIOS: dict[str, dict[str, Any]] = {
     "deepseek-v32-72xgb200-long": {  # sparse-attention indexer, 64K-token prompts
         "model": "deepseek-v3.2", "precision": {"weights": "fp8", "experts": "fp4", "kv_cache": "fp8"},
         "cluster": {"system": "gb200-nvl72", "racks": 1}, "workload": LONG, "slo": {"tpot_ms": 60}},
-    "deepseek-v3-72xgb200-agent-sessions": {  # the coding agent: 50K-200K contexts, tiers, midfill pool, one rack
+    "deepseek-v3-72xgb200-agent-sessions": {  # the coding agent: 50K-155K contexts, tiers, midfill pool, one rack
         "model": "deepseek-v3", "precision": {"weights": "fp8", "experts": "fp4", "kv_cache": "fp8"},
         "cluster": {"system": "gb200-nvl72", "racks": 1}, "engine": "trtllm",
         "workload": {"routing_skew": 0.6, "sessions": {
-            "arrival_rate_per_s": 0.15, "turns": 50, "system_prompt_tokens": 50000, "think_time_s": 20.0,
+            "arrival_rate_per_s": 0.15, "turns": 35, "system_prompt_tokens": 50000, "think_time_s": 20.0,
             "pause_probability": 0.1, "pause_s": 3600.0,
             "turn_lengths": [{"share": 0.75, "input_tokens": 1000, "output_tokens": 600},
                              {"share": 0.25, "input_tokens": 5000, "output_tokens": 2200}]}},

@@ -78,6 +78,7 @@ def resolve(scenario: Scenario, base_dir: Path | None = None) -> ResolvedScenari
         kv_cache=Dtype(scenario.precision.kv_cache),
     )
     check_context(resolved)
+    check_session_context(resolved)
     check_speculative(resolved)
     check_search_degrees(resolved)
     check_redundant_experts(resolved)
@@ -179,6 +180,25 @@ def check_context(resolved: ResolvedScenario) -> None:
             "shorten the request",
             "workload",
         )
+
+
+def check_session_context(resolved: ResolvedScenario) -> None:
+    """A session's context grows by each turn's input and output: by its last turn it must still fit the
+    model's window (agents compact or restart before it fills; the planner does not model that)."""
+    workload = resolved.scenario.workload
+    sessions = workload.sessions
+    if sessions is None:
+        return
+    turn_in, turn_out = sessions.mean_lengths() or (workload.input_tokens, workload.output_tokens)
+    per_turn = turn_in + turn_out
+    last = sessions.system_prompt_tokens + sessions.turns * per_turn
+    limit = resolved.architecture.max_position_embeddings
+    if last > limit:
+        most = max(0, (limit - sessions.system_prompt_tokens) // per_turn)
+        raise ScenarioError(
+            f"by its last turn a session holds {sessions.system_prompt_tokens} + {sessions.turns} turns x {per_turn} "
+            f"tokens = {last} tokens, beyond the model's context of {limit} tokens; use at most {most} turns or "
+            "shorter turns", "workload.sessions.turns")
 
 
 def check_speculative(resolved: ResolvedScenario) -> None:

@@ -1,4 +1,5 @@
-"""SIGINT (Ctrl-C) ends `plan` at once with exit code 130, having written nothing.
+"""SIGINT (Ctrl-C) ends `plan` at once with exit code 130, SIGTERM (a scheduler or `kill`) with 143, having
+written nothing (the staging folder of `--out` removed).
 
 Why not Python's KeyboardInterrupt: it is raised only between bytecodes of the main thread, so during a
 native solve it arrives late, or inside a solver callback where C++ turns it into std::bad_function_call
@@ -20,11 +21,12 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 EXIT_CODE = 130  # 128 + SIGINT, what shells report for a process ended by Ctrl-C
+EXIT_CODES = {signal.SIGINT: EXIT_CODE, signal.SIGTERM: 128 + signal.SIGTERM}  # 143: ended by SIGTERM
 
 _lock = threading.Lock()
 _cleanups: list[Callable[[], None]] = []
 _deferring = False
-_pending = False
+_pending = 0  # the exit code of a signal held while outputs move into place (0: none)
 _installed = False
 
 
@@ -35,7 +37,8 @@ def install() -> None:
         return
     read_fd, write_fd = os.pipe()
     os.set_blocking(write_fd, False)
-    signal.signal(signal.SIGINT, _record)  # no KeyboardInterrupt anywhere, native code included
+    for signum in EXIT_CODES:
+        signal.signal(signum, _record)  # no KeyboardInterrupt anywhere, native code included
     signal.set_wakeup_fd(write_fd, warn_on_full_buffer=False)
     threading.Thread(target=_watch, args=(read_fd,), name="sigint-watcher", daemon=True).start()
     _installed = True
@@ -55,17 +58,18 @@ def _watch(read_fd: int) -> None:
     global _pending
     while True:
         received = os.read(read_fd, 64)
-        if signal.SIGINT not in received:
+        code = next((EXIT_CODES[s] for s in EXIT_CODES if s in received), 0)
+        if not code:
             continue
         with _lock:
             if _deferring:
-                _pending = True
+                _pending = code
                 continue
-        stop("interrupted: stopped before finishing; nothing written")
+        stop("interrupted: stopped before finishing; nothing written", code)
 
 
-def stop(message: str) -> None:
-    """Run the cleanups, say why, and exit 130 at once."""
+def stop(message: str, code: int = EXIT_CODE) -> None:
+    """Run the cleanups, say why, and exit with `code` (130: SIGINT, 143: SIGTERM) at once."""
     with _lock:
         cleanups = list(_cleanups)
     for cleanup in cleanups:
@@ -74,9 +78,9 @@ def stop(message: str) -> None:
     if sys.stdout.isatty():
         sys.stdout.write("\x1b[?25h")  # a progress spinner hides the cursor; give it back
         sys.stdout.flush()
-    sys.stderr.write(f"{message} (exit {EXIT_CODE})\n")
+    sys.stderr.write(f"{message} (exit {code})\n")
     sys.stderr.flush()
-    os._exit(EXIT_CODE)
+    os._exit(code)
 
 
 @contextmanager
@@ -89,6 +93,6 @@ def deferred() -> Iterator[None]:
         yield
     finally:
         with _lock:
-            _deferring, pending, _pending = False, _pending, False
+            _deferring, pending, _pending = False, _pending, 0
         if pending:
-            stop("interrupted while the outputs were moved into place; they are complete")
+            stop("interrupted while the outputs were moved into place; they are complete", pending)

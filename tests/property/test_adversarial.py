@@ -217,22 +217,25 @@ def test_evaluate_json_is_strict() -> None:
     _strict_json(result.out)
 
 
-def test_sigint_exits_130_and_writes_nothing(tmp_path: Path) -> None:
+@pytest.mark.parametrize(("signum", "code"), [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_a_signal_stops_the_solve_and_writes_nothing(tmp_path: Path, signum: int, code: int) -> None:
+    """Ctrl-C exits 130, SIGTERM (schedulers, kill) 143; neither leaves `--out` nor its staging folder."""
     out = tmp_path / "out"
     process = subprocess.Popen([sys.executable, "-m", "planner", "solve", str(SLOW_SCENARIO), "--out", str(out)],
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO)
     time.sleep(4.0)  # past start-up and candidate generation, into the MILP sweep on this machine
     if process.poll() is not None:
         pytest.skip("the solve finished before it could be interrupted")
-    process.send_signal(signal.SIGINT)
+    process.send_signal(signum)
     try:
         _, err = process.communicate(timeout=10)
     except subprocess.TimeoutExpired:
         process.kill()
-        pytest.fail("plan did not stop within 10 s of SIGINT")
-    assert process.returncode == 130, err
+        pytest.fail("plan did not stop within 10 s of the signal")
+    assert process.returncode == code, err
     assert "interrupted" in err and "Traceback" not in err, err
     assert not out.exists(), list(out.iterdir())
+    assert not list(tmp_path.glob(".plan-out-*")), "the staging folder is left behind"
 
 
 def test_import_hf_to_an_unwritable_path_exits_2(tmp_path: Path) -> None:

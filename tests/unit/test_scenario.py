@@ -171,3 +171,18 @@ def test_layout_checked_against_the_scenario(tmp_path: Path) -> None:
         layout_from_text(bad_tp, resolved)
     layout = load_layout(SCENARIOS / "deepseek-v3-8xh200.layout.yaml", resolved)
     assert layout.gpus == 8
+
+
+def test_a_session_must_fit_the_context_by_its_last_turn() -> None:
+    from planner.scenario import scenario_from_data
+
+    data = {"schema_version": 1, "name": "s", "model": "deepseek-v3", "cluster": {"system": "gb200-nvl72", "racks": 1},
+            "workload": {"sessions": {"arrival_rate_per_s": 0.15, "turns": 50, "system_prompt_tokens": 50000,
+                                      "turn_lengths": [{"share": 1.0, "input_tokens": 2000, "output_tokens": 1000}]}}}
+    with pytest.raises(InputError) as info:
+        scenario_from_data(data)
+    problem = info.value.problems[0]
+    assert problem.field == "workload.sessions.turns"
+    assert "200000 tokens" in problem.message and "at most 37 turns" in problem.message  # 50,000 + 37 x 3,000 fits
+    data["workload"]["sessions"]["turns"] = 37
+    assert scenario_from_data(data).scenario.workload.sessions is not None
