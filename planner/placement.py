@@ -122,7 +122,13 @@ def divisible(sizes: Sequence[int], domains: Domains) -> bool:
 
 def fits(instances: Sequence[tuple[int, int]], domains: Domains) -> bool:
     """Whether `count` instances of each `size` fit the domains."""
-    instances = [(size, count) for size, count in instances if count]
+    return _fits(tuple((size, count) for size, count in instances if count), domains)
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _fits(instances: tuple[tuple[int, int], ...], domains: Domains) -> bool:
+    """`fits`, kept per (instances, domains): the unit table asks the same counts in every batch round and
+    again in the sweep (thousands of exact packings where sizes do not divide the domain, e.g. 72 GPUs)."""
     sizes = [size for size, _ in instances]
     if not all(sum(row.weight(size) * count for size, count in instances) <= row.rhs
                for row in packing_rows(domains, sizes)):
@@ -160,6 +166,7 @@ def _after_one_bin(items: tuple[tuple[int, int], ...], capacity: int) -> set[tup
     return states
 
 
+@functools.lru_cache(maxsize=1 << 12)
 def max_replicas(size: int, domains: Domains) -> int:
     """Most instances of one size the domains hold."""
     rows = [row for row in packing_rows(domains, [size]) if row.weight(size) > 0]
