@@ -401,6 +401,8 @@ class _Sweeper:
         if previous is None or previous.prefill is None or previous.decode is None:
             return None
         p, d = previous.prefill, previous.decode
+        if not any(o is p for o in self.options.prefill) or not any(o is d for o in self.options.decode):
+            return None  # the previous point is another block's: its options do not pack by this block's rows
         return PairTable(self.options, [(p, n) for n in range(1, p.most + 1)], [(d, n) for n in range(1, d.most + 1)])
 
     def _cluster_best(self, eps: float | None, incumbent: SolvedPoint | None) -> SolvedPoint | None:
