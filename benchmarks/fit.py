@@ -4,10 +4,7 @@ What is fitted (nothing per model or per row):
 - per GPU generation present in the data: GEMM efficiency per compute format, attention and HBM
   efficiencies (fractions of peak), each bounded below by its predecessor generation's achieved rate
   (`_generation_floor`);
-- scale-up and scale-out collective efficiencies; the fixed latency of one all-reduce step and of one
-  all-to-all call per GPU generation inside a scale-up domain (NVLink 4 and NVLink 5 kernels differ: one
-  shared figure fitted 42 us, between Blackwell's measured 19-31 us floor, K04, and what Hopper rows ask)
-  and across the scale-out network;
+- scale-up and scale-out collective efficiencies and the fixed latency of one collective step;
 - per engine present in the data: fixed overhead per layer, per step and per sequence per step, the share
   of the expert all-to-all hidden behind compute, and the cohort fraction of closed-loop arrivals (see
   `costmodel.serving`).
@@ -46,8 +43,7 @@ from costmodel.resolve import resolve
 from costmodel.scenario import Scenario
 from costmodel.work import StepWork
 
-GENERATION_FIELDS = ("attention_efficiency", "hbm_efficiency", "scaleup_latency_s.allreduce",
-                     "scaleup_latency_s.alltoall")
+GENERATION_FIELDS = ("attention_efficiency", "hbm_efficiency")
 COLLECTIVE_FIELDS = ("collectives.allreduce.efficiency", "collectives.allreduce.latency_s",
                      "collectives.alltoall.efficiency", "collectives.alltoall.latency_s", "nic_efficiency")
 ENGINE_FIELDS = ("layer_overhead_s", "step_overhead_s", "seq_overhead_s", "alltoall_overlap", "cohort_fraction")
@@ -195,20 +191,14 @@ BOUNDS: dict[str, tuple[float, float]] = {
 }
 
 
-def bounds(name: str) -> tuple[float, float]:
-    """Physical range of a fitted factor, by its name (a generation's scale-up latencies as `latency_s`)."""
-    parts = name.split(".")
-    return BOUNDS["latency_s" if len(parts) > 1 and parts[-2] == "scaleup_latency_s" else parts[-1]]
-
-
 def _to_free(name: str, value: float) -> float:
-    lo, hi = bounds(name)
+    lo, hi = BOUNDS[name.split(".")[-1]]
     share = min(max((value - lo) / (hi - lo), 1e-4), 1 - 1e-4)
     return math.log(share / (1 - share))
 
 
 def _from_free(name: str, value: float, floor: float | None = None) -> float:
-    lo, hi = bounds(name)
+    lo, hi = BOUNDS[name.split(".")[-1]]
     lo = min(max(lo, floor or lo), hi)
     return lo + (hi - lo) / (1.0 + math.exp(-value))
 
@@ -220,14 +210,13 @@ def _from_free(name: str, value: float, floor: float | None = None) -> float:
 # one's achieved rate over the newer peak. Without it, formats the data barely exercise (bf16 on Blackwell:
 # 7 GB200 rows) can fit below Hopper's achieved rate and misrank hardware (issue 13).
 PREDECESSOR: dict[str, str] = {"blackwell": "hopper", "cdna4": "cdna3"}
-_RATES = ("gemm_efficiency", "attention_efficiency", "hbm_efficiency")
 
 
 def _generation_floor(data: dict[str, object], name: str) -> float | None:
     """Lower bound of a generation factor from its predecessor's achieved rate (None: no bound applies)."""
     parts = name.split(".")
-    if parts[0] != "generations" or parts[1] not in PREDECESSOR or parts[2] not in _RATES:
-        return None  # latencies: a newer fabric's fixed cost is measured (K04), not bounded by the older one's
+    if parts[0] != "generations" or parts[1] not in PREDECESSOR:
+        return None
     newer, older = parts[1], PREDECESSOR[parts[1]]
     older_rate = max((_peak_rate(s, parts[2:]) for s in _systems(older)), default=0.0)
     newer_rate = min((_peak_rate(s, parts[2:]) for s in _systems(newer)), default=0.0)
@@ -297,7 +286,7 @@ def calibration_yaml(calibration: Calibration, rows: Sequence[Measurement]) -> s
         "# Calibration of the cost model, written by `python -m benchmarks fit` (do not edit by hand).",
         f"# Data: {len(rows)} rows of ../shared/calibration/serving_measurements.csv (layouts fully known);",
         "# method and loss: benchmarks/fit.py. Factors not fitted keep the kernel-microbenchmark priors.",
-        "schema_version: 2",
+        "schema_version: 1",
         f"fitted_on: {json.dumps(data['fitted_on'])}",
         "generations:",
     ]
@@ -305,13 +294,8 @@ def calibration_yaml(calibration: Calibration, rows: Sequence[Measurement]) -> s
         lines.append(f"  {generation}:  # {notes.get(generation, 'not in the serving data: prior from priors.yaml')}")
         gemm = ", ".join(f"{dtype}: {value:.6g}" for dtype, value in factors.pop("gemm_efficiency").items())
         lines.append(f"    gemm_efficiency: {{{gemm}}}  # formats the data does not exercise keep their prior")
-        latency = factors.pop("scaleup_latency_s")
         lines += [f"    {name}: {value:.6g}" for name, value in factors.items()]
-        values = ", ".join(f"{kind}: {value:.6g}" for kind, value in latency.items())
-        note = "all-reduce and all-to-all fitted, p2p: prior" if generation in notes else "prior"
-        lines.append(f"    scaleup_latency_s: {{{values}}}  # {note}")
-    lines.append(f"collectives:  # all-reduce and all-to-all fitted on all {len(rows)} rows (latency_s: scale-out "
-                 "share of a call); p2p: prior")
+    lines.append(f"collectives:  # all-reduce and all-to-all fitted on all {len(rows)} rows; p2p: prior")
     for kind, factors in data["collectives"].items():
         lines.append(f"  {kind}: {{efficiency: {factors['efficiency']:.6g}, latency_s: {factors['latency_s']:.6g}}}")
     lines.append(f"nic_efficiency: {data['nic_efficiency']:.6g}  # fitted on all {len(rows)} rows")

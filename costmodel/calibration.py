@@ -44,12 +44,6 @@ class GenerationFactors(_Frozen):
     )
     attention_efficiency: float = Field(gt=0, le=1, description="Fraction of bf16 peak reached by attention kernels.")
     hbm_efficiency: float = Field(gt=0, le=1, description="Fraction of HBM bandwidth reached when streaming.")
-    scaleup_latency_s: dict[Literal["allreduce", "alltoall", "p2p"], float] = Field(
-        description="Fixed time of one collective call (one step of an all-reduce algorithm, one all-to-all "
-        "dispatch or combine, one point-to-point send) on this generation's scale-up fabric (NVLink, xGMI), s: "
-        "launch, the cross-GPU flag handshake and the fabric's hop latency, which change with the GPU and "
-        "NVLink generation (the scale-out share of a call pays `CollectiveFactors.latency_s`).",
-    )
 
     def gemm(self, dtype: Dtype) -> float:
         """Efficiency of GEMMs computing in `dtype` (bf16's figure for a format never calibrated)."""
@@ -58,10 +52,7 @@ class GenerationFactors(_Frozen):
 
 class CollectiveFactors(_Frozen):
     efficiency: float = Field(gt=0, le=1, description="Fraction of scale-up bandwidth the collective reaches.")
-    latency_s: float = Field(
-        ge=0, description="Fixed time of one call across the scale-out network (the NIC share of a collective "
-        "spanning domains, a KV transfer over the NICs), s. Inside a scale-up domain a call pays its "
-        "generation's `GenerationFactors.scaleup_latency_s`.")
+    latency_s: float = Field(ge=0, description="Fixed time of one call, s.")
 
 
 class EngineFactors(_Frozen):
@@ -82,7 +73,7 @@ class EngineFactors(_Frozen):
 
 
 class Calibration(_Frozen):
-    schema_version: Literal[2] = 2  # 2: scale-up collective latencies per generation
+    schema_version: Literal[1] = 1
     fitted_on: str = Field(description="What data the factors were fitted on.")
     generations: dict[Generation, GenerationFactors]
     collectives: dict[Literal["allreduce", "alltoall", "p2p"], CollectiveFactors]
@@ -91,10 +82,6 @@ class Calibration(_Frozen):
 
     def generation(self, system: SystemSpec) -> GenerationFactors:
         return self.generations[generation_of(system)]
-
-    def scaleup_latency_s(self, system: SystemSpec, kind: Literal["allreduce", "alltoall", "p2p"]) -> float:
-        """Fixed time of one `kind` call inside `system`'s scale-up domain."""
-        return self.generation(system).scaleup_latency_s[kind]
 
     def engine(self, name: str) -> EngineFactors:
         return self.engines.get(name) or self.engines["generic"]

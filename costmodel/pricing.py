@@ -66,8 +66,6 @@ class WorkTable:
         self.index = {id(work): i for i, work in enumerate(self.works)}
         self.engines = list(engines)
         self.generations = [generation_of(system) for system in systems]
-        self.generation_names = sorted(set(self.generations))
-        self.work_generation = np.array([self.generation_names.index(g) for g in self.generations], dtype=np.int64)
         ops = [(i, op) for i, work in enumerate(self.works) for op in work.ops]
         self.op_names = [op.name for _, op in ops]
         self.op_work = np.array([i for i, _ in ops], dtype=np.int64)
@@ -102,20 +100,11 @@ class WorkTable:
         t_memory = self.op_bytes / hbm[self.op_work]
         return np.maximum(t_compute, t_memory), t_compute >= t_memory
 
-    def transfer_latencies(self, calibration: Calibration) -> np.ndarray:
-        """Fixed seconds of one call of every transfer: inside a scale-up domain its generation's latency for
-        its kind (NVLink 5 floor measured, K04), beyond it the scale-out latency of its kind."""
-        scaleout = np.array([calibration.collectives[k].latency_s for k in _KINDS])[self.tr_kind]
-        scaleup = np.array([[calibration.generations[g].scaleup_latency_s[k] for k in _KINDS]
-                            for g in self.generation_names]).reshape(len(self.generation_names), len(_KINDS))
-        return np.asarray(np.where(self.tr_tier == 0, scaleup[self.work_generation[self.tr_work], self.tr_kind],
-                                   scaleout))
-
     def transfer_seconds(self, calibration: Calibration) -> np.ndarray:
         kinds = [calibration.collectives[k] for k in _KINDS]
         scaleup = np.array([k.efficiency for k in kinds])[self.tr_kind]
         efficiency = np.where(self.tr_tier == 0, scaleup, calibration.nic_efficiency)
-        latency = self.transfer_latencies(calibration)
+        latency = np.array([k.latency_s for k in kinds])[self.tr_kind]
         bandwidth = self.tier_bw[self.tr_work, self.tr_tier] * efficiency
         seconds = self.tr_bytes / bandwidth + self.tr_calls * latency
         grouped = self.tr_ranks > 1

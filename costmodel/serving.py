@@ -469,17 +469,15 @@ def kv_transfer_s(prefill: PoolContext, decode: PoolContext, request: RequestSha
     p2p = calibration.collectives["p2p"]
     pair = prefill.par.stage_gpus * prefill.par.pp + decode.par.stage_gpus * decode.par.pp
     across = prefill.group != decode.group
-    latency = p2p.latency_s
     if pair <= system.scaleup_domain_gpus and not across:
         link = system.scaleup_bandwidth_bytes_per_s * p2p.efficiency
-        latency = calibration.scaleup_latency_s(system, "p2p")
     else:
         nic = min(system.nic_bandwidth_bytes_per_s, decode.system.nic_bandwidth_bytes_per_s)
         if across or prefill.group_racks > 1:
             nic = min(nic, prefill.uplink_share_bytes_per_s, decode.uplink_share_bytes_per_s)
         link = nic * calibration.nic_efficiency
     streams = min(prefill.par.stage_gpus * prefill.par.pp, decode.par.stage_gpus * decode.par.pp)
-    return size / (streams * link) + latency
+    return size / (streams * link) + p2p.latency_s
 
 
 def kv_link_bandwidth(prefill: PoolContext, decode: PoolContext,

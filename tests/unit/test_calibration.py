@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from benchmarks.fit import ParameterSpace, PlannedRows, bounds, fit, layout_was_guessed
+from benchmarks.fit import BOUNDS, ParameterSpace, PlannedRows, fit, layout_was_guessed
 from benchmarks.measurements import load_measurements
 from costmodel.calibration import Calibration, default_calibration, prior_calibration
 
@@ -43,7 +43,7 @@ def test_fit_is_deterministic_in_range_and_beats_the_priors(sample: PlannedRows)
         node = data
         for part in name.split("."):
             node = node[part]
-        lo, hi = bounds(name)
+        lo, hi = BOUNDS[name.split(".")[-1]]
         assert lo <= node <= hi, name
 
     def log_error(calibration: Calibration) -> float:
