@@ -385,25 +385,28 @@ class _Decodes:
         decoding time bounded by the interval's ends); with the interval each row belongs to."""
         osl = float(options.output_tokens - 1)
         size = intervals[0].low.gpus
-        owners, low, high, slow, fast = [], [], [], [], []
-        for index, interval in enumerate(intervals):
-            edges = np.unique(np.rint(np.geomspace(interval.low.pool.batch, interval.high.pool.batch,
-                                                   (pieces or PIECES) + 1)))
-            for a, b in [(interval.only, interval.only)] if interval.only else itertools.pairwise(edges):
-                owners.append(index)
-                low.append(a)
-                high.append(b)
-                # Z(n) = osl TPOT(n) grows with n and Z(n) / n does not (requests/s per instance n / TPOT never
-                # falls): over the piece [a, b], Z(n) <= min(Z(hi), Z(lo) b / lo) (the TTFT bound's decoding
-                # time, with D a sequences). The rate at D n sequences and Z(n) >= max(Z(lo), Z(hi) n / hi)
-                # grows with n (each of the three waits of `pair_figures` gives C / (A + z C) with A > 0), so
-                # at D b sequences and max(Z(lo), Z(hi) b / hi) it bounds the piece's rate from above.
-                z_lo, z_hi = osl * interval.low.timing.tpot_s, osl * interval.high.timing.tpot_s
-                lo, hi = interval.low.pool.batch, interval.high.pool.batch
-                slow.append(min(z_hi, z_lo * b / lo * (1 + SLACK)))
-                fast.append(max(z_lo, z_hi * b / hi * (1 - SLACK)))
-        return owners, _Decodes(np.array(low, dtype=float), np.array(slow), np.array(high, dtype=float),
-                                np.array(fast), np.full(len(owners), _most_instances(size, options)))
+        lo = np.array([i.low.pool.batch for i in intervals], dtype=float)
+        hi = np.array([i.high.pool.batch for i in intervals], dtype=float)
+        only = np.array([i.only for i in intervals], dtype=float)
+        z_lo = osl * np.array([i.low.timing.tpot_s for i in intervals])
+        z_hi = osl * np.array([i.high.timing.tpot_s for i in intervals])
+        # geometric edges lo ... hi (rounded; repeated ones dropped), or one piece [n, n] for a single batch n
+        steps = np.arange((pieces or PIECES) + 1) / (pieces or PIECES)
+        edges = np.rint(lo[:, None] * (hi / lo)[:, None] ** steps[None, :])
+        edges[:, 0], edges[:, -1] = lo, hi
+        edges = np.where(only[:, None] > 0, only[:, None], edges)
+        a, b = edges[:, :-1], edges[:, 1:]
+        keep = (b > a) | ((only[:, None] > 0) & (np.arange(a.shape[1]) == 0)[None, :])
+        owner = np.broadcast_to(np.arange(len(intervals))[:, None], a.shape)[keep]
+        a, b = a[keep], b[keep]
+        # Z(n) = osl TPOT(n) grows with n and Z(n) / n does not (requests/s per instance n / TPOT never falls):
+        # over the piece [a, b], Z(n) <= min(Z(hi), Z(lo) b / lo) (the TTFT bound's decoding time, with D a
+        # sequences). The rate at D n sequences and Z(n) >= max(Z(lo), Z(hi) n / hi) grows with n (each of the
+        # three waits of `pair_figures` gives C / (A + z C) with A > 0), so at D b sequences and
+        # max(Z(lo), Z(hi) b / hi) it bounds the piece's rate from above.
+        slow = np.minimum(z_hi[owner], z_lo[owner] * b / lo[owner] * (1 + SLACK))
+        fast = np.maximum(z_lo[owner], z_hi[owner] * b / hi[owner] * (1 - SLACK))
+        return owner.tolist(), _Decodes(a, slow, b, fast, np.full(owner.size, _most_instances(size, options)))
 
     @staticmethod
     def of_options(group: list[DecodeOption]) -> _Decodes:
