@@ -32,7 +32,7 @@ def validate_document(model: type[ModelT], document: SourceDocument, what: str) 
     except ValidationError as exc:
         errors = _deepest(document.data, exc.errors(include_url=False))
         problems = [_problem(model, document, error) for error in errors]
-        raise InputError(_unique(problems)) from None
+        raise InputError(unique_problems(problems)) from None
 
 
 def _deepest(data: Any, errors: list[ErrorDetails]) -> list[ErrorDetails]:
@@ -43,7 +43,8 @@ def _deepest(data: Any, errors: list[ErrorDetails]) -> list[ErrorDetails]:
             if not (error["type"].endswith("_type") and any(len(o) > len(loc) and o[:len(loc)] == loc for o in locs))]
 
 
-def _unique(problems: list[InputProblem]) -> list[InputProblem]:
+def unique_problems(problems: list[InputProblem]) -> list[InputProblem]:
+    """Each problem once, in order (pydantic can report one field twice through a union)."""
     seen: set[str] = set()
     unique = []
     for problem in problems:

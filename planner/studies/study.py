@@ -29,7 +29,7 @@ from planner import __version__
 from planner.errors import InputError, InputProblem
 from planner.scenario import scenario_from_data
 from planner.sourcefile import SourceDocument, read_document
-from planner.validation import validate_document
+from planner.validation import unique_problems, validate_document
 
 MAX_CASES = 10_000
 _PATH = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
@@ -135,7 +135,7 @@ def build_study(name: str, description: str | None, base: dict[str, Any], grid: 
         except InputError as exc:
             problems += [_locate(p, chosen, positions, document, base_document) for p in exc.problems]
     if problems:
-        raise InputError(_unique(problems))
+        raise InputError(unique_problems(problems))
     return Study(name, description, grid, tuple(cases), document.path)
 
 
@@ -212,13 +212,3 @@ def _key_line(document: SourceDocument, key: str) -> int | None:
         else:
             return document.line_of(("grid",))
     return line
-
-
-def _unique(problems: list[InputProblem]) -> list[InputProblem]:
-    seen: set[str] = set()
-    unique = []
-    for problem in problems:
-        if str(problem) not in seen:
-            seen.add(str(problem))
-            unique.append(problem)
-    return unique
