@@ -448,7 +448,7 @@ def _boxes(options: DeploymentOptions, fills: _Fills, size: int, rows: _Decodes,
     per_fill = np.zeros(fills.gpus.size, dtype=bool)
     found_t: list[np.ndarray] = []
     found_v: list[np.ndarray] = []
-    if fills.gpus.size == 0 or len(most_d) == 0:
+    if fills.gpus.size == 0 or len(most_d) == 0 or int(most_d.max()) < 1:  # none fits (e.g. failed GPUs)
         return per_row, per_fill, (np.zeros(0), np.zeros(0))
     counts = np.arange(1, int(most_d.max()) + 1)
     most = np.minimum(fills.most[:, None], most_beside(fills.gpus, size, counts, options.domains))
