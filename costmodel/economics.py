@@ -25,6 +25,7 @@ from typing import Any
 import yaml
 
 from costmodel.calibration import Calibration
+from costmodel.disaggregated import FillStation, split_serving
 from costmodel.errors import CatalogError, ScenarioError
 from costmodel.evaluate import plan_layout
 from costmodel.hardware import GB, SystemSpec
@@ -32,7 +33,7 @@ from costmodel.layout import Layout
 from costmodel.pricing import DirectPricer
 from costmodel.resolve import ResolvedScenario
 from costmodel.scenario import Economics, Scenario
-from costmodel.serving import FillStation, PhaseTime, PoolTiming, split_serving, time_pool, turn_share
+from costmodel.serving import PhaseTime, PoolTiming, time_pool, turn_share
 
 SECONDS_PER_HOUR = 3600.0
 TOKENS_PER_MILLION = 1e6

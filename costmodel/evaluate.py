@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from costmodel.calibration import Calibration, default_calibration, generation_of
+from costmodel.disaggregated import FillStation, split_serving
 from costmodel.errors import ScenarioError
 from costmodel.hardware import GB, SystemSpec
 from costmodel.inventory import ClusterGroup
@@ -20,14 +21,12 @@ from costmodel.pricing import DirectPricer, Pricer
 from costmodel.resolve import ResolvedScenario, check_session_pools, compute_dtype, layout_warnings
 from costmodel.scenario import Workload
 from costmodel.serving import (
-    FillStation,
     PhaseTime,
     PoolPlan,
     PoolTiming,
     admitted_plan,
     plan_pool,
     pool_turns,
-    split_serving,
     time_pool,
     turn_share,
     with_session_tiers,

@@ -2,7 +2,7 @@
 
 - `hbm <role>`: the pool runs the largest batch that fits its GPUs' HBM;
 - `nic <group>/r<R>/n<N>` or `uplink <group>/r<R>`: the KV the pool sends or receives fills its GPUs'
-  NICs, or their fair share of the rack uplink (`costmodel.serving.kv_link_rate`: the rate is capped there);
+  NICs, or their fair share of the rack uplink (`costmodel.disaggregated.kv_link_rate`: the rate is capped there);
 - `uplink <group>/r<R>` also where the pool's scale-out traffic (KV transfers between groups or racks,
   collectives of an instance wider than a rack) runs at the uplink's fair share, below the NIC: an
   oversubscribed uplink slows it.
@@ -12,11 +12,12 @@ The rack and node named are those of the pool's first instance (`planner.placeme
 from __future__ import annotations
 
 from costmodel.calibration import Calibration
+from costmodel.disaggregated import kv_link_bandwidth, request_kv_bytes
 from costmodel.evaluate import plan_layout
 from costmodel.inventory import ClusterGroup
 from costmodel.layout import Layout
 from costmodel.resolve import ResolvedScenario
-from costmodel.serving import PoolPlan, kv_link_bandwidth, request_kv_bytes, turn_share
+from costmodel.serving import PoolPlan, turn_share
 from planner.placement import assign
 
 RATE_TOL = 1e-9  # relative: a rate within this of a link's limit is held by it

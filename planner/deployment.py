@@ -5,7 +5,7 @@
   or as the shared KV store can serve when its fill pools park contexts there;
 - disaggregated: one prefill and one decode candidate with P and D instances, P, D >= 1, fitting the
   domains together (for sessions, optionally a first-turn prefill pool and a midfill pool instead of the
-  one prefill pool); figures from `costmodel.serving.split_serving`.
+  one prefill pool); figures from `costmodel.disaggregated.split_serving`.
 With multi-turn sessions and a shared KV store, a disaggregated deployment whose prefill pool parks more
 idle contexts in the store than it holds, or fetches them faster than it serves, is not in the space.
 Both the MILP and the exhaustive reference build their front points here, so they cannot disagree.
@@ -14,9 +14,10 @@ Both the MILP and the exhaustive reference build their front points here, so the
 from __future__ import annotations
 
 from costmodel.calibration import Calibration
+from costmodel.disaggregated import FillStation, split_serving
 from costmodel.layout import Layout
 from costmodel.resolve import ResolvedScenario
-from costmodel.serving import FillStation, split_serving, turn_share
+from costmodel.serving import turn_share
 from planner.pareto import FrontPoint
 from planner.placement import group_domains, max_replicas
 from planner.templates import Candidate, with_replicas

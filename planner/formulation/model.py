@@ -10,7 +10,7 @@ z = (candidate d, D instances) are each chosen once (one-hot), so capacity cap_y
 concurrency C_z = D b_d are constants of the choice. Instances of one candidate are identical, so no
 symmetric copies exist.
 
-Exactness. The cost model's steady state (`costmodel.serving.disaggregated_serving`) has rate
+Exactness. The cost model's steady state (`costmodel.disaggregated.disaggregated_serving`) has rate
 X = min(C / A, cap, C / (A + k (C - 1) / (2 cap))), A = t_p + t_kv + Z_d, k the cohort fraction, and
 TTFT = C / X - Z_d. With rho = X / cap the prefill pool's utilisation, carried in copies rho^y (zero
 unless y is chosen) and rho_z (zero unless z is):
@@ -355,7 +355,7 @@ def _define_transfer_pairs(dm: DeploymentModel, group: _Group, rate: Expr, rate_
 def _define_links(dm: DeploymentModel, carried: list[tuple[_Group, dict[tuple[int, int], int]]]) -> None:
     """`links`: the KV each fill group sends over the NICs (size pairs that leave a domain) within what its
     chosen pool's GPUs carry, P a e / kv requests/s (e: a fill GPU's egress bandwidth, kv: bytes per
-    request), and what the decode pool's GPUs receive within D b i / kv (`costmodel.serving.kv_link_rate`);
+    request), and what the decode pool's GPUs receive within D b i / kv (`costmodel.disaggregated.kv_link_rate`);
     rows in requests/s, so coefficients stay O(1). One configuration per pool is chosen, so each row's right
     side is the chosen pool's limit."""
     model = dm.model

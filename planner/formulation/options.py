@@ -4,7 +4,7 @@ Per prefill candidate p: GPUs g_p, fill latency t_p (s), capacity mu_p (fills of
 instance), most instances the domains hold. Per decode candidate d: g_d, sequences b_d per instance, the
 time a request spends decoding after its first token Z_d = (osl - 1) TPOT_d, most instances. Per pair of
 instance sizes: the KV transfer time t_kv (it depends only on the two sizes: see
-`costmodel.serving.kv_transfer_s`). Per mixed candidate: its aggregated deployment's exact figures.
+`costmodel.disaggregated.kv_transfer_s`). Per mixed candidate: its aggregated deployment's exact figures.
 
 Multi-turn sessions with a shared KV store: per prefill candidate, the bytes one instance parks in the
 store and the bytes/s it fetches from it (sized for its full rate, `costmodel.kv_tiers`).
@@ -22,10 +22,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from costmodel.calibration import Calibration
+from costmodel.disaggregated import kv_link_bandwidth, kv_transfer_s, request_kv_bytes
 from costmodel.kv_tiers import NO_STORE_USE, StoreUse
 from costmodel.resolve import ResolvedScenario
 from costmodel.scenario import KvStore
-from costmodel.serving import kv_link_bandwidth, kv_transfer_s, request_kv_bytes, turn_share
+from costmodel.serving import turn_share
 from planner.deployment import aggregated_point
 from planner.pareto import FrontPoint
 from planner.placement import Domains, fits, group_domains, max_replicas
@@ -49,7 +50,7 @@ class PrefillOption:
     most: int  # instances the domains (and the shared KV store) hold
     store: StoreUse = NO_STORE_USE  # multi-turn sessions: shared-store bytes and bytes/s per instance
     load: float = 1.0  # multi-turn sessions: the share of its capacity the pool may run at (`Pool.tier_load`)
-    kv_bytes: float = 0.0  # KV of one request as it leaves for decode (`costmodel.serving.request_kv_bytes`)
+    kv_bytes: float = 0.0  # KV of one request as it leaves for decode (`costmodel.disaggregated.request_kv_bytes`)
 
 
 @dataclass(frozen=True)
@@ -97,7 +98,7 @@ class DeploymentOptions:
     split: tuple[FillGroup, FillGroup] | None = None  # (first turns, midfill): a separate midfill pool
     decode_domains: Domains | None = None  # the decode pool on another inventory group: its own domains
     # (fill GPUs, decode GPUs) -> per-GPU bytes/s (egress of a fill GPU, ingress of a decode GPU) where the
-    # KV transfer takes the NICs (`costmodel.serving.kv_link_bandwidth`): the link rows
+    # KV transfer takes the NICs (`costmodel.disaggregated.kv_link_bandwidth`): the link rows
     links: dict[tuple[int, int], tuple[float, float]] = field(default_factory=dict)
     label: str = ""  # the inventory groups of this structure block, e.g. "hopper>nvl" (prefill > decode)
 

@@ -1,6 +1,6 @@
 """Closed-form figures of prefill x decode configuration pairs, vectorised (numpy).
 
-The same steady state as `costmodel.serving.disaggregated_serving` (a test checks them equal): wait at
+The same steady state as `costmodel.disaggregated.disaggregated_serving` (a test checks them equal): wait at
 the prefill pool at = max(t_p, C / cap - (t_kv + Z), t_p + k (C - 1) / (2 cap)), TTFT = at + t_kv,
 rate = C / (at + t_kv + Z). Used to screen configurations by exact pair bounds and to find incumbents
 for the MILP; the MILP makes the choice, and `planner.deployment` gives the reported figures.
@@ -86,7 +86,7 @@ def pair_figures(cap: np.ndarray, fill: np.ndarray, transfer: np.ndarray, conc: 
 
 def link_limits(options: DeploymentOptions, size_y: np.ndarray, size_z: np.ndarray, count_y: np.ndarray,
                 count_z: np.ndarray, kv_bytes: float) -> np.ndarray | None:
-    """Most requests/s the links carry per pair (`costmodel.serving.kv_link_rate`), broadcast over the
+    """Most requests/s the links carry per pair (`costmodel.disaggregated.kv_link_rate`), broadcast over the
     arrays' shapes; None where no size pair takes the NICs."""
     if not options.links:
         return None

@@ -289,7 +289,7 @@ def _optimistic_split_pairs(options: DeploymentOptions, first: list[tuple[Prefil
     configuration in `index`, the other fill pool at its best (largest capacity, shortest fill and
     transfer, fewest GPUs or fewest GPU-seconds per request). The structure's figures are the single-pool
     closed form with the share-weighted fill and transfer and the tighter capacity
-    (`costmodel.serving.split_serving`), which only improve as capacity grows and fill and transfer shrink:
+    (`costmodel.disaggregated.split_serving`), which only improve as capacity grows and fill and transfer shrink:
     these bound every deployment that holds the configuration and the decode configuration."""
     assert options.split is not None
     conc, away, gpus_z = table.conc[index], table.away[index], table.gpus[index]

@@ -5,7 +5,7 @@ constant: maximising it is maximising the rate X. For a prefill candidate p, a d
 decode instances, more prefill instances never lower X nor raise TTFT: X = min(cap, C / (A + k (C - 1) /
 (2 cap))) grows with cap = P mu_p, the wait at the prefill pool max(t_p, C / cap - E, t_p + k (C - 1) /
 (2 cap)) shrinks, and a pool sized for part of its rate admits tier_load x cap, which grows too
-(`costmodel.serving.split_serving`). So the most prefill instances that fit beside the decode pool,
+(`costmodel.disaggregated.split_serving`). So the most prefill instances that fit beside the decode pool,
 P_max(p, d, D), dominate every smaller count: the space collapses from (p, P, d, D) to (p, d, D), which
 at 64 racks is about 14 M triples, computed here in numpy blocks with the same closed form as the cost
 model (`pairs.pair_figures`, tested equal).

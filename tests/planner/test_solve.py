@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 
 from costmodel.calibration import default_calibration
+from costmodel.disaggregated import disaggregated_serving
 from costmodel.evaluate import evaluate
 from costmodel.resolve import ResolvedScenario
-from costmodel.serving import disaggregated_serving
 from planner import plan_output
 from planner.errors import InfeasibleError
 from planner.formulation.options import deployment_options

@@ -11,18 +11,12 @@ import numpy as np
 import pytest
 
 from costmodel.calibration import default_calibration
+from costmodel.disaggregated import FillStation, closed_loop_wait_s, disaggregated_serving, kv_transfer_s, split_serving
 from costmodel.errors import ScenarioError
 from costmodel.evaluate import evaluate
 from costmodel.layout import Layout
 from costmodel.resolve import ResolvedScenario
-from costmodel.serving import (
-    FillStation,
-    closed_loop_wait_s,
-    disaggregated_serving,
-    kv_transfer_s,
-    split_serving,
-    with_session_tiers,
-)
+from costmodel.serving import with_session_tiers
 from planner.formulation.pairs import pair_figures
 from planner.scenario import scenario_from_data
 from planner.templates import Candidate, generate
