@@ -23,10 +23,13 @@ from planner.placement import assign
 RATE_TOL = 1e-9  # relative: a rate within this of a link's limit is held by it
 
 
-def binding(resolved: ResolvedScenario, layout: Layout, rate_per_s: float, calibration: Calibration) -> list[str]:
-    """The binding resources of `layout` serving `rate_per_s` requests per second (its figures')."""
+def binding(resolved: ResolvedScenario, layout: Layout, rate_per_s: float, calibration: Calibration,
+            first_gpus: list[str] | None = None) -> list[str]:
+    """The binding resources of `layout` serving `rate_per_s` requests per second (its figures');
+    `first_gpus`: each pool's first GPU id where a placement already gives them."""
     plans = plan_layout(resolved, layout).pools
-    first = _first_gpus(resolved, layout)
+    first = _first_gpus(resolved, layout) if first_gpus is None else [
+        (_group_of(resolved, pool.group), gpu) for pool, gpu in zip(layout.pools, first_gpus, strict=True)]
     found: list[str] = []
     for plan in plans:
         if plan.pool.batch >= plan.max_batch > 0:
@@ -88,6 +91,12 @@ def _link_name(first: tuple[ClusterGroup, str], plan: PoolPlan, bandwidth: float
 def _uplink(first: tuple[ClusterGroup, str]) -> str:
     group, gpu = first
     return f"uplink {group.name}/{gpu.split('/')[1]}"
+
+
+def _group_of(resolved: ResolvedScenario, name: str | None) -> ClusterGroup:
+    group = resolved.group_named(name)
+    assert group is not None  # the layout was checked against the scenario
+    return group
 
 
 def _first_gpus(resolved: ResolvedScenario, layout: Layout) -> list[tuple[ClusterGroup, str]]:

@@ -187,6 +187,7 @@ def assign(sizes: Sequence[int], group: ClusterGroup) -> list[tuple[GpuIndex, ..
     for index, domain in enumerate(domains):
         by_rack.setdefault(domain.rack, []).append(index)
     placed: dict[int, tuple[GpuIndex, ...]] = {}
+    first_room: dict[int, int] = {}  # per size, no domain before this one has room (rooms only shrink)
     for item in sorted(range(len(sizes)), key=lambda i: -sizes[i]):
         need = sizes[item]
         if need > size:
@@ -198,9 +199,12 @@ def assign(sizes: Sequence[int], group: ClusterGroup) -> list[tuple[GpuIndex, ..
             gpus = [(domains[i].rack, *gpu) for i in chosen for gpu in domains[i].free]
             placed[item] = tuple(gpus[:need])
             continue
-        target = next((i for i, d in enumerate(domains) if d.capacity - used[i] >= need), None)
-        if target is None:
+        target = first_room.get(need, 0)
+        while target < len(domains) and domains[target].capacity - used[target] < need:
+            target += 1
+        if target == len(domains):
             raise ValueError("instances do not fit the domains")
+        first_room[need] = target
         domain = domains[target]
         placed[item] = tuple((domain.rack, *gpu) for gpu in domain.free[used[target]:used[target] + need])
         used[target] += need

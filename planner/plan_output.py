@@ -160,6 +160,7 @@ def point_dict(result: SolveResult, point: SolvedPoint) -> dict[str, Any]:
     p = point.point
     tiers, midfill = kv_tiers(result, point), midfill_choice(result, point)
     extra = ({} if tiers is None else {"kv_tiers": tiers}) | ({} if midfill is None else {"midfill": midfill})
+    placed = placement(result, point)
     return {
         "ttft_ms": p.ttft_ms, "tpot_ms": p.tpot_ms, "tokens_per_s_per_gpu": p.tokens_per_s_per_gpu,
         "tokens_per_s_per_gpu_used": p.tokens_per_s_per_gpu_used,
@@ -168,8 +169,8 @@ def point_dict(result: SolveResult, point: SolvedPoint) -> dict[str, Any]:
         **economics_report.point_fields(result.resolved, p), "serving": p.layout.serving,
         "status": point.status.value, "gap": _gap(point.gap), "proof": point.proof,
         "binding": binding(result.resolved, p.layout, p.tokens_per_s / result.resolved.scenario.workload.output_tokens,
-                           default_calibration()),
-        "layout": layout_dict(p.layout), "placement": placement(result, point), **extra,
+                           default_calibration(), [pool["instances"][0]["gpus"][0] for pool in placed["pools"]]),
+        "layout": layout_dict(p.layout), "placement": placed, **extra,
     }
 
 
