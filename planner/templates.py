@@ -11,6 +11,7 @@ decode pools, TTFT of mixed pools, fill latency of prefill pools).
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 import time
@@ -65,7 +66,7 @@ class Candidate:
     def gpus(self) -> int:
         return self.pool.gpus_per_instance
 
-    @property
+    @functools.cached_property  # options are rebuilt each batch-search round: computed once per candidate
     def store_use(self) -> StoreUse:
         """Multi-turn sessions: what one instance asks of the shared KV store (sized for its full rate)."""
         plan = self.timing.plan
@@ -99,6 +100,9 @@ class CandidateSet:
         default_factory=dict)
     # each layout's pool context, built once for all its batches (`planned`)
     contexts: dict[tuple[object, ...], tuple[ResolvedScenario, PoolContext]] = field(default_factory=dict, repr=False)
+    # each mixed candidate's aggregated deployment (by id: the set keeps the candidate alive), for options
+    # rebuilt every batch-search round (`planner.formulation.options`)
+    aggregated: dict[int, object] = field(default_factory=dict, repr=False)
 
     @property
     def untimed(self) -> int:

@@ -18,8 +18,9 @@ prefill pool and so raises its queueing (a TTFT trade-off).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from costmodel.calibration import Calibration
 from costmodel.disaggregated import kv_link_bandwidth, kv_transfer_s, request_kv_bytes
@@ -157,7 +158,9 @@ def deployment_options(resolved: ResolvedScenario, candidates: CandidateSet, cal
     workload = resolved.scenario.workload
     mixed = []
     for candidate in candidates.by_role.get("mixed", []) if decode_from is None else []:
-        point = aggregated_point(resolved, candidate)
+        if id(candidate) not in candidates.aggregated:
+            candidates.aggregated[id(candidate)] = aggregated_point(resolved, candidate)
+        point = cast(FrontPoint | None, candidates.aggregated[id(candidate)])
         if point is not None:
             mixed.append(MixedOption(candidate, point))
         elif max_replicas(candidate.gpus, _domains_of(resolved, candidate)) >= 1:
@@ -219,25 +222,26 @@ def _transfers(fills: list[PrefillOption], decode: list[DecodeOption],
                calibration: Calibration) -> dict[tuple[int, int], float]:
     """KV transfer time by (fill GPUs, decode GPUs): it depends on the two sizes and the fills' turns only
     (and, between inventory groups, on their NICs and rack uplinks: one block has one group pair)."""
-    transfer = {}
-    for p in fills:
-        for d in decode:
-            key = (p.gpus, d.gpus)
-            if key not in transfer:
-                transfer[key] = kv_transfer_s(p.candidate.timing.plan.ctx, d.candidate.timing.plan.ctx,
-                                              p.candidate.timing.plan.request, calibration)
-    return transfer
+    return {(a, b): kv_transfer_s(p.candidate.timing.plan.ctx, d.candidate.timing.plan.ctx,
+                                  p.candidate.timing.plan.request, calibration)
+            for a, p in _by_size(fills).items() for b, d in _by_size(decode).items()}
+
+
+def _by_size(options: Sequence[PrefillOption | DecodeOption]) -> dict[int, Any]:
+    """One option of each instance size (the first), which stands for the size's transfers and links."""
+    first: dict[int, Any] = {}
+    for option in options:
+        first.setdefault(option.gpus, option)
+    return first
 
 
 def _links(fills: list[PrefillOption], decode: list[DecodeOption],
            calibration: Calibration) -> dict[tuple[int, int], tuple[float, float]]:
     """Per-GPU link bandwidths by (fill GPUs, decode GPUs) where the transfer takes the NICs."""
     links = {}
-    for p in fills:
-        for d in decode:
-            key = (p.gpus, d.gpus)
-            if key not in links:
-                link = kv_link_bandwidth(p.candidate.timing.plan.ctx, d.candidate.timing.plan.ctx, calibration)
-                if link is not None:
-                    links[key] = link
+    for a, p in _by_size(fills).items():
+        for b, d in _by_size(decode).items():
+            link = kv_link_bandwidth(p.candidate.timing.plan.ctx, d.candidate.timing.plan.ctx, calibration)
+            if link is not None:
+                links[a, b] = link
     return links
