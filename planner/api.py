@@ -21,7 +21,7 @@ from planner import scenario as _scenario
 from planner.solve import SolveResult, SolveSettings
 from planner.solve import solve as _solve
 from planner.sourcefile import SourceDocument
-from planner.sweep import Resolution
+from planner.sweep_result import Resolution
 
 __all__ = ["Front", "FrontPoint", "Prediction", "ResolvedScenario", "evaluate", "load_scenario", "solve"]
 

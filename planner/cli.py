@@ -28,7 +28,7 @@ from planner.schemas import json_schema
 from planner.solve import SolveSettings, solve
 from planner.solvers import BACKENDS
 from planner.sourcefile import read_document
-from planner.sweep import Resolution, SolvedPoint
+from planner.sweep_result import Resolution, SolvedPoint
 
 FORMAT = click.option(
     "--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True,

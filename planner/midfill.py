@@ -20,7 +20,7 @@ from planner.formulation.options import DeploymentOptions
 from planner.formulation.pairs import PAIR_LIMIT, PairTable
 from planner.formulation.screening import screen, split_ratio_bound
 from planner.solve import SolveResult
-from planner.sweep import SolvedPoint
+from planner.sweep_result import SolvedPoint
 
 
 class TooManyPairs(Exception):

@@ -28,7 +28,7 @@ from planner.midfill import midfill_choice
 from planner.out_dir import OutputFolder
 from planner.placement import assign
 from planner.solve import SolveResult
-from planner.sweep import SolvedPoint
+from planner.sweep_result import SolvedPoint
 
 CSV_COLUMNS = ("index", "serving", "ttft_ms", "tpot_ms", "tokens_per_s_per_gpu", "tokens_per_s_per_gpu_used",
                "tokens_per_s_per_cluster_gpu", "tokens_per_s_per_user", "gpus", "idle_gpus", "usd_per_million_tokens",

@@ -22,7 +22,8 @@ from planner.experts import ExpertPlacement, place_experts
 from planner.formulation.model import build_model
 from planner.formulation.options import DeploymentOptions, deployment_options
 from planner.solvers import SolveStatus, backend
-from planner.sweep import Coverage, Resolution, SolvedPoint, SweepResult, SweepSettings, Termination, sweep
+from planner.sweep import SweepSettings, sweep
+from planner.sweep_result import Coverage, Resolution, SolvedPoint, SweepResult, Termination
 from planner.templates import CandidateSet, generate, merged
 
 GENERATE_SHARE = 0.5  # of the time limit, at most, for timing the grid's batches (their ranges' ends: always)

@@ -31,151 +31,26 @@ import math
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
-from typing import Literal
+from dataclasses import dataclass, replace
 
 from costmodel.calibration import Calibration
 from costmodel.resolve import ResolvedScenario
 from planner.deployment import disaggregated_point
-from planner.formulation.linear import LinearModel
 from planner.formulation.model import DeploymentModel, InvalidSolution, Selection, build_model
 from planner.formulation.options import DeploymentOptions, MixedOption
 from planner.formulation.pairs import PAIR_LIMIT, PairTable
 from planner.formulation.screening import screen, screen_cluster
 from planner.formulation.units import UnitTable, selection_of, unit_table
-from planner.pareto import FrontPoint, hypervolume, non_dominated
+from planner.pareto import FrontPoint
 from planner.solvers import Backend, SolveOptions, SolveReport, SolveStatus
+from planner.sweep_result import GRID_S, Resolution, SolvedPoint, SweepResult, resolution_step
 
-GRID_S = 1e-6  # TTFT grid of the epsilon steps
 RATIO_TOL = 1e-7  # Dinkelbach stops when the MILP cannot beat q by more than this (relative)
 MAX_DINKELBACH = 30  # safeguard; convergence is superlinear, typically 2-4 solves
 SAMPLE_PAIRS = 1_000_000  # pairs of the small-unit table that seeds incumbents on large instances
 AUTO_POINTS = 60  # `auto` resolution: at most 60 points ...
 AUTO_HV_TOL = 5e-4  # ... or the front certified within 0.05% of the exact front's hypervolume
 COARSE_CAPS = 8  # anytime: caps at 7/8 ... 1/8 of the range before the fine steps
-
-Resolution = float | Literal["auto", "exact"]
-Termination = Literal["completed", "time_limit", "backend_error"]
-
-
-def resolution_step(resolution: Resolution) -> float:
-    """The TTFT step as a share of the range (0: exact, 1 us steps)."""
-    if resolution == "exact":
-        return 0.0
-    if resolution == "auto":
-        return 0.0  # no fixed step: windows are bisected by the hypervolume they can hide
-    return float(resolution)
-
-
-@dataclass(frozen=True)
-class SolvedPoint:
-    point: FrontPoint
-    selection: Selection
-    status: SolveStatus
-    gap: float  # relative, on the ranked tokens/s per GPU
-    proof: str = "milp"  # what proves the status: the MILP, or (time ran out first) the closed-form enumeration
-
-
-@dataclass(frozen=True)
-class Coverage:
-    """What the front certifies. Windows are the TTFT ranges between resolved intervals: a deployment with
-    TTFT in window (a, b) has at most the throughput of the resolved point at b, so it is within b - a of
-    TTFT of a returned point with at least its throughput (`certified_ms`: the widest window), and the
-    hypervolume it could add is at most (b - a) x (that throughput - the best below a)."""
-
-    top_ms: float
-    low_ms: float
-    step_ms: float
-    certified_ms: float
-    hypervolume_ratio_at_least: float  # of the returned front to the exact one (reference: top, 0)
-    uncovered_ms: list[tuple[float, float, float]]  # windows wider than the step: (from, to, throughput bound)
-
-
-@dataclass(frozen=True)
-class Window:
-    low_s: float
-    high_s: float
-    above: float  # throughput of the resolved point at high_s: no point in the window has more
-    below: float  # the best throughput at or below low_s (0: none)
-
-    @property
-    def loss(self) -> float:
-        """Most hypervolume (s x tokens/s per GPU) the window can hide (inf: nothing proven there)."""
-        return (self.high_s - self.low_s) * max(0.0, self.above - self.below)
-
-
-@dataclass
-class SweepResult:
-    points: list[SolvedPoint] = field(default_factory=list)
-    reports: list[SolveReport] = field(default_factory=list)
-    largest_model: LinearModel | None = None
-    termination: Termination = "completed"
-    errors: list[str] = field(default_factory=list)
-    first_feasible_s: float | None = None
-    resolved: list[tuple[float, float]] = field(default_factory=list)  # (point TTFT, cap) in s
-    floor_s: float = 0.0  # no deployment has a TTFT at or below this (an infeasible cap)
-    top_s: float = 0.0
-    step_s: float = 0.0
-
-    @property
-    def timed_out(self) -> bool:
-        """Stopped early or cut short: the time limit, or a backend error at some cap (that cap's window
-        stays uncovered; the sweep goes on with the others)."""
-        return self.termination != "completed"
-
-    @property
-    def out_of_time(self) -> bool:
-        return self.termination == "time_limit"
-
-    @property
-    def front(self) -> list[SolvedPoint]:
-        """The non-dominated points, each once (caps of the coarse pass and the steps can find the same one)."""
-        kept = {id(p) for p in non_dominated([s.point for s in self.points])}
-        front: list[SolvedPoint] = []
-        for solved in sorted(self.points, key=lambda s: s.point.sort_key()):
-            if id(solved.point) in kept:
-                kept.discard(id(solved.point))
-                front.append(solved)
-        return front
-
-    def windows(self, fastest_s: float) -> list[Window]:
-        """The TTFT ranges between resolved intervals, above `fastest_s` (no deployment is faster)."""
-        low = max(self.floor_s, fastest_s)
-        spans = sorted((t, c) for t, c in self.resolved if c > low)
-        values = sorted((s.point.ttft_ms / 1e3, s.point.tokens_per_s_per_gpu) for s in self.points)
-        result, edge = [], low
-        for t, c in spans:
-            if t - edge > GRID_S * 1e-3:
-                above = max(v for time_s, v in values if time_s <= t * (1 + 1e-12))
-                below = max((v for time_s, v in values if time_s <= edge), default=0.0)
-                result.append(Window(edge, t, above, below))
-            edge = max(edge, c)
-        if edge < self.top_s:  # above every proven cap: nothing is known there (time ran out first)
-            below = max((v for time_s, v in values if time_s <= edge), default=0.0)
-            result.append(Window(edge, self.top_s, math.inf, below))
-        return result
-
-    def hypervolume_s(self) -> float:
-        """Hypervolume of the front up to TTFT `top_s` (s x tokens/s per GPU)."""
-        return hypervolume([s.point for s in self.front], self.top_s * 1e3) / 1e3
-
-    def coverage(self, fastest_s: float) -> Coverage | None:
-        if not self.points:
-            return None
-        windows = self.windows(fastest_s)
-        volume = self.hypervolume_s()
-        loss = sum(w.loss for w in windows)
-        ratio = volume / (volume + loss) if volume + loss > 0 and math.isfinite(loss) else (
-            1.0 if loss == 0 else 0.0)
-        certified = max([self.step_s] + [w.high_s - w.low_s for w in windows])
-        # what a longer solve could still add: windows wider than the resolution's own steps (at `auto`, which
-        # has no step, only when the sweep was cut short)
-        cut_short = self.termination != "completed"
-        wide = [(w.low_s * 1e3, w.high_s * 1e3, w.above) for w in windows
-                if (self.step_s > 0 or cut_short) and w.high_s - w.low_s > self.step_s * (1 + 1e-6) + GRID_S]
-        return Coverage(self.top_s * 1e3, max(self.floor_s, fastest_s) * 1e3, self.step_s * 1e3, certified * 1e3,
-                        ratio, wide)
-
 
 @dataclass(frozen=True)
 class SweepSettings:

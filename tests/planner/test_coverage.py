@@ -11,7 +11,7 @@ from costmodel.layout import Layout, Pool
 from planner.formulation.model import Selection
 from planner.pareto import FrontPoint
 from planner.solvers import SolveStatus
-from planner.sweep import SolvedPoint, SweepResult
+from planner.sweep_result import SolvedPoint, SweepResult
 
 LAYOUT = Layout(serving="aggregated", pools=[Pool(role="mixed", replicas=1, tp=1, dp_attention=1, pp=1, moe_tp=1,
                                                   moe_ep=1, batch=1)])
