@@ -52,6 +52,13 @@ class ResolvedScenario:
     def installed_gpus(self) -> int:
         return sum(g.installed for g in self.groups)
 
+    @property
+    def cluster_text(self) -> str:
+        """The cluster in words: `72 x gb200-nvl72`, or per group `16 x h200-sxm (hopper) + 72 x ...`."""
+        if len(self.groups) == 1 and not self.groups[0].named:
+            return f"{self.gpus} x {self.system.name}"
+        return " + ".join(f"{g.gpus} x {g.system.name} ({g.name})" for g in self.groups)
+
     def view(self, group: ClusterGroup) -> ResolvedScenario:
         """This scenario on one group's GPUs only (a group of it)."""
         return replace(self, groups=(group,))

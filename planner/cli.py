@@ -61,7 +61,7 @@ def validate(file: Path) -> None:
     resolved = load_scenario(file)
     click.echo(
         f"{file}: valid scenario '{resolved.scenario.name}': {resolved.architecture.name} on "
-        f"{resolved.gpus} x {resolved.system.name}"
+        f"{resolved.cluster_text}"
     )
 
 

@@ -38,7 +38,8 @@ def sequence_bytes(resolved: ResolvedScenario, context: int) -> float:
 
 def usable_bytes_per_gpu(resolved: ResolvedScenario) -> float:
     """HBM an engine gives to weights and KV on one GPU: its pool share less the runtime reserve."""
-    return ENGINE_MEMORY_FRACTION * resolved.system.hbm_capacity_bytes - RUNTIME_RESERVE_BYTES
+    largest = max(g.system.hbm_capacity_bytes for g in resolved.groups)  # an inventory: its largest GPUs
+    return ENGINE_MEMORY_FRACTION * largest - RUNTIME_RESERVE_BYTES
 
 
 def _kv_binds(resolved: ResolvedScenario, gpus: int) -> InfeasibleError | None:
@@ -60,7 +61,7 @@ def no_candidates(resolved: ResolvedScenario, candidates: CandidateSet) -> Infea
     """No instance layout survives HBM and SLO pruning: say which limit binds."""
     slo, fastest = resolved.scenario.slo, candidates.fastest_ms
     if not fastest:  # nothing fits in HBM
-        need, hbm = weight_bytes(resolved), resolved.gpus * resolved.system.hbm_capacity_bytes
+        need, hbm = weight_bytes(resolved), sum(g.gpus * g.system.hbm_capacity_bytes for g in resolved.groups)
         if need > hbm:
             return InfeasibleError(
                 f"HBM: the weights need {need / TB:.2f} TB but the cluster's {resolved.gpus} GPUs hold "

@@ -76,7 +76,12 @@ def best(items: Sequence[T], objective: str, figures: Callable[[T], dict[str, An
 
 
 def rates_line(resolved: ResolvedScenario) -> str:
-    """One line on the rates behind $/Mtok and tok/s/MW, for tables."""
+    """One line on the rates behind $/Mtok and tok/s/MW, for tables (an inventory: each system's price)."""
+    systems = {group.system.name: group.system for group in resolved.groups}
+    if len(systems) > 1:
+        each = [rates(system, resolved.scenario.economics) for system in systems.values()]
+        return "$/Mtok and tok/s/MW at each group's rates: " + "; ".join(
+            f"{r.system} ${r.usd_per_gpu_hour:.2f}/GPU-hour, {r.facility_w_per_gpu:,.0f} W/GPU" for r in each)
     rate = rates(resolved.system, resolved.scenario.economics)
     return (f"$/Mtok at ${rate.usd_per_gpu_hour:.2f} per {rate.system} GPU-hour ({rate.usd_source}); tok/s/MW at "
             f"{rate.facility_w_per_gpu:,.0f} W per GPU (TDP {rate.gpu_w:,.0f} + node {rate.node_w_per_gpu:,.0f} W, "

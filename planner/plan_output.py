@@ -292,8 +292,7 @@ def plot_front(result: SolveResult, path: Path) -> None:
 def print_table(result: SolveResult, console: Any, model_stats: bool) -> None:
     from rich.table import Table
 
-    table = Table(title=f"Pareto front: {result.resolved.scenario.name} ({result.resolved.gpus} x "
-                        f"{result.resolved.system.name})")
+    table = Table(title=f"Pareto front: {result.resolved.scenario.name} ({result.resolved.cluster_text})")
     for column in ("#", "serving", "TTFT ms", "TPOT ms", "tok/s/GPU cluster", "tok/s/GPU used", "tok/s/user",
                    "$/Mtok", "tok/s/MW", "GPUs", "gap", "pools"):
         table.add_column(column, justify="left" if column in ("serving", "pools") else "right")
