@@ -73,6 +73,8 @@ def kv_link_rate(stations: list[FillStation], decode: PoolTiming, decode_replica
         if link is None:
             continue
         flow = station.share * request_kv_bytes(station.timing.plan)
+        if flow <= 0:  # nothing to move (a model without a KV cache)
+            continue
         ctx = station.timing.plan.ctx
         limit = min(limit, station.replicas * ctx.par.stage_gpus * ctx.par.pp * link[0] / flow)
         inbound, inbound_bw = inbound + flow, min(inbound_bw, link[1])

@@ -366,6 +366,8 @@ def _define_links(dm: DeploymentModel, carried: list[tuple[_Group, dict[tuple[in
         if not group.links or kv_ref <= 0:
             continue
         kv = max(c.option.kv_bytes for c in group.configs)
+        if kv <= 0:  # no KV to move: no link row
+            continue
         tag = "" if group.name == "prefill" else f"{group.name}-"
         for a in sorted({a for a, _ in group.links}):
             sent = {x_pair[(a, b)]: 1.0 for (a2, b) in group.links if a2 == a and (a, b) in x_pair}

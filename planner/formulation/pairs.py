@@ -88,7 +88,7 @@ def link_limits(options: DeploymentOptions, size_y: np.ndarray, size_z: np.ndarr
                 count_z: np.ndarray, kv_bytes: float) -> np.ndarray | None:
     """Most requests/s the links carry per pair (`costmodel.disaggregated.kv_link_rate`), broadcast over the
     arrays' shapes; None where no size pair takes the NICs."""
-    if not options.links:
+    if not options.links or kv_bytes <= 0:  # no link taken, or no KV to move
         return None
     sizes_y, sizes_z = np.unique(size_y), np.unique(size_z)
     egress = np.array([[options.links.get((int(a), int(b)), (np.inf, np.inf))[0] for b in sizes_z] for a in sizes_y])
