@@ -128,6 +128,19 @@ def test_report_of_a_solved_front_renders_in_chromium(tmp_path: Path) -> None:
         check_page(dom, log, data, point)
 
 
+def test_report_of_an_inventory_front_draws_each_group(tmp_path: Path) -> None:
+    """H200 nodes and GB200 trays: a point whose pools run on both groups draws the GPUs of each."""
+    result = run_cli("solve", str(SCENARIOS / "deepseek-v3-h200-gb200-inventory.yaml"), "--time-limit", "20",
+                     "--out", str(tmp_path), "--format", "json")
+    assert result.code == 0, result.err
+    data = json.loads((tmp_path / "front.json").read_text(encoding="utf-8"))
+    both = [i for i, p in enumerate(data["front"]) if {q["group"] for q in p["layout"]["pools"]} == {"hopper", "nvl"}]
+    assert both
+    for point in (both[0], len(data["front"]) - 1):
+        dom, log = browse(tmp_path / "report.html", point)
+        check_page(dom, log, data, point)
+
+
 def test_report_draws_the_kv_tiers_of_a_sessions_plan(tmp_path: Path) -> None:
     """A one-point front built from a sessions plan file: the tier table shows its holdings and hit rates."""
     plan = yaml.safe_load(SESSIONS_PLAN.read_text(encoding="utf-8"))
