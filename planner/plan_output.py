@@ -48,7 +48,8 @@ def batches_dict(result: SolveResult) -> dict[str, Any]:
     why = None
     if not batches.certified:
         search, workload = result.resolved.scenario.search, result.resolved.scenario.workload
-        why = ("an inventory of several groups: the batch search runs on one group only" if batches.groups
+        why = ("an inventory of several groups: each group's own structures are searched over every integer "
+               "batch, the cross-group ones over the grid and the batches that search timed" if batches.groups
                else "multi-turn sessions: KV tiers are sized per batch" if workload.sessions is not None
                else "used GPU accounting" if search.gpu_accounting != "cluster"
                else f"too large to bound in time ({batches.skipped:,} bound evaluations)" if batches.skipped

@@ -13,6 +13,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
 
+import numpy as np
+
 from costmodel.calibration import Calibration, default_calibration
 from costmodel.resolve import ResolvedScenario
 from planner import diagnose
@@ -111,8 +113,8 @@ def solve(resolved: ResolvedScenario, settings: SolveSettings, calibration: Cali
         options, batches = refine(resolved, calibration, sets[0], start + BATCH_SHARE * settings.time_limit_s,
                                   tolerance)
         blocks = [options]
-    else:  # several inventory groups: the batch grid (the any-batch search is per group, not yet across them)
-        blocks, batches = structure_blocks(resolved, sets, calibration), BatchCoverage(certified=False, groups=True)
+    else:
+        blocks, batches = _inventory_blocks(resolved, sets, calibration, start + BATCH_SHARE * limit, tolerance)
     candidates = sets[0] if len(sets) == 1 else merged(sets)
     if not any(b.mixed or b.disaggregated for b in blocks):
         raise diagnose.no_candidates(resolved, candidates)
@@ -137,6 +139,24 @@ def solve(resolved: ResolvedScenario, settings: SolveSettings, calibration: Cali
     solved.experts = _expert_placements(resolved, front, settings)
     solved.time_s = time.perf_counter() - start
     return solved
+
+
+def _inventory_blocks(resolved: ResolvedScenario, sets: list[CandidateSet], calibration: Calibration,
+                      deadline: float, tolerance: float) -> tuple[list[DeploymentOptions], BatchCoverage]:
+    """Several groups: each group's own structures searched over every integer batch (`refine`, the
+    deadline shared out), then every block built from the refined candidates; the cross-group blocks see
+    the batches the search timed but are not searched themselves, so the front is certified over the grid
+    (and the batches timed), with the groups' open intervals in the points' gaps."""
+    open_ttft, open_value, rounds, timed = [], [], 0, 0
+    for index, own in enumerate(sets):
+        share = (deadline - time.perf_counter()) / (len(sets) - index)
+        _, coverage = refine(resolved, calibration, own, time.perf_counter() + max(0.0, share), tolerance)
+        open_ttft.append(coverage.open_ttft)
+        open_value.append(coverage.open_value)
+        rounds, timed = max(rounds, coverage.rounds), timed + coverage.timed
+    batches = BatchCoverage(certified=False, groups=True, tolerance=tolerance, rounds=rounds, timed=timed,
+                            open_ttft=np.concatenate(open_ttft), open_value=np.concatenate(open_value))
+    return structure_blocks(resolved, sets, calibration), batches
 
 
 def structure_blocks(resolved: ResolvedScenario, sets: list[CandidateSet],

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import copy
 import functools
+import math
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,7 @@ import yaml
 from costmodel.calibration import default_calibration
 from costmodel.resolve import ResolvedScenario
 from planner import plan_output
+from planner.batches import refine
 from planner.errors import InputError
 from planner.pareto import FrontPoint
 from planner.reference import exhaustive_front
@@ -77,9 +79,14 @@ def _figures(points: list[FrontPoint] | tuple[FrontPoint, ...]) -> list[float]:
 
 @functools.cache
 def _reference(accounting: str) -> tuple[FrontPoint, ...]:
+    """Every deployment over the candidates the solve works with: the grid of each group, and under cluster
+    accounting the batches each group's own batch search times (to the exact end, as `exact` runs it; that
+    search's certificate over every integer batch is tested on one-group clusters)."""
     resolved = scenario_from_data(_with(TWO_GROUPS, search__gpu_accounting=accounting))
     calibration = default_calibration()
     sets = [generate(resolved.view(group), calibration) for group in resolved.groups]
+    for own in sets:
+        refine(resolved, calibration, own, math.inf, 0.0)
     return tuple(exhaustive_front(resolved, sets, calibration))
 
 
