@@ -88,6 +88,7 @@ class Candidate:
 class CandidateSet:
     """Candidates per role, with the counts of what was pruned and why."""
 
+    group: str | None = None  # the inventory group they were generated on (None: the cluster's only group)
     by_role: dict[CandidateKind, list[Candidate]] = field(default_factory=dict)
     pruned: dict[str, int] = field(default_factory=dict)
     fastest_ms: dict[str, float] = field(default_factory=dict)  # best TPOT / TTFT among layouts that fit HBM
@@ -184,10 +185,15 @@ def _parallel_options(resolved: ResolvedScenario) -> Iterator[tuple[int, int, in
             yield tp, dp, pp, moe_tp, moe_ep
 
 
+def _group_name(resolved: ResolvedScenario) -> str | None:
+    """The group candidates are generated on (a view's one group), as pools name it."""
+    return resolved.group.name if resolved.group.named else None
+
+
 def candidate_pools(resolved: ResolvedScenario, role: PoolRole) -> list[Pool]:
     per_rank = PREFILL_BATCH_PER_RANK if role in ("prefill", "midfill") else BATCH_PER_RANK
     cap = resolved.scenario.search.max_batch
-    group = resolved.group.name if resolved.group.named else None  # generated on one group (a view)
+    group = _group_name(resolved)
     pools = []
     for tp, dp, pp, moe_tp, moe_ep in _parallel_options(resolved):
         for batch in (b * dp for b in per_rank):
@@ -212,7 +218,7 @@ def generate(resolved: ResolvedScenario, calibration: Calibration, every_batch: 
     workload = resolved.scenario.workload
     if workload.sessions is None and not every_batch:
         return _generate_anytime(resolved, calibration, deadline)
-    result = CandidateSet()
+    result = CandidateSet(group=_group_name(resolved))
     for kind in kinds_for(resolved):
         role, turns = kind_role(kind)
         plans = planned(resolved, candidate_pools(resolved, role), turns, result)
@@ -248,7 +254,7 @@ def _generate_anytime(resolved: ResolvedScenario, calibration: Calibration, dead
     batch that fits, and the top of its range), then its other grid batches by the layouts' potential until
     the deadline. A grid batch fits exactly when it is at most the largest batch that fits (memory grows
     with the batch), so those beyond are counted over HBM without being planned."""
-    result = CandidateSet()
+    result = CandidateSet(group=_group_name(resolved))
     layouts: list[_Layout] = []
     for kind in kinds_for(resolved):
         role, turns = kind_role(kind)

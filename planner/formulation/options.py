@@ -132,8 +132,9 @@ class DeploymentOptions:
         return bool((self.prefill or self.split) and self.decode)
 
 
-def _domains_of(resolved: ResolvedScenario, candidate: Candidate) -> Domains:
-    group = resolved.group_named(candidate.pool.group)
+def _domains_of(resolved: ResolvedScenario, candidates: CandidateSet) -> Domains:
+    """The domains of the group a candidate set was generated on (every candidate of a set shares it)."""
+    group = resolved.group_named(candidates.group)
     assert group is not None  # candidates are generated on the scenario's groups
     return group_domains(group)
 
@@ -156,6 +157,8 @@ def deployment_options(resolved: ResolvedScenario, candidates: CandidateSet, cal
     """The options of one structure block: every structure on one group (`candidates`), or, with
     `decode_from`, fills on `candidates`' group and decode on another's (no mixed or midfill pools)."""
     workload = resolved.scenario.workload
+    domains = _domains_of(resolved, candidates)
+    decode_domains = None if decode_from is None else _domains_of(resolved, decode_from)
     mixed = []
     for candidate in candidates.by_role.get("mixed", []) if decode_from is None else []:
         if id(candidate) not in candidates.aggregated:
@@ -163,53 +166,43 @@ def deployment_options(resolved: ResolvedScenario, candidates: CandidateSet, cal
         point = cast(FrontPoint | None, candidates.aggregated[id(candidate)])
         if point is not None:
             mixed.append(MixedOption(candidate, point))
-        elif max_replicas(candidate.gpus, _domains_of(resolved, candidate)) >= 1:
+        elif max_replicas(candidate.gpus, domains) >= 1:
             candidates.count(STORE_TOO_SMALL)
     store = resolved.scenario.cluster.kv_store
-    prefill_all = _fill_options(resolved, candidates.by_role.get("prefill", []), candidates)
+    prefill_all = _fill_options(resolved, domains, candidates.by_role.get("prefill", []), candidates)
     prefill = _prune_prefill(prefill_all)
     decoders = (decode_from or candidates).by_role.get("decode", [])
     decode = [DecodeOption(c, c.gpus, c.pool.batch, (workload.output_tokens - 1) * c.timing.tpot_s,
-                           max_replicas(c.gpus, _domains_of(resolved, c))) for c in decoders]
+                           max_replicas(c.gpus, decode_domains or domains)) for c in decoders]
     decode = [d for d in decode if d.most >= 1]
     split = None
     if decode_from is None:
-        first = _prune_prefill(_fill_options(resolved, candidates.by_role.get("first", []), candidates))
-        midfill = _prune_prefill(_fill_options(resolved, candidates.by_role.get("midfill", []), candidates))
+        first = _prune_prefill(_fill_options(resolved, domains, candidates.by_role.get("first", []), candidates))
+        midfill = _prune_prefill(_fill_options(resolved, domains, candidates.by_role.get("midfill", []),
+                                               candidates))
         if first and midfill and decode:
             split = (FillGroup(tuple(first), turn_share(workload, "first"), _transfers(first, decode, calibration),
                                _links(first, decode, calibration)),
                      FillGroup(tuple(midfill), turn_share(workload, "later"),
                                _transfers(midfill, decode, calibration), _links(midfill, decode, calibration)))
-    fills_group = resolved.group_named(_group_name(candidates))
-    decode_group = None if decode_from is None else resolved.group_named(_group_name(decode_from))
-    assert fills_group is not None
     return DeploymentOptions(
         mixed=tuple(mixed), prefill=tuple(prefill), decode=tuple(decode),
         kv_transfer_s=_transfers(prefill, decode, calibration), links=_links(prefill, decode, calibration),
-        domains=group_domains(fills_group), output_tokens=workload.output_tokens,
+        domains=domains, output_tokens=workload.output_tokens,
         cohort_fraction=calibration.engine(resolved.scenario.engine).cohort_fraction,
         pruned_prefill=len(prefill_all) - len(prefill), store=store, split=split,
-        decode_domains=None if decode_group is None else group_domains(decode_group), label=label,
+        decode_domains=decode_domains, label=label,
     )
 
 
-def _group_name(candidates: CandidateSet) -> str | None:
-    """The inventory group a candidate set was generated on (None: the cluster's only group)."""
-    for members in candidates.by_role.values():
-        for candidate in members:
-            return candidate.pool.group
-    return None
-
-
-def _fill_options(resolved: ResolvedScenario, candidates: list[Candidate],
+def _fill_options(resolved: ResolvedScenario, domains: Domains, candidates: list[Candidate],
                   pruned: CandidateSet | None = None) -> list[PrefillOption]:
     """Fill options with the most instances the domains and the shared KV store hold; those that fit the
     domains but not the store are counted in `pruned` (for the diagnosis of an infeasible scenario)."""
     store = resolved.scenario.cluster.kv_store
     options = []
     for c in candidates:
-        fitting = max_replicas(c.gpus, _domains_of(resolved, c))
+        fitting = max_replicas(c.gpus, domains)
         most = min(fitting, c.store_instances(store))
         if fitting >= 1 and most < 1 and pruned is not None:
             pruned.count(STORE_TOO_SMALL)

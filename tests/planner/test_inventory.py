@@ -203,3 +203,12 @@ def test_inventory_errors_name_the_field(cluster: dict[str, Any], field: str, wo
         scenario_from_data(_with(TWO_GROUPS, cluster=cluster))
     problem = info.value.problems[0]
     assert problem.field == field and words in problem.message
+
+
+def test_a_group_nothing_fits_on_leaves_the_others_to_plan() -> None:
+    """A group whose GPUs hold no instance (2 GB of HBM) yields no candidates; the other group still plans."""
+    data = _with(TWO_GROUPS, search__gpu_accounting="cluster")
+    data["cluster"]["inventory"][0]["overrides"] = {"hbm_capacity_bytes": 2.0e9}
+    result = _solve(data, "highs")
+    assert result.front
+    assert all(pool.group == "bw" for s in result.front for pool in s.point.layout.pools)
