@@ -21,18 +21,10 @@ def kv_transfer_s(prefill: PoolContext, decode: PoolContext, request: RequestSha
     packs them so), over the NICs otherwise; striped over the smaller instance's GPUs. A transfer between
     inventory groups, or between domains of a group of several racks, may cross rack uplinks: each GPU then
     gets at most its fair share of an oversubscribed uplink (`PoolContext.uplink_share_bytes_per_s`)."""
-    system = prefill.system
-    size = (request.cached + request.new) * prefill.arch.kv_bytes_per_token(prefill.fmt.kv_dtype)
+    size = _kv_bytes(prefill, request)
     p2p = calibration.collectives["p2p"]
-    pair = prefill.par.stage_gpus * prefill.par.pp + decode.par.stage_gpus * decode.par.pp
-    across = prefill.group != decode.group
-    if pair <= system.scaleup_domain_gpus and not across:
-        link = system.scaleup_bandwidth_bytes_per_s * p2p.efficiency
-    else:
-        nic = min(system.nic_bandwidth_bytes_per_s, decode.system.nic_bandwidth_bytes_per_s)
-        if across or prefill.group_racks > 1:
-            nic = min(nic, prefill.uplink_share_bytes_per_s, decode.uplink_share_bytes_per_s)
-        link = nic * calibration.nic_efficiency
+    nic_path = kv_link_bandwidth(prefill, decode, calibration)  # each stream: one sending, one receiving GPU
+    link = prefill.system.scaleup_bandwidth_bytes_per_s * p2p.efficiency if nic_path is None else min(nic_path)
     streams = min(prefill.par.stage_gpus * prefill.par.pp, decode.par.stage_gpus * decode.par.pp)
     return size / (streams * link) + p2p.latency_s
 
@@ -59,7 +51,11 @@ def kv_link_bandwidth(prefill: PoolContext, decode: PoolContext,
 
 def request_kv_bytes(plan: PoolPlan) -> float:
     """KV bytes of one request's context as a fill pool hands it to decode."""
-    return (plan.request.cached + plan.request.new) * plan.ctx.arch.kv_bytes_per_token(plan.ctx.fmt.kv_dtype)
+    return _kv_bytes(plan.ctx, plan.request)
+
+
+def _kv_bytes(ctx: PoolContext, request: RequestShape) -> float:
+    return (request.cached + request.new) * ctx.arch.kv_bytes_per_token(ctx.fmt.kv_dtype)
 
 
 def kv_link_rate(stations: list[FillStation], decode: PoolTiming, decode_replicas: int,

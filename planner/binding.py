@@ -18,7 +18,7 @@ from costmodel.inventory import ClusterGroup
 from costmodel.layout import Layout
 from costmodel.resolve import ResolvedScenario
 from costmodel.serving import PoolPlan, turn_share
-from planner.placement import assign
+from planner.placement import layout_gpus
 
 RATE_TOL = 1e-9  # relative: a rate within this of a link's limit is held by it
 
@@ -101,13 +101,6 @@ def _group_of(resolved: ResolvedScenario, name: str | None) -> ClusterGroup:
 
 def _first_gpus(resolved: ResolvedScenario, layout: Layout) -> list[tuple[ClusterGroup, str]]:
     """Each pool's group and its first instance's first GPU id."""
-    result: list[tuple[ClusterGroup, str]] = [(resolved.groups[0], "")] * len(layout.pools)
-    for group in resolved.groups:
-        members = [i for i, pool in enumerate(layout.pools) if resolved.group_named(pool.group) is group]
-        sizes = [layout.pools[i].gpus_per_instance for i in members for _ in range(layout.pools[i].replicas)]
-        placed = assign(sizes, group)
-        at = 0
-        for i in members:
-            result[i] = (group, group.gpu_id(placed[at][0]))
-            at += layout.pools[i].replicas
-    return result
+    placed = layout_gpus(resolved, layout)
+    return [(group, group.gpu_id(placed[i][0][0]))
+            for i, group in enumerate(_group_of(resolved, pool.group) for pool in layout.pools)]

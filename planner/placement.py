@@ -84,10 +84,10 @@ class PackingRow:
 
     name: str
     rhs: int
-    weights: tuple[tuple[int, int], ...]  # (instance size, weight per instance)
+    weights: dict[int, int]  # instance size -> weight per instance
 
     def weight(self, size: int) -> int:
-        return dict(self.weights).get(size, 0)
+        return self.weights.get(size, 0)
 
 
 def packing_rows(domains: Domains, sizes: Sequence[int]) -> list[PackingRow]:
@@ -100,14 +100,14 @@ def packing_rows(domains: Domains, sizes: Sequence[int]) -> list[PackingRow]:
     rows = []
     for t in narrow:
         weights = [(s, s) for s in narrow if s >= t] + [(s, domains.span(s) * (domains.size // t * t)) for s in wide]
-        rows.append(PackingRow(f"size{t}", domains.room(t), tuple(weights)))
+        rows.append(PackingRow(f"size{t}", domains.room(t), dict(weights)))
     for w in in_rack:
         weights = [(s, domains.span(s)) for s in wide if w <= domains.span(s) <= domains.per_rack]
         weights += [(s, domains.racks_taken(s) * (domains.per_rack // w * w)) for s in multi_rack]
-        rows.append(PackingRow(f"wide{w}", sum(w * (c // w) for c in domains.rack_counts), tuple(weights)))
+        rows.append(PackingRow(f"wide{w}", sum(w * (c // w) for c in domains.rack_counts), dict(weights)))
     if multi_rack:
         whole = sum(1 for c in domains.rack_counts if c == domains.per_rack)
-        rows.append(PackingRow("racks", whole, tuple((s, domains.racks_taken(s)) for s in multi_rack)))
+        rows.append(PackingRow("racks", whole, {s: domains.racks_taken(s) for s in multi_rack}))
     return rows
 
 
@@ -209,6 +209,18 @@ def assign(sizes: Sequence[int], group: ClusterGroup) -> list[tuple[GpuIndex, ..
         placed[item] = tuple((domain.rack, *gpu) for gpu in domain.free[used[target]:used[target] + need])
         used[target] += need
     return [placed[i] for i in range(len(sizes))]
+
+
+def layout_gpus(resolved: ResolvedScenario, layout: Layout) -> list[list[tuple[GpuIndex, ...]]]:
+    """Each pool's instances' GPUs, placed group by group (`assign`)."""
+    result: list[list[tuple[GpuIndex, ...]]] = [[] for _ in layout.pools]
+    for group in resolved.groups:
+        members = [i for i, pool in enumerate(layout.pools) if resolved.group_named(pool.group) is group]
+        sizes = [layout.pools[i].gpus_per_instance for i in members for _ in range(layout.pools[i].replicas)]
+        placed = iter(assign(sizes, group))
+        for i in members:
+            result[i] = [next(placed) for _ in range(layout.pools[i].replicas)]
+    return result
 
 
 def _whole_racks(span: int, per_rack: int, by_rack: dict[int, list[int]], domains: Sequence[Domain],

@@ -16,7 +16,6 @@ import yaml
 
 from costmodel.calibration import default_calibration
 from costmodel.evaluate import evaluate, pool_context
-from costmodel.inventory import GpuIndex
 from costmodel.kv_tiers import FETCHED_TIERS, TIERS
 from costmodel.layout import Layout
 from costmodel.resolve import ResolvedScenario
@@ -26,7 +25,7 @@ from planner.experts import ExpertPlacement
 from planner.finite import dumps
 from planner.midfill import midfill_choice
 from planner.out_dir import OutputFolder
-from planner.placement import assign
+from planner.placement import layout_gpus
 from planner.solve import SolveResult
 from planner.sweep_result import SolvedPoint
 
@@ -100,7 +99,7 @@ def placement(result: SolveResult, point: SolvedPoint) -> dict[str, Any]:
 def layout_placement(resolved: ResolvedScenario, layout: Layout,
                      experts: dict[int, ExpertPlacement] | None = None) -> dict[str, Any]:
     """`placement` of any layout that fits (ValueError if it does not)."""
-    gpus = _instance_gpus(resolved, layout)
+    gpus = layout_gpus(resolved, layout)
     pools: list[dict[str, Any]] = []
     domains: set[tuple[str, int, int]] = set()
     for index, pool in enumerate(layout.pools):
@@ -130,18 +129,6 @@ def layout_placement(resolved: ResolvedScenario, layout: Layout,
               for g in resolved.groups}
     return {"domain_gpus": resolved.groups[0].system.scaleup_domain_gpus, "domains_used": len(domains),
             "groups": groups, "pools": pools}
-
-
-def _instance_gpus(resolved: ResolvedScenario, layout: Layout) -> list[list[tuple[GpuIndex, ...]]]:
-    """Each pool's instances' GPUs, placed group by group (`planner.placement.assign`)."""
-    result: list[list[tuple[GpuIndex, ...]]] = [[] for _ in layout.pools]
-    for group in resolved.groups:
-        members = [i for i, pool in enumerate(layout.pools) if resolved.group_named(pool.group) is group]
-        sizes = [layout.pools[i].gpus_per_instance for i in members for _ in range(layout.pools[i].replicas)]
-        placed = iter(assign(sizes, group))
-        for i in members:
-            result[i] = [next(placed) for _ in range(layout.pools[i].replicas)]
-    return result
 
 
 def expert_banks(result: SolveResult, degrees: set[int] | None = None) -> dict[str, Any]:

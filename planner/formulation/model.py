@@ -363,7 +363,7 @@ def _define_links(dm: DeploymentModel, carried: list[tuple[_Group, dict[tuple[in
     inbound: dict[int, Expr] = {}
     ingress: dict[int, float] = {}
     for group, x_pair in carried:
-        if not group.links or kv_ref <= 0:
+        if not group.links:
             continue
         kv = max(c.option.kv_bytes for c in group.configs)
         if kv <= 0:  # no KV to move: no link row
