@@ -65,6 +65,11 @@ class PoolContext:
         the planner times every batch of a layout with one context."""
         return {}
 
+    @functools.cached_property
+    def steps(self) -> dict[tuple[object, ...], StepWork]:
+        """Step work already counted with this context, by stage (or layer) and step shape (`stage_work`)."""
+        return {}
+
 
 def _count_layers(layers: tuple[Layer, ...]) -> tuple[tuple[Layer, int], ...]:
     counts: dict[int, tuple[Layer, int]] = {}
@@ -115,10 +120,29 @@ def layer_work(ctx: PoolContext, layer: Layer, shape: StepShape) -> StepWork:
 
 
 def stage_work(ctx: PoolContext, stage: int, shape: StepShape) -> StepWork:
-    """One step of pipeline stage `stage` on one GPU."""
+    """One step of pipeline stage `stage` on one GPU (a fresh StepWork: callers extend it). Kept with the
+    context: a layout's mixed and decode pools, and the batch search, plan the same steps again."""
+    key = ("stage_work", stage, shape)
+    known = ctx.steps.get(key)
+    if known is None:
+        known = ctx.steps[key] = _stage_work(ctx, stage, shape)
+    return StepWork(list(known.ops), list(known.transfers), known.layers, known.seqs)
+
+
+def _layer_work(ctx: PoolContext, layer: Layer, shape: StepShape) -> StepWork:
+    """`layer_work`, kept with the context (every stage of a pipeline repeats its layers); not to be
+    mutated (its operators and transfers are frozen; `_stage_work` builds new lists from them)."""
+    key = ("layer_work", id(layer), shape)  # the context's architecture holds the layer: its id is stable
+    known = ctx.steps.get(key)
+    if known is None:
+        known = ctx.steps[key] = layer_work(ctx, layer, shape)
+    return known
+
+
+def _stage_work(ctx: PoolContext, stage: int, shape: StepShape) -> StepWork:
     work = StepWork(seqs=shape.seqs)
     for layer, count in ctx.stage_counts[stage]:
-        one = layer_work(ctx, layer, shape)
+        one = _layer_work(ctx, layer, shape)
         work.ops += [_scaled(op, count) for op in one.ops]
         work.transfers += [_scaled_transfer(t, count) for t in one.transfers]
         work.layers += count

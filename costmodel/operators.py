@@ -21,7 +21,7 @@ Conventions (each a modelling choice, stated once):
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, NamedTuple
 
 from costmodel.architecture import Attention, Ffn
 from costmodel.precision import STATE_BYTES_PER_ELEMENT, Dtype, bytes_per_element
@@ -62,9 +62,9 @@ class Formats:
         return self.peaks[dtype]
 
 
-@dataclass(frozen=True)
-class StepShape:
-    """One step on one attention-DP rank: `seqs` sequences, each adding `new_tokens` to `context`."""
+class StepShape(NamedTuple):
+    """One step on one attention-DP rank: `seqs` sequences, each adding `new_tokens` to `context`. A named
+    tuple: it keys the step-work caches of `costmodel.modes`, and a tuple hashes and compares in C."""
 
     phase: Literal["fill", "decode"]
     seqs: float

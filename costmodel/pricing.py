@@ -23,6 +23,9 @@ _TIERS = ("scaleup", "nic", "host", "storage")
 _TIER_TERM = (2, 3, 4, 5)  # column of each tier in TERMS
 _KINDS: tuple[CollectiveKind, ...] = ("allreduce", "alltoall", "p2p")
 _DTYPES = tuple(Dtype)
+_DTYPE_INDEX = {d: i for i, d in enumerate(_DTYPES)}
+_TIER_INDEX = {t: i for i, t in enumerate(_TIERS)}
+_KIND_INDEX = {k: i for i, k in enumerate(_KINDS)}
 
 # All-reduce algorithms inside a scale-up domain, as (bytes sent relative to ring's 2 (n-1)/n of the payload,
 # sequential steps per call, each paying the call latency), for n ranks. Engines pick by message size
@@ -66,22 +69,25 @@ class WorkTable:
         self.index = {id(work): i for i, work in enumerate(self.works)}
         self.engines = list(engines)
         self.generations = [generation_of(system) for system in systems]
-        ops = [(i, op) for i, work in enumerate(self.works) for op in work.ops]
-        self.op_names = [op.name for _, op in ops]
-        self.op_work = np.array([i for i, _ in ops], dtype=np.int64)
-        self.op_gemm = np.array([op.op_class == "gemm" for _, op in ops], dtype=bool)
-        self.op_dtype = np.array([_DTYPES.index(op.dtype) for _, op in ops], dtype=np.int64)
-        self.op_flops = np.array([op.flops for _, op in ops], dtype=float)
-        self.op_bytes = np.array([op.hbm_bytes for _, op in ops], dtype=float)
-        self.op_peak = np.array([op.peak_flops_per_s for _, op in ops], dtype=float)
-        transfers = [(i, t) for i, work in enumerate(self.works) for t in work.transfers]
-        self.tr_names = [t.name for _, t in transfers]
-        self.tr_work = np.array([i for i, _ in transfers], dtype=np.int64)
-        self.tr_tier = np.array([_TIERS.index(t.tier) for _, t in transfers], dtype=np.int64)
-        self.tr_kind = np.array([_KINDS.index(t.kind) for _, t in transfers], dtype=np.int64)
-        self.tr_bytes = np.array([t.bytes for _, t in transfers], dtype=float)
-        self.tr_calls = np.array([t.calls for _, t in transfers], dtype=float)
-        self.tr_ranks = np.array([t.ranks for _, t in transfers], dtype=float)
+        # operators and transfers are named tuples: transposed by zip, their fields become columns
+        ops = [op for work in self.works for op in work.ops]
+        self.op_work = np.repeat(np.arange(len(self.works), dtype=np.int64), [len(w.ops) for w in self.works])
+        names, classes, flops, hbm_bytes, peaks, dtypes = zip(*ops, strict=True) if ops else ((),) * 6
+        self.op_names = list(names)
+        self.op_gemm = np.array([c == "gemm" for c in classes], dtype=bool)
+        self.op_dtype = np.array([_DTYPE_INDEX[d] for d in dtypes], dtype=np.int64)
+        self.op_flops = np.array(flops, dtype=float)
+        self.op_bytes = np.array(hbm_bytes, dtype=float)
+        self.op_peak = np.array(peaks, dtype=float)
+        transfers = [t for work in self.works for t in work.transfers]
+        self.tr_work = np.repeat(np.arange(len(self.works), dtype=np.int64), [len(w.transfers) for w in self.works])
+        names, tiers, sizes, calls, kinds, ranks = zip(*transfers, strict=True) if transfers else ((),) * 6
+        self.tr_names = list(names)
+        self.tr_tier = np.array([_TIER_INDEX[t] for t in tiers], dtype=np.int64)
+        self.tr_kind = np.array([_KIND_INDEX[k] for k in kinds], dtype=np.int64)
+        self.tr_bytes = np.array(sizes, dtype=float)
+        self.tr_calls = np.array(calls, dtype=float)
+        self.tr_ranks = np.array(ranks, dtype=float)
         nvls = np.array([s.vendor == "nvidia" and s.scaleup_topology == "switch" for s in systems], dtype=bool)
         self.tr_nvls = nvls[self.tr_work] if transfers else np.zeros(0, dtype=bool)
         self.layers = np.array([work.layers for work in self.works], dtype=float)

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from planner.formulation.linear import LinearModel
-from planner.solvers import backend
+from planner.solvers import LazyBackend
 from planner.solvers.base import Backend, SolveOptions, SolveReport, SolveStatus
 
 MAX_VARIABLES = 200_000  # above this the model costs more to build than the time limit buys
@@ -61,7 +61,7 @@ def place_experts(experts: int, ep: int, skew: float, redundant: int, backend_na
     """Place `experts` experts plus `redundant` hot replicas on `ep` GPUs, minimising the busiest GPU."""
     if experts < 1 or ep < 1 or redundant < 0:
         raise ValueError(f"need experts >= 1, ep >= 1, redundant >= 0 (got {experts}, {ep}, {redundant})")
-    solver = backend(backend_name)  # an unknown name fails here, even when the model is not needed
+    solver = LazyBackend(backend_name)  # an unknown name fails here; the package loads only if the model runs
     popularity = (np.arange(1, experts + 1, dtype=float)) ** (-skew)  # computed as routing.py does
     popularity /= popularity.sum()
     replicas = _replica_counts(popularity, redundant)

@@ -284,8 +284,10 @@ class _Sweeper:
         """Cluster accounting: one MILP maximising the deployment's tokens/s within the cap, over the
         configurations that may beat the incumbent (`screen_cluster`); a solution that does not pack is
         cut off and the MILP solved again."""
-        if self._enumerated() and self.deadline - time.perf_counter() <= 0:
-            return self._by_enumeration(incumbent)
+        if self._enumerated():
+            proven = self._enumerate(eps, incumbent)
+            if proven is not None:
+                return proven[0]
         target = 0.0 if incumbent is None else incumbent.point.tokens_per_s
         if self.settings.pair_screening:
             screened = screen_cluster(self.options, self.units, eps, target)
@@ -336,6 +338,28 @@ class _Sweeper:
         options enumerate every deployment (the table's prefill counts dominate the others), so the best of
         them within a cap is the optimum, a proof that stands when the MILP has no time left."""
         return self.cluster and self.options.split is None and (self.units is not None or not self.options.prefill)
+
+    def _enumerate(self, eps: float | None, incumbent: SolvedPoint | None) -> tuple[SolvedPoint | None] | None:
+        """The block's optimum within the cap by enumeration (`_enumerated`): its best aggregated option and
+        its unit table's best entry within the cap, the entry's deployment evaluated exactly. Proven: the
+        better of it and the incumbent (a 1-tuple; (None,): nothing within the cap, in this block or before).
+        None when the exact figures disagree with the table's (the entry's deployment does not pack or
+        rounding puts it past the cap): the MILP then decides, excluding what does not hold."""
+        found = [] if incumbent is None else [incumbent]  # the incumbent first: it stays among equals
+        mixed = self._best_mixed(eps)
+        if mixed is not None:
+            found.append(SolvedPoint(mixed.point, Selection(mixed=mixed), SolveStatus.OPTIMAL, 0.0,
+                                     proof="enumeration"))
+        for selection in self._closed_form_picks(eps, None):
+            point = self._point(selection, eps)
+            if point is None:
+                return None
+            found.append(SolvedPoint(point, selection, SolveStatus.OPTIMAL, 0.0, proof="enumeration"))
+        best = max(found, key=lambda s: s.point.tokens_per_s, default=None)  # the first among equals
+        self._proven_empty = best is None
+        if best is None:
+            return (None,)
+        return (replace(best, status=SolveStatus.OPTIMAL, gap=0.0, proof="enumeration"),)
 
     def _by_enumeration(self, incumbent: SolvedPoint | None) -> SolvedPoint | None:
         self.result.termination = "time_limit"

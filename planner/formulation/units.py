@@ -172,10 +172,11 @@ def _front_mask(ttft: np.ndarray, rate: np.ndarray) -> np.ndarray:
 def most_beside(size_p: np.ndarray, size_d: int, counts: np.ndarray, domains: Domains) -> np.ndarray:
     """Most prefill instances of each size in `size_p` (rows) beside `counts` decode instances of `size_d`
     (columns), by the packing rows (`planner.placement.packing_rows`): exact when sizes divide each other."""
-    result = np.empty((size_p.size, counts.size), dtype=np.int64)
-    for row, size in enumerate(size_p):
-        result[row] = _most_of_size(int(size), size_d, counts, domains)
-    return result
+    sizes, which = np.unique(np.asarray(size_p, dtype=np.int64), return_inverse=True)  # few sizes, many options
+    per_size = [_most_of_size(int(size), size_d, counts, domains) for size in sizes]
+    if not per_size:
+        return np.empty((0, counts.size), dtype=np.int64)
+    return np.asarray(np.stack(per_size).astype(np.int64)[np.reshape(which, -1)])
 
 
 def _most_of_size(size: int, size_d: int, counts: np.ndarray, domains: Domains) -> np.ndarray:
