@@ -122,8 +122,11 @@ def refine(resolved: ResolvedScenario, calibration: Calibration, candidates: Can
     if work > WORK_LIMIT:  # too large to bound in time: the front is certified over the grid's batches only
         return options, BatchCoverage(certified=False, skipped=work)
     coverage = BatchCoverage(certified=True, tolerance=tolerance)
+    front: _Front | None = None
+    seen: set[int] = set()
     while intervals:
-        front = _front(options, resolved)
+        front = _front(options, resolved, front, seen)
+        seen = _candidate_ids(options)
         if front.ttft.size == 0:  # no timed deployment at all: the smallest batches (timed) deploy nothing
             return options, BatchCoverage(certified=False)
         alive, ttft_lb, value_ub = _alive(options, intervals, front, resolved, tolerance)
@@ -193,19 +196,36 @@ def _split(resolved: ResolvedScenario, calibration: Calibration, candidates: Can
     return halves
 
 
-def _front(options: DeploymentOptions, resolved: ResolvedScenario) -> _Front:
-    """Timed deployments' front in tokens/s (cluster accounting: per cluster GPU, a constant factor)."""
+def _front(options: DeploymentOptions, resolved: ResolvedScenario, known: _Front | None = None,
+           seen: set[int] | None = None) -> _Front:
+    """Timed deployments' front in tokens/s (cluster accounting: per cluster GPU, a constant factor). Given
+    the front `known` of the deployments of the candidates `seen` (ids), only the deployments with a newer
+    candidate are added to it: the front of the union is the same staircase."""
+    seen = set() if known is None or seen is None else seen
+    new_prefill = tuple(p for p in options.prefill if id(p.candidate) not in seen)
+    new_decode = tuple(d for d in options.decode if id(d.candidate) not in seen)
+    old_prefill = tuple(p for p in options.prefill if id(p.candidate) in seen)
+    mixed = [m for m in options.mixed if id(m.candidate) not in seen]
+    ttft = [np.array([m.point.ttft_ms / 1e3 for m in mixed], dtype=float)]
+    value = [np.array([m.point.tokens_per_s for m in mixed], dtype=float)]
     slo = resolved.scenario.slo.ttft_ms
-    ttft = [m.point.ttft_ms / 1e3 for m in options.mixed]
-    value = [m.point.tokens_per_s for m in options.mixed]
-    table = unit_table(options, None if slo is None else slo / 1e3)
-    if table is not None:
-        ttft += list(table.ttft)
-        value += list(options.output_tokens * table.rate)
-    order = np.argsort(np.array(ttft, dtype=float), kind="stable")
-    times = np.array(ttft, dtype=float)[order]
-    best = np.maximum.accumulate(np.array(value, dtype=float)[order]) if order.size else np.zeros(0)
-    return _Front(times, best)
+    for part in (replace(options, prefill=new_prefill), replace(options, prefill=old_prefill, decode=new_decode)):
+        table = unit_table(part, None if slo is None else slo / 1e3)
+        if table is not None:
+            ttft.append(np.asarray(table.ttft, dtype=float))
+            value.append(options.output_tokens * np.asarray(table.rate, dtype=float))
+    if known is not None:
+        ttft.append(known.ttft)
+        value.append(known.best)
+    times, values = np.concatenate(ttft), np.concatenate(value)
+    order = np.argsort(times, kind="stable")
+    best = np.maximum.accumulate(values[order]) if order.size else np.zeros(0)
+    return _Front(times[order], best)
+
+
+def _candidate_ids(options: DeploymentOptions) -> set[int]:
+    return ({id(o.candidate) for o in options.mixed} | {id(o.candidate) for o in options.prefill}
+            | {id(o.candidate) for o in options.decode})
 
 
 def _alive(options: DeploymentOptions, intervals: list[Interval], front: _Front,

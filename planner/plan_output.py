@@ -298,8 +298,10 @@ def print_table(result: SolveResult, console: Any, model_stats: bool) -> None:
     accounting = result.resolved.scenario.search.gpu_accounting
     console.print(f"ranked by tokens/s per {'cluster GPU' if accounting == 'cluster' else 'GPU used'} "
                   f"(search.gpu_accounting: {accounting}); {economics_report.rates_line(result.resolved)}")
+    proofs = (f"{result.settings.backend}, {len(sweep.reports)} MILP solves" if sweep.reports
+              else "each TTFT cap proven by enumeration, no MILP needed")
     console.print(f"status {result.status} ({result.termination}); largest gap {result.gap:.2%}; "
-                  f"{result.settings.backend}, {len(sweep.reports)} MILP solves in {result.time_s:.1f} s")
+                  f"{proofs}; {result.time_s:.1f} s")
     coverage = result.coverage
     if coverage is not None:
         uncovered = "".join(f"; not yet searched: TTFT {a:.1f}-{b:.1f} ms" for a, b, _ in coverage.uncovered_ms[:3])

@@ -104,6 +104,8 @@ class CandidateSet:
     # each mixed candidate's aggregated deployment (by id: the set keeps the candidate alive), for options
     # rebuilt every batch-search round (`planner.formulation.options`)
     aggregated: dict[int, object] = field(default_factory=dict, repr=False)
+    # each fill or decode candidate's option on given domains, likewise (`planner.formulation.options`)
+    pool_options: dict[tuple[object, ...], object] = field(default_factory=dict, repr=False)
 
     @property
     def untimed(self) -> int:
@@ -324,7 +326,8 @@ def _generate_anytime(resolved: ResolvedScenario, calibration: Calibration, dead
 def _stops(resolved: ResolvedScenario, group: _Layout) -> str | None:
     """Why every grid batch of the layout above its last one timed is pruned, if it is: that batch breaks,
     by more than rounding, an SLO that the layout's figures only worsen in as the batch grows (TPOT of mixed
-    and decode pools, checked first as in `_slo_breach`; fill latency of prefill pools)."""
+    and decode pools, checked first as in `_slo_breach`; fill latency of prefill pools and TTFT of mixed
+    pools, which `planner.batches` bounds by the same monotonicity)."""
     if not group.timed or not group.queue:
         return None
     timed = [batch for batch in group.timed if batch < group.queue[0].batch]
@@ -334,7 +337,7 @@ def _stops(resolved: ResolvedScenario, group: _Layout) -> str | None:
     role = timing.plan.pool.role
     if slo.tpot_ms is not None and role in ("mixed", "decode") and timing.tpot_s * 1e3 > slo.tpot_ms * (1 + 1e-9):
         return "TPOT over the SLO"
-    if slo.ttft_ms is not None and role == "prefill" and timing.ttft_s * 1e3 > slo.ttft_ms * (1 + 1e-9):
+    if slo.ttft_ms is not None and role in ("prefill", "mixed") and timing.ttft_s * 1e3 > slo.ttft_ms * (1 + 1e-9):
         return "TTFT over the SLO"
     return None
 

@@ -171,9 +171,9 @@ def deployment_options(resolved: ResolvedScenario, candidates: CandidateSet, cal
     store = resolved.scenario.cluster.kv_store
     prefill_all = _fill_options(resolved, domains, candidates.by_role.get("prefill", []), candidates)
     prefill = _prune_prefill(prefill_all)
-    decoders = (decode_from or candidates).by_role.get("decode", [])
-    decode = [DecodeOption(c, c.gpus, c.pool.batch, (workload.output_tokens - 1) * c.timing.tpot_s,
-                           max_replicas(c.gpus, decode_domains or domains)) for c in decoders]
+    source = decode_from or candidates
+    decode = [_decode_option(c, decode_domains or domains, workload.output_tokens, source)
+              for c in source.by_role.get("decode", [])]
     decode = [d for d in decode if d.most >= 1]
     split = None
     if decode_from is None:
@@ -202,13 +202,30 @@ def _fill_options(resolved: ResolvedScenario, domains: Domains, candidates: list
     store = resolved.scenario.cluster.kv_store
     options = []
     for c in candidates:
-        fitting = max_replicas(c.gpus, domains)
-        most = min(fitting, c.store_instances(store))
-        if fitting >= 1 and most < 1 and pruned is not None:
+        key = ("fill", id(c), domains)  # the set keeps the candidate alive: its id is stable
+        known = pruned.pool_options.get(key) if pruned is not None else None
+        if known is None:
+            fitting = max_replicas(c.gpus, domains)
+            known = (fitting, PrefillOption(c, c.gpus, c.timing.ttft_s, c.requests_per_s,
+                                            min(fitting, c.store_instances(store)), c.store_use, c.pool.tier_load,
+                                            request_kv_bytes(c.timing.plan)))
+            if pruned is not None:
+                pruned.pool_options[key] = known
+        fitting, option = cast(tuple[int, PrefillOption], known)
+        if fitting >= 1 and option.most < 1 and pruned is not None:
             pruned.count(STORE_TOO_SMALL)
-        options.append(PrefillOption(c, c.gpus, c.timing.ttft_s, c.requests_per_s, most, c.store_use,
-                                     c.pool.tier_load, request_kv_bytes(c.timing.plan)))
+        options.append(option)
     return [p for p in options if p.most >= 1]
+
+
+def _decode_option(c: Candidate, domains: Domains, output_tokens: int, memo: CandidateSet) -> DecodeOption:
+    """A decode candidate's option on `domains`, kept in the candidate set (rebuilt every batch-search round)."""
+    key = ("decode", id(c), domains)
+    known = memo.pool_options.get(key)
+    if known is None:
+        known = memo.pool_options[key] = DecodeOption(c, c.gpus, c.pool.batch, (output_tokens - 1) * c.timing.tpot_s,
+                                                      max_replicas(c.gpus, domains))
+    return cast(DecodeOption, known)
 
 
 def _transfers(fills: list[PrefillOption], decode: list[DecodeOption],
