@@ -487,8 +487,8 @@ def _boxes(options: DeploymentOptions, fills: _Fills, size: int, rows: _Decodes,
         value = options.output_tokens * np.asarray(rate, dtype=float)
         ok = ((most >= 1)[None] & (counts[None, None, :] <= most_d[part, None, None]) & np.isfinite(ttft)
               & (ttft <= cap * (1 + 1e-12)))
-        bound_t = np.where(ok, ttft, np.inf)
-        unbeaten = ok & (front.at(bound_t) < value * factor)
+        unbeaten = ok.copy()  # the front looked up only where a bound is within the cap
+        unbeaten[ok] = front.at(ttft[ok]) < value[ok] * factor
         per_row[part] = unbeaten.any(axis=(1, 2))
         per_fill |= unbeaten.any(axis=(0, 2))
         found_t.append(np.asarray(ttft[unbeaten], dtype=float))

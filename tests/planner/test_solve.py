@@ -4,6 +4,9 @@
 from __future__ import annotations
 
 import functools
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -73,7 +76,9 @@ def assert_same_front(result: SolveResult, name: str, accounting: str = "cluster
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize("name", sorted(SMALL))
 def test_front_equals_the_exhaustive_front(name: str, backend: str) -> None:
-    """Cluster GPU accounting (the default): one MILP per cap over the unit table's configurations."""
+    """Cluster GPU accounting (the default): each cap proven by the unit table's enumeration where it covers
+    every deployment, by the MILP where it does not (the separate-midfill structure; without screening: the
+    MILP-alone tests)."""
     assert_same_front(solve(resolved(name), SolveSettings(backend, 120.0, resolution="exact")), name)
 
 
@@ -115,6 +120,28 @@ def test_the_milp_alone_finds_the_exhaustive_front_with_a_midfill_pool(name: str
     result = solve(resolved(name), SolveSettings("cpsat", 240.0, pair_screening=False, resolution="exact"))
     assert_same_front(result, name)
     assert any(s.point.layout.split_fills for s in result.front)  # the second structure is on the front
+
+
+def test_enumeration_proves_the_caps_it_covers_and_the_milp_the_others() -> None:
+    """Cluster accounting with the unit table: no MILP runs, every point says its proof; a separate midfill
+    pool (which the table does not enumerate) and used accounting (a ratio) keep the MILP."""
+    covered = solve(resolved("qwen3-30b-4xh200"), SolveSettings("cbc", 60.0, resolution="exact"))
+    assert not covered.sweep.reports and {s.proof for s in covered.front} == {"enumeration"}
+    split = solve(resolved("qwen3-30b-8xh100-agent-midfill-pool"), SolveSettings("cpsat", 60.0, resolution="exact"))
+    assert split.sweep.reports and {s.proof for s in split.front} == {"milp"}
+    used = solve(used_accounting("qwen3-30b-4xh200"), SolveSettings("cpsat", 60.0, resolution="exact"))
+    assert used.sweep.reports and {s.proof for s in used.front} == {"milp"}
+
+
+def test_no_solver_package_is_imported_when_enumeration_proves_every_cap() -> None:
+    """CP-SAT's import alone (0.3-0.8 s) costs more than one rack's sweep: a solve that needs no MILP skips it."""
+    code = ("import sys; from tests.planner.test_solve import resolved; "
+            "from planner.solve import SolveSettings, solve; "
+            "solve(resolved('qwen3-30b-4xh200'), SolveSettings('cpsat', 60.0)); "
+            "print(sorted(m for m in ('ortools', 'highspy', 'pulp') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         cwd=Path(__file__).resolve().parents[2])
+    assert out.stdout.strip() == "[]"
 
 
 def test_every_front_point_is_reproduced_by_evaluate() -> None:
