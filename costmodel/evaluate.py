@@ -14,6 +14,7 @@ from costmodel.inventory import ClusterGroup
 from costmodel.kv_report import kv_tier_report
 from costmodel.kv_tiers import store_use
 from costmodel.layout import Layout, Pool
+from costmodel.memory import GIB, stage_weight_bytes
 from costmodel.modes import PoolContext, split_stages
 from costmodel.operators import Formats, Parallel
 from costmodel.precision import Dtype, bytes_per_element
@@ -105,12 +106,29 @@ def pool_context(resolved: ResolvedScenario, pool: Pool) -> PoolContext:
         fp8_attention=scenario.engine in FP8_ATTENTION_ENGINES,
     )
     par = Parallel(tp=pool.tp, dp=pool.dp_attention, pp=pool.pp, moe_tp=pool.moe_tp, moe_ep=pool.moe_ep)
-    return PoolContext(
+    ctx = PoolContext(
         arch=resolved.architecture, system=system, par=par, fmt=fmt,
         skew=scenario.workload.routing_skew, redundant_experts=scenario.search.redundant_experts,
         stages=split_stages(resolved.architecture.layers, pool.pp),
         group=pool.group, uplink_share_bytes_per_s=group.uplink_share_bytes_per_s, group_racks=group.racks,
+        offload_bytes=pool.cpu_offload_gb * GIB,
     )
+    if ctx.offload_bytes > 0:
+        _check_offload(ctx, pool)
+    return ctx
+
+
+def _check_offload(ctx: PoolContext, pool: Pool) -> None:
+    """Offloaded weights must exist on every GPU (each stage's own) and fit in its node's host DRAM."""
+    mtp = ctx.arch.mtp_layer is not None
+    fewest = min(stage_weight_bytes(ctx, stage, mtp) for stage in range(len(ctx.stages)))
+    if ctx.offload_bytes > fewest:
+        raise ScenarioError(f"cpu_offload_gb {pool.cpu_offload_gb:g} is more than the {fewest / GIB:.1f} GiB of "
+                            "weights a GPU of this layout holds; offload at most that", "pools")
+    host = ctx.system.host_dram_bytes_per_node / ctx.system.gpus_per_node
+    if ctx.offload_bytes > host:
+        raise ScenarioError(f"cpu_offload_gb {pool.cpu_offload_gb:g} per GPU needs more than its share of host DRAM "
+                            f"({host / GIB:.0f} GiB per GPU on {ctx.system.name}); offload at most that", "pools")
 
 
 def spanning_racks(group: ClusterGroup, instance_gpus: int) -> SystemSpec:

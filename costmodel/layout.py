@@ -47,6 +47,11 @@ class Pool(StrictModel):
         "there is one): what its HBM, host DRAM and local SSD cannot hold waits in the cluster's shared KV store "
         "(true) or is recomputed (false)."
     )
+    cpu_offload_gb: float = Field(
+        0.0, ge=0.0, le=4096.0,
+        description="Weights each GPU keeps in host DRAM instead of HBM, GiB (vLLM's and SGLang's --cpu-offload-gb): "
+        "they free HBM for KV and are streamed to the GPU over its host link at every step.",
+    )
     tier_load: float = Field(
         1.0, gt=0.0, le=1.0,
         description="Multi-turn sessions, disaggregated prefill or midfill pools: the share of the pool's full rate "

@@ -138,8 +138,8 @@ def stage_memory(ctx: PoolContext, stage: int, seqs_per_rank: float, context_tok
                  step_tokens_per_rank: float, with_mtp: bool) -> MemoryUse:
     """Memory per GPU of one stage holding `seqs_per_rank` sequences of `context_tokens` each."""
     kv, states = kv_bytes_per_sequence(ctx, stage, context_tokens)
-    return MemoryUse(
-        weights=stage_weight_bytes(ctx, stage, with_mtp),
+    return MemoryUse(  # weights offloaded to host DRAM (`PoolContext.offload_bytes`) leave HBM
+        weights=max(0.0, stage_weight_bytes(ctx, stage, with_mtp) - ctx.offload_bytes),
         kv_cache=kv * seqs_per_rank,
         states=states * seqs_per_rank,
         workspace=workspace_bytes(ctx, step_tokens_per_rank, max(1.0, min(seqs_per_rank, step_tokens_per_rank))),

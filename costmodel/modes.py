@@ -51,6 +51,7 @@ class PoolContext:
     group: str | None = None  # the inventory group the pool runs on (None: the cluster's only group)
     uplink_share_bytes_per_s: float = math.inf  # a GPU's fair share of its rack uplink (inf: not oversubscribed)
     group_racks: int = 1  # racks of the pool's group: a transfer between its domains may leave a rack
+    offload_bytes: float = 0.0  # weights each GPU keeps in host DRAM (`Pool.cpu_offload_gb`), streamed every step
 
     @functools.cached_property
     def stage_counts(self) -> tuple[tuple[tuple[Layer, int], ...], ...]:
@@ -146,6 +147,9 @@ def _stage_work(ctx: PoolContext, stage: int, shape: StepShape) -> StepWork:
         work.ops += [_scaled(op, count) for op in one.ops]
         work.transfers += [_scaled_transfer(t, count) for t in one.transfers]
         work.layers += count
+    if ctx.offload_bytes > 0:  # offloaded weights cross the host link once per step (vLLM reads them in place
+        # from pinned host memory through unified addressing; SGLang's offloader copies each layer in before use)
+        work.transfers.append(Transfer(OFFLOAD_TRANSFER, "host", ctx.offload_bytes, 1.0, "p2p"))
     if stage == len(ctx.stages) - 1:
         work.ops.append(_lm_head(ctx, shape))
     else:
@@ -199,7 +203,9 @@ def merged_work(first: StepWork, second: StepWork) -> StepWork:
     weight is read once (bytes: the larger read); attention work and transfers add; layers count once.
     Both works start with `stage_work` of the same stage, so their operators align one to one; what one
     has beyond that (e.g. MTP drafting passes) is kept as it is."""
-    merged = StepWork(layers=max(first.layers, second.layers), transfers=first.transfers + second.transfers,
+    # offloaded weights, like the others, are read once for both batches
+    second_transfers = [t for t in second.transfers if t.name != OFFLOAD_TRANSFER]
+    merged = StepWork(layers=max(first.layers, second.layers), transfers=first.transfers + second_transfers,
                       seqs=first.seqs + second.seqs)
     common = min(len(first.ops), len(second.ops))
     for a, b in zip(first.ops[:common], second.ops[:common], strict=True):
@@ -213,6 +219,7 @@ def merged_work(first: StepWork, second: StepWork) -> StepWork:
     return merged
 
 
+OFFLOAD_TRANSFER = "weight_offload"  # the per-step stream of host-offloaded weights (`PoolContext.offload_bytes`)
 DECODE_ATTENTION_OPS = frozenset({"attention_projections", "attention_core", "sparse_indexer",
                                   "linear_attention_state"})
 DECODE_EXPERT_OPS = frozenset({"routed_experts", "moe_dispatch", "moe_combine"})

@@ -370,7 +370,7 @@ def _context(resolved: ResolvedScenario, pool: Pool, result: CandidateSet) -> Po
     """The pool's context, shared by every batch of its layout: it depends on the scenario and the pool's
     parallel layout (and inventory group) only, not on its batch, role or tiers. Sharing it lets what the
     context caches per layout (its stages' layer counts) serve every batch."""
-    key = (*layout_key(pool), getattr(pool, "group", None))
+    key = (*layout_key(pool), getattr(pool, "group", None), getattr(pool, "cpu_offload_gb", 0.0))
     cached = result.contexts.get(key)
     if cached is None or cached[0] is not resolved:
         cached = result.contexts[key] = (resolved, pool_context(resolved, pool))

@@ -53,6 +53,7 @@ class Pool:
     gpus_per_node: int  # GPUs of one instance on each node it spans
     banks: dict[str, Any] | None  # expert banks of this pool's expert-parallel degree, None when absent
     stages: list[dict[str, Any]]
+    cpu_offload_gb: float = 0.0  # weights each GPU keeps in host DRAM, GiB (`costmodel.layout.Pool`)
 
     @property
     def gpus_per_stage(self) -> int:
@@ -161,7 +162,7 @@ def read_plan(path: Path, data: Any, resolved: ResolvedScenario) -> Plan:
             out.append(Pool(index=index, role=str(pool["role"]), gpus_per_instance=gpus,
                             nodes_per_instance=math.ceil(gpus / per_node), gpus_per_node=min(gpus, per_node),
                             banks=banks.get(str(numbers["moe_ep"])), stages=list(place.get("stages") or []),
-                            **numbers))
+                            cpu_offload_gb=float(pool.get("cpu_offload_gb") or 0.0), **numbers))
         except (KeyError, TypeError, ValueError) as exc:
             raise InputError.single(path, None, f"layout.pools.{index}", f"missing or bad field: {exc}") from None
     return Plan(path=path, data=data, resolved=resolved, pools=tuple(out))

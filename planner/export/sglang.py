@@ -9,6 +9,7 @@ rank by rank, `ep_num_redundant_experts` the slots beyond the logical experts.
 from __future__ import annotations
 
 import json
+import math
 
 from planner.export.base import (
     FILL_CHUNK_TOKENS,
@@ -44,6 +45,8 @@ def server_args(plan: Plan, pool: Pool, placement_file: str | None, node_flags: 
         args += ["--kv-cache-dtype", "fp8_e4m3"]
     if pool.dp_attention > 1:
         args += ["--dp-size", str(pool.dp_attention), "--enable-dp-attention"]
+    if pool.cpu_offload_gb > 0:  # SGLang takes whole GiB: rounded up, so HBM holds no more than planned
+        args += ["--cpu-offload-gb", str(math.ceil(pool.cpu_offload_gb))]
     if pool.moe_ep > 1:
         args += ["--ep-size", str(pool.moe_ep)]
         if pool.moe_ep == pool.gpus_per_stage:  # DeepEP all-to-all spans the whole stage (no expert TP)

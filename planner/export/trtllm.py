@@ -82,6 +82,9 @@ def load_balancer(plan: Plan, pool: Pool) -> dict[str, Any] | None:
 
 def unexpressed(pool: Pool) -> list[str]:
     notes = []
+    if pool.cpu_offload_gb > 0:
+        notes.append(f"cpu_offload_gb {pool.cpu_offload_gb:g}: TensorRT-LLM has no CPU weight offload; without it each "
+                     "GPU holds those weights in HBM, leaving less for KV than the plan assumes (lower the batch)")
     if pool.dp_attention > 1 and pool.tp > 1:
         notes.append(f"attention TP {pool.tp} inside each of {pool.dp_attention} attention-DP ranks: TensorRT-LLM's "
                      "attention DP has TP 1 per rank; this config runs attention DP over all "

@@ -44,6 +44,8 @@ def engine_args(plan: Plan, pool: Pool) -> list[str]:
             "--gpu-memory-utilization", str(memory_fraction())]
     if kv_dtype(plan) == "fp8":
         args += ["--kv-cache-dtype", "fp8"]
+    if pool.cpu_offload_gb > 0:
+        args += ["--cpu-offload-gb", f"{pool.cpu_offload_gb:g}"]
     if pool.moe_ep > 1:
         backend = "deepep_low_latency" if pool.engine_role == "decode" else "deepep_high_throughput"
         args += ["--enable-expert-parallel", "--all2all-backend", backend]

@@ -162,3 +162,21 @@ def test_dynamo_manifest_uses_the_reference_structure(plan: Plan, backend: str, 
         assert _key_paths(document) - reference[document["kind"]] == set()
     assert documents[-1]["apiVersion"] == "nvidia.com/v1alpha1"
     assert documents[-1]["spec"]["backendFramework"] == backend
+
+
+def test_cpu_weight_offload_is_passed_where_the_engine_has_it(tmp_path: Path) -> None:
+    """`cpu_offload_gb` (a layout the user wrote: the planner does not choose offload) becomes SGLang's and
+    vLLM's --cpu-offload-gb (SGLang's in whole GiB, rounded up); TensorRT-LLM has none and says so."""
+    data = yaml.safe_load((Path(__file__).parent / "plans" / "deepseek-v3-8xh200-plan-0.yaml").read_text())
+    for pool in data["layout"]["pools"]:
+        pool["cpu_offload_gb"] = 12.5
+    path = tmp_path / "offload.yaml"
+    path.write_text(yaml.safe_dump(data))
+    plan = load_plan(path)
+    sglang = [c.args for commands in export_plan(plan, "sglang").commands.values() for c in commands]
+    vllm = [c.args for commands in export_plan(plan, "vllm").commands.values() for c in commands]
+    assert sglang and all(args[args.index("--cpu-offload-gb") + 1] == "13" for args in sglang)
+    assert vllm and all(args[args.index("--cpu-offload-gb") + 1] == "12.5" for args in vllm)
+    assert all(check_args(args, flags_of("sglang")) == [] for args in sglang)
+    assert all(check_args(args, flags_of("vllm"), positionals=1) == [] for args in vllm)
+    assert any("no CPU weight offload" in note for note in export_plan(plan, "trtllm").unexpressed)

@@ -1,0 +1,74 @@
+"""CPU weight offload (`Pool.cpu_offload_gb`, vLLM's and SGLang's --cpu-offload-gb), by hand: the offloaded
+weights leave HBM (a batch that did not fit fits) and cross the GPU's host link once per step (the step
+grows by their bytes over the link, and a mixed step reads them once for both of its batches)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from costmodel.calibration import default_calibration
+from costmodel.errors import ScenarioError
+from costmodel.evaluate import evaluate, pool_context
+from costmodel.hardware import load_system
+from costmodel.layout import Layout
+from costmodel.memory import GIB
+from costmodel.modes import OFFLOAD_TRANSFER, decode_work, merged_work, midfill_work
+from costmodel.resolve import ResolvedScenario
+from planner.scenario import scenario_from_data
+
+NIC_EFFICIENCY_MAX = 0.95  # the fit's ceiling for host and NIC links (`costmodel.calibration`)
+
+
+def _scenario(system: str = "gb200-nvl72", gpus: int = 8) -> ResolvedScenario:
+    return scenario_from_data({
+        "schema_version": 1, "name": "t", "model": "deepseek-v3", "precision": {"weights": "fp8", "kv_cache": "fp8"},
+        "cluster": {"system": system, "gpus": gpus}, "workload": {"input_tokens": 4096, "output_tokens": 1024},
+        "engine": "sglang"})
+
+
+def _decode(batch: int, offload: float, **extra: Any) -> Layout:
+    pool = {"role": "decode", "tp": 1, "dp_attention": 8, "moe_ep": 8, "batch": batch, "cpu_offload_gb": offload}
+    return Layout.model_validate({"serving": "disaggregated", "pools": [
+        {"role": "prefill", "tp": 1, "dp_attention": 8, "moe_ep": 8, "batch": 8}, {**pool, **extra}]})
+
+
+def test_offloaded_weights_cross_the_host_link_every_step() -> None:
+    resolved = _scenario()
+    base, offloaded = evaluate(resolved, _decode(256, 0.0)), evaluate(resolved, _decode(256, 20.0))
+    link = load_system("gb200-nvl72").host_link_bandwidth_bytes_per_s
+    floor_s = 20 * GIB / link  # no step streams them faster than the link
+    grown_s = (offloaded.tpot_ms - base.tpot_ms) / 1e3
+    assert floor_s <= grown_s <= floor_s / NIC_EFFICIENCY_MAX * 1.05 + 1e-3
+
+
+def test_offload_frees_hbm_for_kv() -> None:
+    resolved = _scenario()
+    too_many = 5000  # over HBM without offload (238 GB a GPU), within it with 40 GiB offloaded (195 GB)
+    assert not evaluate(resolved, _decode(too_many, 0.0)).feasible
+    assert evaluate(resolved, _decode(too_many, 40.0)).feasible
+
+
+def test_a_mixed_step_reads_the_offloaded_weights_once() -> None:
+    resolved = _scenario()
+    pool = _decode(64, 10.0).pools[1].model_copy(update={"role": "mixed"})
+    ctx = pool_context(resolved, pool)
+    mixed = merged_work(decode_work(ctx, 0, 8.0, 4096.0), midfill_work(ctx, 0, 1.0, 4096.0, 0.0))
+    assert [t.bytes for t in mixed.transfers if t.name == OFFLOAD_TRANSFER] == [10 * GIB]
+
+
+def test_offload_beyond_the_weights_or_the_host_dram_is_refused() -> None:
+    resolved = _scenario()
+    with pytest.raises(ScenarioError, match="GiB of weights a GPU of this layout holds"):
+        evaluate(resolved, _decode(64, 400.0))
+    with pytest.raises(ScenarioError, match="host DRAM"):  # one GPU holds all 625 GiB; 2 TB a node: 233 GiB a GPU
+        pool_context(_scenario("h200-sxm"), _decode(64, 300.0, dp_attention=1, moe_ep=1).pools[1])
+
+
+def test_no_offload_changes_nothing() -> None:
+    resolved = _scenario()
+    plain = Layout.model_validate({"serving": "disaggregated", "pools": [
+        {"role": "prefill", "tp": 1, "dp_attention": 8, "moe_ep": 8, "batch": 8},
+        {"role": "decode", "tp": 1, "dp_attention": 8, "moe_ep": 8, "batch": 256}]})
+    assert evaluate(resolved, plain, default_calibration()) == evaluate(resolved, _decode(256, 0.0))
