@@ -118,6 +118,16 @@ def pool_context(resolved: ResolvedScenario, pool: Pool) -> PoolContext:
     return ctx
 
 
+def check_offload(resolved: ResolvedScenario, layout: Layout) -> None:
+    """Each pool's CPU weight offload, as `pool_context` checks it, with the field to change."""
+    for index, pool in enumerate(layout.pools):
+        if pool.cpu_offload_gb > 0:
+            try:
+                pool_context(resolved, pool)
+            except ScenarioError as exc:
+                raise ScenarioError(str(exc), f"pools.{index}.cpu_offload_gb") from None
+
+
 def _check_offload(ctx: PoolContext, pool: Pool) -> None:
     """Offloaded weights must exist on every GPU (each stage's own) and fit in its node's host DRAM."""
     mtp = ctx.arch.mtp_layer is not None

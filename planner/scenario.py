@@ -10,6 +10,7 @@ from typing import Any
 
 from costmodel.economics import check_economics
 from costmodel.errors import ConfigError, ScenarioError
+from costmodel.evaluate import check_offload
 from costmodel.layout import Layout
 from costmodel.resolve import ResolvedScenario, check_layout, resolve
 from costmodel.scenario import Scenario
@@ -70,6 +71,7 @@ def layout_from_document(document: SourceDocument, resolved: ResolvedScenario | 
         try:
             check_layout(resolved, layout)
             check_layout_fits(resolved, layout)
+            check_offload(resolved, layout)
         except ScenarioError as exc:
             raise _located(document, exc.field, str(exc)) from None
         if plan is not None and isinstance(plan.data, dict) and "placement" in plan.data:

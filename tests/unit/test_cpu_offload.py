@@ -16,7 +16,8 @@ from costmodel.layout import Layout
 from costmodel.memory import GIB
 from costmodel.modes import OFFLOAD_TRANSFER, decode_work, merged_work, midfill_work
 from costmodel.resolve import ResolvedScenario
-from planner.scenario import scenario_from_data
+from planner.errors import InputError
+from planner.scenario import layout_from_text, scenario_from_data
 
 NIC_EFFICIENCY_MAX = 0.95  # the fit's ceiling for host and NIC links (`costmodel.calibration`)
 
@@ -72,3 +73,12 @@ def test_no_offload_changes_nothing() -> None:
         {"role": "prefill", "tp": 1, "dp_attention": 8, "moe_ep": 8, "batch": 8},
         {"role": "decode", "tp": 1, "dp_attention": 8, "moe_ep": 8, "batch": 256}]})
     assert evaluate(resolved, plain, default_calibration()) == evaluate(resolved, _decode(256, 0.0))
+
+
+def test_a_layout_file_with_too_much_offload_names_its_line_and_field() -> None:
+    text = ("serving: aggregated\npools:\n"
+            "  - {role: mixed, tp: 1, dp_attention: 8, moe_ep: 8, batch: 64, cpu_offload_gb: 500}\n")
+    with pytest.raises(InputError) as caught:
+        layout_from_text(text, _scenario())
+    problem = caught.value.problems[0]
+    assert (problem.line, problem.field) == (3, "pools.0.cpu_offload_gb") and "offload at most" in problem.message
