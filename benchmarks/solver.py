@@ -116,6 +116,8 @@ def best_subset_hypervolume(front: Front, points: int, ttft_ref: float) -> float
     pts = sorted(p for p in front if p[0] < ttft_ref)
     if not pts or points < 1:
         return 0.0
+    if points >= len(pts):  # every point: the whole front (and no n^3 programme for an exact front)
+        return hypervolume(pts, ttft_ref)
     if len(pts) > SUBSET_LIMIT:
         return math.nan
     t = np.array([p[0] for p in pts])

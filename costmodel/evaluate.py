@@ -12,7 +12,7 @@ from costmodel.errors import ScenarioError
 from costmodel.hardware import GB, SystemSpec
 from costmodel.inventory import ClusterGroup
 from costmodel.kv_report import kv_tier_report
-from costmodel.kv_tiers import store_use
+from costmodel.kv_tiers import host_dram_share, store_use
 from costmodel.layout import Layout, Pool
 from costmodel.memory import GIB, stage_weight_bytes
 from costmodel.modes import PoolContext, split_stages
@@ -114,7 +114,7 @@ def pool_context(resolved: ResolvedScenario, pool: Pool) -> PoolContext:
         offload_bytes=pool.cpu_offload_gb * GIB,
     )
     if ctx.offload_bytes > 0:
-        _check_offload(ctx, pool)
+        _check_offload(ctx, pool, scenario.workload.speculative.method == "mtp")
     return ctx
 
 
@@ -128,17 +128,19 @@ def check_offload(resolved: ResolvedScenario, layout: Layout) -> None:
                 raise ScenarioError(str(exc), f"pools.{index}.cpu_offload_gb") from None
 
 
-def _check_offload(ctx: PoolContext, pool: Pool) -> None:
-    """Offloaded weights must exist on every GPU (each stage's own) and fit in its node's host DRAM."""
-    mtp = ctx.arch.mtp_layer is not None
-    fewest = min(stage_weight_bytes(ctx, stage, mtp) for stage in range(len(ctx.stages)))
+def _check_offload(ctx: PoolContext, pool: Pool, with_mtp: bool) -> None:
+    """Offloaded weights must exist on every GPU (each stage's own, the MTP layer's where the workload
+    drafts with it) and fit in the host DRAM an engine may use (`kv_tiers.host_dram_share`, which the KV
+    host tier then shares with them)."""
+    fewest = min(stage_weight_bytes(ctx, stage, with_mtp) for stage in range(len(ctx.stages)))
     if ctx.offload_bytes > fewest:
         raise ScenarioError(f"cpu_offload_gb {pool.cpu_offload_gb:g} is more than the {fewest / GIB:.1f} GiB of "
                             "weights a GPU of this layout holds; offload at most that", "pools")
-    host = ctx.system.host_dram_bytes_per_node / ctx.system.gpus_per_node
+    host = host_dram_share(ctx.system)
     if ctx.offload_bytes > host:
         raise ScenarioError(f"cpu_offload_gb {pool.cpu_offload_gb:g} per GPU needs more than its share of host DRAM "
-                            f"({host / GIB:.0f} GiB per GPU on {ctx.system.name}); offload at most that", "pools")
+                            f"({host / GIB:.0f} GiB usable per GPU on {ctx.system.name}); offload at most that",
+                            "pools")
 
 
 def spanning_racks(group: ClusterGroup, instance_gpus: int) -> SystemSpec:

@@ -92,10 +92,16 @@ def populations(sessions: Sessions, context_tokens: float, kv_bytes_per_token: f
     return Population(thinking, each), Population(paused, each)
 
 
-def tier_capacity(system: SystemSpec, hbm_free_bytes: float) -> dict[str, float]:
-    """Per GPU bytes each local tier can hold for idle sessions."""
+def host_dram_share(system: SystemSpec) -> float:
+    """Host DRAM bytes per GPU an engine may use (offloaded weights, idle KV)."""
+    return DRAM_USABLE * system.host_dram_bytes_per_node / system.gpus_per_node
+
+
+def tier_capacity(system: SystemSpec, hbm_free_bytes: float, host_used_bytes: float = 0.0) -> dict[str, float]:
+    """Per GPU bytes each local tier can hold for idle sessions (`host_used_bytes`: host DRAM per GPU that
+    weights offloaded there already take)."""
     return {"hbm": max(0.0, hbm_free_bytes),
-            "host_dram": DRAM_USABLE * system.host_dram_bytes_per_node / system.gpus_per_node,
+            "host_dram": max(0.0, host_dram_share(system) - host_used_bytes),
             "ssd": SSD_USABLE * system.ssd_capacity_bytes_per_node / system.gpus_per_node}
 
 
@@ -109,13 +115,14 @@ def fetch_s_per_token(system: SystemSpec, kv_bytes_per_token: float) -> dict[str
 
 def plan_tiers(sessions: Sessions, input_tokens: int, output_tokens: int, kv_bytes_per_token: float,
                system: SystemSpec, turns_per_s_per_gpu: float, hbm_free_bytes: float,
-               recompute_s_per_token: float = float("inf"), store: bool = False) -> TierPlan:
+               recompute_s_per_token: float = float("inf"), store: bool = False,
+               host_used_bytes: float = 0.0) -> TierPlan:
     """Fill the tiers shortest-idle first and derive where each turn finds its context; a tier slower to
     fetch from than `recompute_s_per_token` hands its turns to recomputation; `store`: the pool may park
     what its local tiers cannot hold in the shared store."""
     context = turn_context(sessions, input_tokens, output_tokens)
     thinking, paused = populations(sessions, context, kv_bytes_per_token, turns_per_s_per_gpu)
-    capacity = tier_capacity(system, hbm_free_bytes)
+    capacity = tier_capacity(system, hbm_free_bytes, host_used_bytes)
     left = {**capacity, "store": float("inf") if store else 0.0}
     stored = dict.fromkeys(left, 0.0)
     placed: list[dict[str, float]] = []

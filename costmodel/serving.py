@@ -309,7 +309,7 @@ def with_session_tiers(plan: PoolPlan, timing: PoolTiming, workload: Workload) -
     rate = pool.tier_load * turns_per_s_per_gpu(timing) / (later_share(workload) if plan.turns == "later" else 1.0)
     tiers = plan_tiers(sessions, workload.input_tokens, workload.output_tokens,
                        ctx.arch.kv_bytes_per_token(ctx.fmt.kv_dtype), ctx.system, rate,
-                       plan.memory.capacity - plan.memory.total, recompute, pool.kv_store)
+                       plan.memory.capacity - plan.memory.total, recompute, pool.kv_store, ctx.offload_bytes)
     return plan_pool(ctx, pool, workload, tiers, plan.turns)
 
 

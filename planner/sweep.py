@@ -42,7 +42,7 @@ from planner.formulation.pairs import PAIR_LIMIT, PairTable
 from planner.formulation.screening import screen, screen_cluster
 from planner.formulation.units import UnitTable, selection_of, unit_table
 from planner.pareto import FrontPoint
-from planner.solvers import Backend, SolveOptions, SolveReport, SolveStatus
+from planner.solvers import Backend, LazyBackend, SolveOptions, SolveReport, SolveStatus
 from planner.sweep_result import GRID_S, Resolution, SolvedPoint, SweepResult, resolution_step
 
 RATIO_TOL = 1e-7  # Dinkelbach stops when the MILP cannot beat q by more than this (relative)
@@ -84,6 +84,7 @@ class _Sweeper:
         self.resolved, self.calibration, self.settings = resolved, calibration, settings
         self.options_fastest_s = fastest_s
         self._proven_empty = False  # the last cap's MILP proved that nothing is within it
+        self._proof = "milp"  # what proved the last block's step: "milp" or "enumeration"
         self.deadline = time.perf_counter() + settings.time_limit_s
         self.start = time.perf_counter()
         self.result = SweepResult()
@@ -91,6 +92,7 @@ class _Sweeper:
         self.cluster = resolved.scenario.search.gpu_accounting == "cluster"
         self.blocks: list[_Block] = []
         self._mixed_tables: dict[int, tuple[list[float], list[int]]] = {}  # per block's options (`_best_mixed`)
+        self._points: dict[tuple[object, ...], FrontPoint | None] = {}  # exact figures by selection (`_point`)
         for options in blocks:
             self._use(_Block(options))
             if self.cluster and settings.pair_screening:
@@ -193,12 +195,13 @@ class _Sweeper:
             if found is not None and (incumbent is None or found.point.tokens_per_s_per_gpu >
                                       incumbent.point.tokens_per_s_per_gpu):
                 incumbent = found
-        solved, bounds, empty = incumbent, [], True
+        solved, bounds, empty, proofs = incumbent, [], True, set()
         for block in self.blocks:
             self._use(block)
-            self._proven_empty = False
+            self._proven_empty, self._proof = False, "milp"
             step = self._cluster_best(eps, solved) if self.cluster else self._best_within(eps, 0.0, solved)
             empty &= self._proven_empty
+            proofs.add(self._proof)
             if step is None:
                 if not self._proven_empty:
                     bounds.append(math.inf)  # nothing found and nothing proven (time limit or backend error)
@@ -213,6 +216,8 @@ class _Sweeper:
             return None
         if len(self.blocks) > 1:
             solved = _joint_status(solved, bounds)
+        # what proved the cap: enumeration only where every block's was (else a MILP took part)
+        solved = replace(solved, proof="enumeration" if proofs == {"enumeration"} else "milp")
         self.result.points.append(solved)
         if solved.status == SolveStatus.OPTIMAL:  # proven: nothing within the cap beats it
             self.result.resolved.append((solved.point.ttft_ms / 1e3, math.inf if eps is None else eps))
@@ -286,8 +291,12 @@ class _Sweeper:
         cut off and the MILP solved again."""
         if self._enumerated():
             proven = self._enumerate(eps, incumbent)
+            if time.perf_counter() >= self.deadline:  # this cap is proven (cheaply); the sweep stops here
+                self.result.termination = "time_limit"
             if proven is not None:
                 return proven[0]
+            # the table's best entry does not hold exactly (it does not pack, or rounding puts it past the
+            # cap): the MILP decides, and only the MILP proves this cap
         target = 0.0 if incumbent is None else incumbent.point.tokens_per_s
         if self.settings.pair_screening:
             screened = screen_cluster(self.options, self.units, eps, target)
@@ -300,8 +309,6 @@ class _Sweeper:
         best = incumbent
         while True:
             report = self._solve(dm)
-            if report.status in (SolveStatus.NO_SOLUTION, SolveStatus.FEASIBLE) and self._enumerated():
-                return self._by_enumeration(incumbent)  # the time limit stopped the MILP: the table proves it
             if not report.status.has_solution:
                 return self._no_better(best, report)
             try:
@@ -336,15 +343,15 @@ class _Sweeper:
     def _enumerated(self) -> bool:
         """Cluster accounting without a separate-midfill structure: the unit table and the aggregated
         options enumerate every deployment (the table's prefill counts dominate the others), so the best of
-        them within a cap is the optimum, a proof that stands when the MILP has no time left."""
+        them within a cap is the optimum: the proof, with no MILP (`_enumerate`)."""
         return self.cluster and self.options.split is None and (self.units is not None or not self.options.prefill)
 
     def _enumerate(self, eps: float | None, incumbent: SolvedPoint | None) -> tuple[SolvedPoint | None] | None:
         """The block's optimum within the cap by enumeration (`_enumerated`): its best aggregated option and
         its unit table's best entry within the cap, the entry's deployment evaluated exactly. Proven: the
         better of it and the incumbent (a 1-tuple; (None,): nothing within the cap, in this block or before).
-        None when the exact figures disagree with the table's (the entry's deployment does not pack or
-        rounding puts it past the cap): the MILP then decides, excluding what does not hold."""
+        None when the entry's deployment does not pack or its exact TTFT passes the cap (rounding): the MILP
+        then decides, excluding what does not hold."""
         found = [] if incumbent is None else [incumbent]  # the incumbent first: it stays among equals
         mixed = self._best_mixed(eps)
         if mixed is not None:
@@ -356,17 +363,10 @@ class _Sweeper:
                 return None
             found.append(SolvedPoint(point, selection, SolveStatus.OPTIMAL, 0.0, proof="enumeration"))
         best = max(found, key=lambda s: s.point.tokens_per_s, default=None)  # the first among equals
-        self._proven_empty = best is None
+        self._proven_empty, self._proof = best is None, "enumeration"
         if best is None:
             return (None,)
         return (replace(best, status=SolveStatus.OPTIMAL, gap=0.0, proof="enumeration"),)
-
-    def _by_enumeration(self, incumbent: SolvedPoint | None) -> SolvedPoint | None:
-        self.result.termination = "time_limit"
-        self._proven_empty = incumbent is None
-        if incumbent is None:
-            return None
-        return replace(incumbent, status=SolveStatus.OPTIMAL, gap=0.0, proof="enumeration")
 
     def _note_size(self, dm: DeploymentModel) -> None:
         if self.result.largest_model is None or len(dm.model.variables) > len(self.result.largest_model.variables):
@@ -447,6 +447,8 @@ class _Sweeper:
         return replace(best, status=SolveStatus.FEASIBLE, gap=gap)
 
     def _solve(self, dm: DeploymentModel) -> SolveReport:
+        if isinstance(self.settings.backend, LazyBackend):
+            self.settings.backend.load()  # the package's import counts before the MILP's own limit is set
         left = self.deadline - time.perf_counter()
         if left <= 0:
             report = SolveReport(SolveStatus.NO_SOLUTION, math.nan, math.nan, 0.0)
@@ -469,10 +471,14 @@ class _Sweeper:
         assert selection.decode is not None
         fills = [(o, n) for o, n in ((selection.prefill, selection.prefills), (selection.first, selection.firsts),
                                      (selection.midfill, selection.midfills)) if o is not None]
-        if not self.options.fits([(o.gpus, n) for o, n in fills], (selection.decode.gpus, selection.decodes)):
-            return None
-        point = disaggregated_point(self.resolved, self.calibration, [(o.candidate, n) for o, n in fills],
-                                    selection.decode.candidate, selection.decodes)
+        # each cap's incumbent and its enumeration proof evaluate the same deployment: once per block
+        key = (id(self.options), *((id(o), n) for o, n in fills), id(selection.decode), selection.decodes)
+        if key not in self._points:
+            fit = self.options.fits([(o.gpus, n) for o, n in fills], (selection.decode.gpus, selection.decodes))
+            self._points[key] = None if not fit else disaggregated_point(
+                self.resolved, self.calibration, [(o.candidate, n) for o, n in fills], selection.decode.candidate,
+                selection.decodes)
+        point = self._points[key]
         return None if point is None or (eps is not None and point.ttft_ms / 1e3 > eps) else point
 
 

@@ -33,7 +33,7 @@ class SolvedPoint:
     selection: Selection
     status: SolveStatus
     gap: float  # relative, on the ranked tokens/s per GPU
-    proof: str = "milp"  # what proves the status: the MILP, or (time ran out first) the closed-form enumeration
+    proof: str = "milp"  # what proves the status: the MILP, or the closed-form enumeration (every block's)
 
 
 @dataclass(frozen=True)

@@ -33,16 +33,17 @@ class LazyBackend:
         self.name = name
         self._backend: Backend | None = None
 
-    def _loaded(self) -> Backend:
+    def load(self) -> Backend:
+        """The backend, its package imported now if not yet."""
         if self._backend is None:
             self._backend = backend(self.name)
         return self._backend
 
     def is_available(self) -> bool:
-        return self._loaded().is_available()
+        return self.load().is_available()
 
     def solve(self, model: LinearModel, options: SolveOptions) -> SolveReport:
-        return self._loaded().solve(model, options)
+        return self.load().solve(model, options)
 
 
 __all__ = ["BACKENDS", "Backend", "LazyBackend", "SolveOptions", "SolveReport", "SolveStatus", "backend"]

@@ -23,7 +23,8 @@ from planner.pareto import FrontPoint, hypervolume
 from planner.reference import exhaustive_front
 from planner.scenario import scenario_from_data
 from planner.solve import SolveResult, SolveSettings, solve
-from planner.solvers import BACKENDS
+from planner.solvers import BACKENDS, LazyBackend
+from planner.sweep import SweepSettings, sweep
 from planner.templates import generate
 from tests.planner.small_scenarios import SMALL, small_data
 
@@ -131,6 +132,15 @@ def test_enumeration_proves_the_caps_it_covers_and_the_milp_the_others() -> None
     assert split.sweep.reports and {s.proof for s in split.front} == {"milp"}
     used = solve(used_accounting("qwen3-30b-4xh200"), SolveSettings("cpsat", 60.0, resolution="exact"))
     assert used.sweep.reports and {s.proof for s in used.front} == {"milp"}
+
+
+def test_a_sweep_proven_by_enumeration_stops_at_its_time_limit() -> None:
+    """No MILP runs to notice the deadline: the enumeration itself stops the sweep there, and says so."""
+    scenario = resolved("qwen3-30b-4xh200")
+    full = solve(scenario, SolveSettings("cpsat", 60.0, resolution="exact"))
+    cut = sweep(scenario, default_calibration(), full.blocks, SweepSettings(LazyBackend("cpsat"), 1e-6,
+                                                                           resolution="exact"), full.fastest_ttft_s)
+    assert cut.termination == "time_limit" and 1 <= len(cut.front) < len(full.front)
 
 
 def test_no_solver_package_is_imported_when_enumeration_proves_every_cap() -> None:

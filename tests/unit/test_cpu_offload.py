@@ -18,6 +18,7 @@ from costmodel.modes import OFFLOAD_TRANSFER, decode_work, merged_work, midfill_
 from costmodel.resolve import ResolvedScenario
 from planner.errors import InputError
 from planner.scenario import layout_from_text, scenario_from_data
+from tests.planner.small_scenarios import small_data
 
 NIC_EFFICIENCY_MAX = 0.95  # the fit's ceiling for host and NIC links (`costmodel.calibration`)
 
@@ -82,3 +83,18 @@ def test_a_layout_file_with_too_much_offload_names_its_line_and_field() -> None:
         layout_from_text(text, _scenario())
     problem = caught.value.problems[0]
     assert (problem.line, problem.field) == (3, "pools.0.cpu_offload_gb") and "offload at most" in problem.message
+
+
+def test_offloaded_weights_take_their_share_of_the_kv_host_tier() -> None:
+    """Host DRAM holds the offloaded weights and idle sessions' KV together: the tier gets what is left."""
+    resolved = scenario_from_data(small_data("qwen3-30b-16xh100-agent-sessions-store"))
+
+    def host_tier_gb(offload: float) -> float:
+        layout = Layout.model_validate({"serving": "disaggregated", "pools": [
+            {"role": "prefill", "tp": 1, "batch": 8, "cpu_offload_gb": offload},
+            {"role": "decode", "tp": 1, "batch": 64}]})
+        tiers = evaluate(resolved, layout).kv_tiers
+        assert tiers is not None
+        return float(tiers["capacity_gb"]["host_dram"])
+
+    assert host_tier_gb(10.0) == pytest.approx(host_tier_gb(0.0) - 10 * GIB / 1e9)
