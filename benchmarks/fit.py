@@ -5,11 +5,14 @@ What is fitted (nothing per model or per row):
   efficiencies (fractions of peak), each bounded below by its predecessor generation's achieved rate
   (`_generation_floor`);
 - scale-up and scale-out collective efficiencies and the fixed latency of one collective step;
+- the share of a grouped GEMM's (MoE routed experts') weight load not hidden behind its multiplies
+  (`costmodel.pricing.grouped_gemm_share`), one factor for every GPU;
 - per engine present in the data: fixed overhead per layer, per step and per sequence per step, the share
   of the expert all-to-all hidden behind compute, and the cohort fraction of closed-loop arrivals (see
   `costmodel.serving`).
-Generations absent from the training rows keep their priors; engines absent from them (and `generic`)
-take the mean of the fitted engines, which is how a held-out engine is predicted.
+Generations absent from the training rows keep their priors; engines absent from them (and `generic`),
+or with fewer than `MIN_ENGINE_ROWS` of them, take the mean of the fitted engines, which is how a held-out
+engine is predicted.
 
 Loss: robust (soft-L1, scale 0.25) least squares on log(predicted / measured) of TTFT and TPOT of every
 training row, plus a weak pull of each factor towards its prior (`PRIOR_WEIGHT`), by scipy's
@@ -25,6 +28,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,6 +41,7 @@ from costmodel.calibration import Calibration, EngineFactors, generation_of, pri
 from costmodel.evaluate import LayoutPlan, plan_layout, serving_latencies
 from costmodel.hardware import SystemSpec, load_system, system_names
 from costmodel.layout import Layout
+from costmodel.models import load_model
 from costmodel.precision import Dtype
 from costmodel.pricing import TablePricer, WorkTable
 from costmodel.resolve import resolve
@@ -46,6 +51,7 @@ from costmodel.work import StepWork
 GENERATION_FIELDS = ("attention_efficiency", "hbm_efficiency")
 COLLECTIVE_FIELDS = ("collectives.allreduce.efficiency", "collectives.allreduce.latency_s",
                      "collectives.alltoall.efficiency", "collectives.alltoall.latency_s", "nic_efficiency")
+GROUPED_FIELD = "grouped_gemm_load_exposed"  # fitted when the rows run routed experts (MoE models)
 ENGINE_FIELDS = ("layer_overhead_s", "step_overhead_s", "seq_overhead_s", "alltoall_overlap", "cohort_fraction")
 LOSS_SCALE = 0.25
 # Weak pull of each factor towards its kernel-microbenchmark prior (on the fit's logit scale): two logit units
@@ -56,6 +62,12 @@ PRIOR_WEIGHT = 0.1
 # Stop when an iteration improves the loss, or moves the factors, by less than 0.01% (relative): further
 # digits change no reported figure and cost minutes per fit.
 FIT_TOLERANCE = 1e-4
+# Fewest training rows from which an engine's own factors are fitted: five factors (ENGINE_FIELDS) need at
+# least four rows each, spread over batch and lengths, to be told apart. An engine with fewer rows takes the
+# mean of the fitted engines, as a held-out engine does. It decides one fold today: holding out aggregated
+# serving leaves vLLM one disaggregated row, from which its cohort fraction fitted to 0.82 (0.16 on all rows)
+# and its aggregated TTFT held out was over-predicted 2-3x.
+MIN_ENGINE_ROWS = 20
 
 
 def layout_was_guessed(measurement: Measurement) -> bool:
@@ -115,6 +127,7 @@ class ParameterSpace:
     gemm_formats: tuple[tuple[str, str], ...]  # (generation, compute format) pairs the rows exercise
     engines: tuple[str, ...]
     prior: Calibration
+    grouped: bool = True  # the rows run grouped GEMMs (routed experts): their exposed weight load is fitted
 
     @staticmethod
     def for_rows(planned: PlannedRows, prior: Calibration) -> ParameterSpace:
@@ -123,13 +136,16 @@ class ParameterSpace:
                    zip(table.op_work.tolist(), table.op_dtype.tolist(), table.op_gemm.tolist(), strict=True)
                    if gemm and w in planned.work_ids}
         generations = sorted({generation_of(load_system(m.system)) for m in planned.rows})
-        engines = sorted({m.engine for m in planned.rows})
-        return ParameterSpace(tuple(generations), tuple(sorted(formats)), tuple(engines), prior)
+        rows_per_engine = Counter(m.engine for m in planned.rows)
+        engines = sorted(e for e, n in rows_per_engine.items() if n >= MIN_ENGINE_ROWS) or sorted(rows_per_engine)
+        grouped = bool(np.any((table.op_group_rows > 0) & np.isin(table.op_work, list(planned.work_ids))))
+        return ParameterSpace(tuple(generations), tuple(sorted(formats)), tuple(engines), prior, grouped)
 
     def names(self) -> list[str]:
         names = [f"generations.{g}.gemm_efficiency.{d}" for g, d in self.gemm_formats]
         names += [f"generations.{g}.{f}" for g in self.generations for f in GENERATION_FIELDS]
         names += list(COLLECTIVE_FIELDS)
+        names += [GROUPED_FIELD] if self.grouped else []
         return names + [f"engines.{e}.{f}" for e in self.engines for f in ENGINE_FIELDS]
 
     def initial(self) -> np.ndarray:
@@ -180,7 +196,10 @@ def _assign(data: dict[str, object], name: str, value: float) -> None:
 # - collectives: 0.1 (small all-to-all messages, DeepEP LL) to 0.95 of link bandwidth, 2-200 us per call;
 # - fixed overheads: up to 100 us per layer, 20 ms per step and 50 us per sequence per step (vLLM V0's
 #   Python scheduler and sampler at its slowest); cohort fraction 0 to 1; all-to-all
-#   hidden behind compute 0 to 0.9 (two-batch overlap hides most of it at best, E07/E08).
+#   hidden behind compute 0 to 0.9 (two-batch overlap hides most of it at best, E07/E08);
+# - grouped GEMMs: 0 (each expert's weight load hidden behind its multiplies) to 2 of the load at peak HBM
+#   bandwidth exposed: 1 is the load not overlapped at all, 1 / HBM efficiency (at most 2, its 0.5 floor) the
+#   same at the bandwidth streaming kernels reach (`costmodel.pricing.grouped_gemm_share`).
 BOUNDS: dict[str, tuple[float, float]] = {
     "bf16": (0.25, 0.9), "fp8": (0.25, 0.9), "fp4": (0.25, 0.9), "int4": (0.25, 0.9),
     "attention_efficiency": (0.15, 0.85), "hbm_efficiency": (0.5, 0.95),
@@ -188,6 +207,7 @@ BOUNDS: dict[str, tuple[float, float]] = {
     "layer_overhead_s": (0.0, 1e-4), "step_overhead_s": (0.0, 2e-2), "seq_overhead_s": (0.0, 5e-5),
     "cohort_fraction": (0.0, 1.0),
     "alltoall_overlap": (0.0, 0.9),
+    GROUPED_FIELD: (0.0, 2.0),
 }
 
 
@@ -273,8 +293,10 @@ def provenance(rows: Sequence[Measurement]) -> dict[str, str]:
     for generation, systems in by_generation.items():
         count = sum(1 for m in rows if m.system in systems)
         notes[generation] = f"fitted on {count} rows of {', '.join(sorted(systems))}"
+    fitted = {e for e, count in by_engine.items() if count >= MIN_ENGINE_ROWS} or set(by_engine)
     for engine, count in by_engine.items():
-        notes[engine] = f"fitted on {count} rows served by {engine}"
+        notes[engine] = (f"fitted on {count} rows served by {engine}" if engine in fitted
+                         else f"{count} rows served by {engine}, too few to fit: mean of the fitted engines")
     return notes
 
 
@@ -299,6 +321,10 @@ def calibration_yaml(calibration: Calibration, rows: Sequence[Measurement]) -> s
     for kind, factors in data["collectives"].items():
         lines.append(f"  {kind}: {{efficiency: {factors['efficiency']:.6g}, latency_s: {factors['latency_s']:.6g}}}")
     lines.append(f"nic_efficiency: {data['nic_efficiency']:.6g}  # fitted on all {len(rows)} rows")
+    moe_models = {name for name in {m.model for m in rows} if load_model(name).moe_layers > 0}
+    moe = sum(1 for m in rows if m.model in moe_models)
+    lines.append(f"{GROUPED_FIELD}: {data[GROUPED_FIELD]:.6g}  # share of expert-weight loads exposed; "
+                 f"fitted on all {len(rows)} rows ({moe} of MoE models)")
     lines.append("engines:")
     for engine, factors in data["engines"].items():
         note = notes.get(engine, "not in the data: mean of the fitted engines")

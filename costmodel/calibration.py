@@ -78,6 +78,11 @@ class Calibration(_Frozen):
     generations: dict[Generation, GenerationFactors]
     collectives: dict[Literal["allreduce", "alltoall", "p2p"], CollectiveFactors]
     nic_efficiency: float = Field(gt=0, le=1, description="Fraction of NIC (and host-link) bandwidth reached.")
+    grouped_gemm_load_exposed: float = Field(
+        0.0, ge=0,
+        description="Share of a grouped GEMM's expert-weight load (at peak HBM bandwidth) not hidden behind its "
+        "multiplies (`costmodel.pricing.grouped_gemm_share`; 0: grouped GEMMs as fast as dense ones).",
+    )
     engines: dict[str, EngineFactors]
 
     def generation(self, system: SystemSpec) -> GenerationFactors:

@@ -248,7 +248,9 @@ def routed_expert_ops(ffn: Ffn, group_tokens: float, par: Parallel, fmt: Formats
 
     Weight bytes: the distinct local experts the step touches (their moe_tp slice), read once.
     FLOPs: the GPU's token-expert rows, scaled by the load imbalance of the busiest GPU, with each touched
-    expert's rows padded to whole grouped-GEMM tiles (`padded_rows`), on its moe_tp slice.
+    expert's rows padded to whole grouped-GEMM tiles (`padded_rows`), on its moe_tp slice. The operator
+    carries the experts' bytes per weight element, so that pricing can slow short groups
+    (`costmodel.pricing.grouped_gemm_share`).
     """
     if ffn.kind != "moe":
         return []
@@ -260,7 +262,7 @@ def routed_expert_ops(ffn: Ffn, group_tokens: float, par: Parallel, fmt: Formats
     rows = group_tokens * ffn.top_k / par.moe_ep * imbalance
     padded = padded_rows(rows, local_experts * touched_share, fmt.expert_tile_rows)
     return [Op("routed_experts", "gemm", 2.0 * padded * per_expert / par.moe_tp, weight_bytes,
-               fmt.peak(fmt.expert_compute), fmt.expert_compute)]
+               fmt.peak(fmt.expert_compute), fmt.expert_compute, fmt.expert_bytes)]
 
 
 def padded_rows(rows: float, touched: float, tile: int) -> float:

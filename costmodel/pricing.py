@@ -44,6 +44,29 @@ ALL_REDUCE_ALGORITHMS: dict[str, tuple[Callable[[np.ndarray], np.ndarray], Calla
 }
 
 
+def grouped_gemm_share(rows: np.ndarray, ridge_rows: np.ndarray, efficiency: np.ndarray,
+                       load_exposed: float) -> np.ndarray:
+    """Share of its format's GEMM efficiency a grouped GEMM (MoE routed experts) reaches when each expert's
+    weights serve `rows` rows (tile padding included; 0: not a grouped GEMM, share 1). Each expert's weight
+    tiles are loaded for its own rows only, and a short group cannot hide the load behind its few MMAs:
+    the share `load_exposed` (k) of the load, at peak HBM bandwidth, adds to the multiplies. Time per
+    expert 2 rows params / (P e) + k params b / B (peak P FLOP/s at GEMM efficiency e, b bytes per weight,
+    B bytes/s), so the share is rows / (rows + k e ridge_rows), with the ridge point in rows
+    P b / (2 B) where loading an expert's weights takes as long as multiplying them at peak: about 200-330
+    rows on H100, H200 and B200 in every format (the peak grows as the element narrows). The exposed load
+    depends on the HBM bandwidth alone, so a GPU with more of every resource is never slower. k = 0: the
+    load hidden (the roofline max alone); 1: not overlapped at all; up to 1 / HBM efficiency (1.3-2): not
+    overlapped at the bandwidth streaming kernels reach. DeepGEMM grouped FP8 GEMMs on H800 (K06, ridge
+    295 rows) reach 1346/1214 TFLOPS with 8192 rows per group, 1233/925 with 1024 and 932/815 with 256,
+    against 1520 for its best dense shape (e = 0.77): shares 0.8-0.9, 0.6-0.8 and 0.54-0.61, about what
+    k = 0.7-1.0 gives for short groups (k = 0.85: 0.97, 0.84, 0.56), which most serving steps' experts
+    are. k is fitted (`benchmarks.fit`)."""
+    if load_exposed <= 0:
+        return np.ones_like(rows)
+    grouped = rows > 0
+    return np.where(grouped, rows / np.where(grouped, rows + load_exposed * efficiency * ridge_rows, 1.0), 1.0)
+
+
 class Pricer(Protocol):
     """Turns step work into step time; knows the system, engine and calibration."""
 
@@ -72,13 +95,20 @@ class WorkTable:
         # operators and transfers are named tuples: transposed by zip, their fields become columns
         ops = [op for work in self.works for op in work.ops]
         self.op_work = np.repeat(np.arange(len(self.works), dtype=np.int64), [len(w.ops) for w in self.works])
-        names, classes, flops, hbm_bytes, peaks, dtypes = zip(*ops, strict=True) if ops else ((),) * 6
+        names, classes, flops, hbm_bytes, peaks, dtypes, group_bytes = zip(*ops, strict=True) if ops else ((),) * 7
         self.op_names = list(names)
         self.op_gemm = np.array([c == "gemm" for c in classes], dtype=bool)
         self.op_dtype = np.array([_DTYPE_INDEX[d] for d in dtypes], dtype=np.int64)
         self.op_flops = np.array(flops, dtype=float)
         self.op_bytes = np.array(hbm_bytes, dtype=float)
         self.op_peak = np.array(peaks, dtype=float)
+        # rows each weight of a grouped GEMM serves (0: not a grouped GEMM): 2 x rows x params FLOPs over
+        # params x element bytes read
+        element = np.array(group_bytes, dtype=float)
+        self.op_group_rows = np.where((element > 0) & (self.op_bytes > 0),
+                                      self.op_flops * element / (2.0 * np.maximum(self.op_bytes, 1e-300)), 0.0)
+        self.op_ridge_rows = self.op_peak * element / (2.0 * np.array(
+            [s.hbm_bandwidth_bytes_per_s for s in self.systems], dtype=float)[self.op_work]) if ops else element
         transfers = [t for work in self.works for t in work.transfers]
         self.tr_work = np.repeat(np.arange(len(self.works), dtype=np.int64), [len(w.transfers) for w in self.works])
         names, tiers, sizes, calls, kinds, ranks = zip(*transfers, strict=True) if transfers else ((),) * 6
@@ -102,6 +132,8 @@ class WorkTable:
         attention = np.array([f.attention_efficiency for f in factors])
         hbm = self.hbm_bw * np.array([f.hbm_efficiency for f in factors])
         efficiency = np.where(self.op_gemm, gemm[self.op_work, self.op_dtype], attention[self.op_work])
+        efficiency = efficiency * grouped_gemm_share(self.op_group_rows, self.op_ridge_rows, efficiency,
+                                                     calibration.grouped_gemm_load_exposed)
         t_compute = self.op_flops / (self.op_peak * efficiency)
         t_memory = self.op_bytes / hbm[self.op_work]
         return np.maximum(t_compute, t_memory), t_compute >= t_memory

@@ -38,11 +38,16 @@ class Op(NamedTuple):
     hbm_bytes: float
     peak_flops_per_s: float
     dtype: Dtype  # the format the tensor cores compute in (efficiencies differ by format)
+    # A grouped GEMM (routed experts): bytes per stored weight element, from which pricing recovers the rows
+    # each expert's weights serve, flops x bytes per element / (2 hbm_bytes), whatever the layers and batches
+    # summed into the operator (`costmodel.pricing.grouped_gemm_share`); 0 for any other operator.
+    group_element_bytes: float = 0.0
 
     def with_work(self, flops: float, hbm_bytes: float) -> Op:
         """The same operator with other FLOPs and bytes (`_replace`, without its generic cost: this runs for
         every operator of every timed step)."""
-        return Op(self.name, self.op_class, flops, hbm_bytes, self.peak_flops_per_s, self.dtype)
+        return Op(self.name, self.op_class, flops, hbm_bytes, self.peak_flops_per_s, self.dtype,
+                  self.group_element_bytes)
 
 
 class Transfer(NamedTuple):

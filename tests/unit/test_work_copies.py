@@ -8,9 +8,10 @@ from costmodel.work import Op, Transfer
 
 
 def test_op_with_work_keeps_every_other_field() -> None:
-    op = Op("attention_core", "attention", 3.0, 5.0, 7.0e15, Dtype.FP8)
+    op = Op("routed_experts", "gemm", 3.0, 5.0, 7.0e15, Dtype.FP8, 1.0)
     assert op.with_work(11.0, 13.0) == op._replace(flops=11.0, hbm_bytes=13.0)
-    assert set(Op._fields) == {"name", "op_class", "flops", "hbm_bytes", "peak_flops_per_s", "dtype"}
+    assert set(Op._fields) == {"name", "op_class", "flops", "hbm_bytes", "peak_flops_per_s", "dtype",
+                               "group_element_bytes"}
 
 
 def test_transfer_times_keeps_every_other_field() -> None:
