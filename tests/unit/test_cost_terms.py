@@ -4,11 +4,12 @@ the generation floor of the calibration fit."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from benchmarks.fit import _generation_floor
 from benchmarks.published import CASES, predict
-from costmodel.calibration import default_calibration
+from costmodel.calibration import default_calibration, prior_calibration
 from costmodel.collectives import all_reduce
 from costmodel.evaluate import evaluate, plan_layout, pool_context
 from costmodel.hardware import load_system
@@ -16,9 +17,9 @@ from costmodel.layout import Layout
 from costmodel.modes import decode_work
 from costmodel.operators import padded_rows
 from costmodel.precision import Dtype
-from costmodel.pricing import WorkTable, price
+from costmodel.pricing import WorkTable, grouped_gemm_share, price
 from costmodel.resolve import ResolvedScenario
-from costmodel.work import StepWork, Transfer
+from costmodel.work import Op, StepWork, Transfer
 from planner.scenario import scenario_from_data
 
 
@@ -68,6 +69,28 @@ def test_grouped_gemm_pads_each_expert_to_whole_tiles() -> None:
     assert padded_rows(1000.0, 10.0, 0) == 1000.0
     assert padded_rows(40.0, 10.0, 128) == 1280.0  # 4 rows an expert: one tile each
     assert padded_rows(10_000.0, 10.0, 128) == 10_640.0  # half a tile of tail per expert
+
+
+def test_grouped_gemm_exposes_part_of_each_experts_weight_load() -> None:
+    """K06 (DeepGEMM grouped FP8 on H800, ridge 295 rows, best dense shape at 0.77 of peak): the prior's share
+    of the load exposed gives 0.84 and 0.57 of the dense efficiency at 1024 and 256 rows per expert."""
+    shares = grouped_gemm_share(np.array([8192.0, 1024.0, 256.0, 0.0]), np.full(4, 295.0), np.full(4, 0.77),
+                                prior_calibration().grouped_gemm_load_exposed)
+    assert shares.round(2).tolist() == [0.98, 0.84, 0.57, 1.0]  # 0 rows: not a grouped GEMM
+    # The table recovers the rows each expert's weights serve from the operator, and the time exposed is the
+    # load at the HBM bandwidth: one expert of 10 M fp8 weights serving 256 rows on H200
+    system = load_system("h200-sxm")
+    params, rows = 10e6, 256.0
+    op = Op("routed_experts", "gemm", 2.0 * rows * params, params, system.peak_flops_per_s[Dtype.FP8], Dtype.FP8, 1.0)
+    table = WorkTable([StepWork(ops=[op])], [system], ["trtllm"])
+    assert table.op_group_rows.tolist() == [rows]
+    calibration = default_calibration()
+    seconds, _ = table.op_seconds(calibration)
+    efficiency = calibration.generations["hopper"].gemm(Dtype.FP8)
+    expected = (2.0 * rows * params / (system.peak_flops_per_s[Dtype.FP8] * efficiency)
+                + calibration.grouped_gemm_load_exposed * params / system.hbm_bandwidth_bytes_per_s)
+    assert seconds[0] == pytest.approx(max(expected, params / (system.hbm_bandwidth_bytes_per_s
+                                                                 * calibration.generations["hopper"].hbm_efficiency)))
 
 
 def test_blackwell_pads_decode_experts_to_larger_tiles() -> None:
