@@ -482,15 +482,18 @@ def _boxes(options: DeploymentOptions, fills: _Fills, size: int, rows: _Decodes,
         with np.errstate(divide="ignore", invalid="ignore"):
             ttft, _ = pair_figures(capacity, fill, transfer, rows.slots_ttft[part, None, None] * counts,
                                    rows.away_ttft[part, None, None], options.cohort_fraction)
-            _, rate = pair_figures(capacity, fill, transfer, rows.slots_rate[part, None, None] * counts,
-                                   rows.away_rate[part, None, None], options.cohort_fraction)
-        value = options.output_tokens * np.asarray(rate, dtype=float)
         ok = ((most >= 1)[None] & (counts[None, None, :] <= most_d[part, None, None]) & np.isfinite(ttft)
               & (ttft <= cap * (1 + 1e-12)))
-        unbeaten = ok.copy()  # the front looked up only where a bound is within the cap
-        unbeaten[ok] = front.at(ttft[ok]) < value[ok] * factor
-        per_row[part] = unbeaten.any(axis=(1, 2))
-        per_fill |= unbeaten.any(axis=(0, 2))
-        found_t.append(np.asarray(ttft[unbeaten], dtype=float))
+        # the rate bound only where the TTFT bound is within the cap (often a small share of the entries)
+        r, f, c = np.nonzero(ok)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            _, rate = pair_figures(capacity[0, f, c], fills.fill[f], transfer[0, f, 0],
+                                   rows.slots_rate[part][r] * counts[c], rows.away_rate[part][r],
+                                   options.cohort_fraction)
+        bound_t, value = ttft[r, f, c], options.output_tokens * np.asarray(rate, dtype=float)
+        unbeaten = front.at(bound_t) < value * factor
+        per_row[start + r[unbeaten]] = True
+        per_fill[f[unbeaten]] = True
+        found_t.append(np.asarray(bound_t[unbeaten], dtype=float))
         found_v.append(value[unbeaten])
     return per_row, per_fill, (_concatenate(found_t), _concatenate(found_v))
