@@ -220,7 +220,8 @@ def _front(options: DeploymentOptions, resolved: ResolvedScenario, known: _Front
     times, values = np.concatenate(ttft), np.concatenate(value)
     order = np.argsort(times, kind="stable")
     best = np.maximum.accumulate(values[order]) if order.size else np.zeros(0)
-    return _Front(times[order], best)
+    corners = np.concatenate(([True], best[1:] > best[:-1])) if best.size else np.zeros(0, dtype=bool)
+    return _Front(times[order][corners], best[corners])  # the staircase's corners: the same `at`
 
 
 def _candidate_ids(options: DeploymentOptions) -> set[int]:
