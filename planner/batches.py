@@ -273,6 +273,12 @@ def _alive(options: DeploymentOptions, intervals: list[Interval], front: _Front,
         if not survivors:
             continue
         owners, rows = _Decodes.of_intervals(options, [intervals[i] for i in survivors])
+        # the pieces against the best fill per size again (cheap, sound as above): only the pieces still
+        # unbeaten meet every fill, usually a small share of them
+        unbeaten, _, _ = _boxes(options, best, size, rows, cap, front, factor)
+        owners, rows = [o for o, keep in zip(owners, unbeaten.tolist(), strict=True) if keep], rows.take(unbeaten)
+        if not owners:
+            continue
         per_row, _, found = _boxes(options, every, size, rows, cap, front, factor)
         for owner in np.unique(np.asarray(owners, dtype=int)[per_row]):
             alive[survivors[owner]] = True
@@ -291,8 +297,14 @@ def _alive(options: DeploymentOptions, intervals: list[Interval], front: _Front,
             alive[np.asarray(prefill)[maybe]] = True
         prefill = [] if loose else [i for i, keep in zip(prefill, maybe, strict=True) if keep]
         virtual = _optimistic_fills(replace(options, prefill=()), [intervals[i] for i in prefill])
+        strongest = _best_per_size(virtual) if prefill else virtual
         for size, rows in decodes.items() if prefill else ():
-            _, per_fill, found = _boxes(options, virtual, size, rows, cap, front, factor)
+            # the decode rows against the best fill per size first (sound as above): only the rows still
+            # unbeaten meet every fill interval
+            unbeaten, _, _ = _boxes(options, strongest, size, rows, cap, front, factor)
+            if not unbeaten.any():
+                continue
+            _, per_fill, found = _boxes(options, virtual, size, rows.take(unbeaten), cap, front, factor)
             alive[np.asarray(prefill)[per_fill]] = True
             boxes.append(found)
     return alive, _concatenate([t for t, _ in boxes]), _concatenate([v for _, v in boxes])
@@ -434,6 +446,11 @@ class _Decodes:
         slots = np.array([d.slots for d in group], dtype=float)
         away = np.array([d.decoding_s for d in group])
         return _Decodes(slots, away, slots, away, np.array([d.most for d in group]))
+
+    def take(self, rows: np.ndarray) -> _Decodes:
+        """The rows selected by a boolean mask."""
+        return _Decodes(self.slots_ttft[rows], self.away_ttft[rows], self.slots_rate[rows], self.away_rate[rows],
+                        self.most[rows])
 
     def best(self) -> _Decodes:
         """One row at least as good as each: fewest sequences and longest decoding for the TTFT bound, most
