@@ -145,10 +145,13 @@ class _Sweeper:
         if self.settings.resolution != "auto":
             queue.append(self._next_cap(first))
         previous = first.selection
-        while queue and (not self.result.out_of_time or self._enumerating()):
+        while queue:
             cap = queue.popleft()
             if self._covered(cap):
                 continue
+            if self._out_of_time():
+                self._stopped_by_time()
+                break
             solved = self._solve_cap(cap, previous)
             if solved is not None:
                 previous = solved.selection
@@ -163,11 +166,14 @@ class _Sweeper:
         certified within AUTO_HV_TOL of the exact one's hypervolume, or holds AUTO_POINTS points."""
         fastest = self.options_fastest_s
         for _ in range(4 * AUTO_POINTS):
-            if (self.result.out_of_time and not self._enumerating()) or len(self.result.front) >= AUTO_POINTS:
+            if len(self.result.front) >= AUTO_POINTS:
                 return
             windows = [w for w in self.result.windows(fastest) if w.high_s - w.low_s > 2 * GRID_S]
             loss = sum(w.loss for w in windows)
             if not windows or loss <= AUTO_HV_TOL * self.result.hypervolume_s():
+                return
+            if self._out_of_time():
+                self._stopped_by_time()
                 return
             widest = max(windows, key=lambda w: w.loss)
             cap = math.floor((widest.low_s + widest.high_s) / 2 / GRID_S) * GRID_S
@@ -291,8 +297,6 @@ class _Sweeper:
         cut off and the MILP solved again."""
         if self._enumerated():
             proven = self._enumerate(eps, incumbent)
-            if time.perf_counter() >= self.deadline:  # this cap is proven (cheaply); the sweep stops here
-                self.result.termination = "time_limit"
             if proven is not None:
                 return proven[0]
             # the table's best entry does not hold exactly (it does not pack, or rounding puts it past the
@@ -327,10 +331,17 @@ class _Sweeper:
             return replace(best, status=SolveStatus.FEASIBLE,
                            gap=max(0.0, bound - best.point.tokens_per_s_per_gpu) / bound)
 
-    def _enumerating(self) -> bool:
-        """Past the MILPs' time: caps are still proven while the enumeration does it for every block, but
-        not beyond the time limit (the limit holds for the whole solve)."""
-        return self._all_enumerated() and time.perf_counter() < self.deadline
+    def _out_of_time(self) -> bool:
+        """No more caps: past the deadline where enumeration proves every block (no MILP is there to notice
+        it), else once a MILP has stopped on the time limit."""
+        if self._all_enumerated():
+            return time.perf_counter() >= self.deadline
+        return self.result.out_of_time
+
+    def _stopped_by_time(self) -> None:
+        """Caps were left unsolved at the deadline (a backend error already recorded stays the reason)."""
+        if self.result.termination == "completed":
+            self.result.termination = "time_limit"
 
     def _all_enumerated(self) -> bool:
         enumerated = []
@@ -447,9 +458,10 @@ class _Sweeper:
         return replace(best, status=SolveStatus.FEASIBLE, gap=gap)
 
     def _solve(self, dm: DeploymentModel) -> SolveReport:
-        if isinstance(self.settings.backend, LazyBackend):
-            self.settings.backend.load()  # the package's import counts before the MILP's own limit is set
         left = self.deadline - time.perf_counter()
+        if left > 0 and isinstance(self.settings.backend, LazyBackend):
+            self.settings.backend.load()  # the package's import counts before the MILP's own limit is set
+            left = self.deadline - time.perf_counter()
         if left <= 0:
             report = SolveReport(SolveStatus.NO_SOLUTION, math.nan, math.nan, 0.0)
         else:

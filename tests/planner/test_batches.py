@@ -79,3 +79,38 @@ def test_no_deployment_at_any_batch_beats_the_front(layout_p: int, batch_d: int,
     point = disaggregated_point(scenario(), default_calibration(), [(prefill, count_p)], decode, count_d)
     if point is not None and (slo.tpot_ms is None or point.tpot_ms <= slo.tpot_ms):
         assert_not_beaten(point)
+
+
+def test_the_front_kept_as_corners_answers_every_lookup_as_the_whole_staircase() -> None:
+    """`_front` keeps only the entries where the best throughput rises: `at` is unchanged for any query,
+    ties in TTFT and queries below the first entry included."""
+    from planner.batches import _Front
+
+    rng = np.random.default_rng(0)
+    ttft = np.sort(np.round(rng.uniform(0.0, 1.0, 400), 2))  # rounding makes ties
+    best = np.maximum.accumulate(rng.uniform(0.0, 100.0, 400))
+    corners = np.concatenate(([True], best[1:] > best[:-1]))
+    whole, kept = _Front(ttft, best), _Front(ttft[corners], best[corners])
+    queries = np.concatenate([ttft, ttft * (1 + 1e-9), ttft * (1 - 1e-9), [-1.0, 0.0, 2.0], rng.uniform(0, 1, 1000)])
+    assert np.array_equal(whole.at(queries), kept.at(queries))
+
+
+def test_screening_against_the_best_fill_of_each_size_drops_no_unbeaten_row() -> None:
+    """The best fill of a size (most instances, largest capacity, shortest fill) bounds every fill of that
+    size, so a decode row it cannot lift over the front no real fill lifts either (`_alive`'s screens)."""
+    from planner.batches import _best_per_size, _boxes, _Decodes, _front, _optimistic_fills
+
+    result = solve(scenario(), SolveSettings("cpsat", 60.0))
+    options = result.options
+    assert options is not None
+    fills = _optimistic_fills(options, [])
+    full = _front(options, scenario())
+    weak = type(full)(full.ttft, full.best * 0.8)  # a weaker front leaves rows unbeaten to compare
+    checked = 0
+    for size in sorted({d.gpus for d in options.decode}):
+        rows = _Decodes.of_options([d for d in options.decode if d.gpus == size])
+        every, _, _ = _boxes(options, fills, size, rows, float("inf"), weak, 1.0)
+        best, _, _ = _boxes(options, _best_per_size(fills), size, rows, float("inf"), weak, 1.0)
+        assert not (every & ~best).any()
+        checked += int(every.sum())
+    assert checked > 0

@@ -143,6 +143,15 @@ def test_a_sweep_proven_by_enumeration_stops_at_its_time_limit() -> None:
     assert cut.termination == "time_limit" and 1 <= len(cut.front) < len(full.front)
 
 
+def test_no_time_left_loads_no_solver() -> None:
+    """Past the deadline a MILP is not attempted, so its package (0.3-0.8 s to import) is not loaded."""
+    scenario = used_accounting("qwen3-30b-4xh200")
+    full = solve(scenario, SolveSettings("cpsat", 60.0))
+    lazy = LazyBackend("cpsat")
+    cut = sweep(scenario, default_calibration(), full.blocks, SweepSettings(lazy, 1e-9), full.fastest_ttft_s)
+    assert cut.termination == "time_limit" and lazy._backend is None
+
+
 def test_no_solver_package_is_imported_when_enumeration_proves_every_cap() -> None:
     """CP-SAT's import alone (0.3-0.8 s) costs more than one rack's sweep: a solve that needs no MILP skips it."""
     code = ("import sys; from tests.planner.test_solve import resolved; "
