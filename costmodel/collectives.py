@@ -64,6 +64,5 @@ def pipeline_hop(tokens_per_rank: float, hidden: int, par: Parallel, activation_
     larger than a domain are placed one domain apart (NIC)."""
     if par.pp <= 1:
         return []
-    instance = par.stage_gpus * par.pp
-    tier: Tier = "scaleup" if instance <= system.scaleup_domain_gpus else "nic"
+    tier: Tier = "scaleup" if par.instance_gpus <= system.scaleup_domain_gpus else "nic"
     return [Transfer("pipeline_send", tier, tokens_per_rank * hidden * activation_bytes / par.tp, 1.0, "p2p")]

@@ -25,7 +25,7 @@ def kv_transfer_s(prefill: PoolContext, decode: PoolContext, request: RequestSha
     p2p = calibration.collectives["p2p"]
     nic_path = kv_link_bandwidth(prefill, decode, calibration)  # each stream: one sending, one receiving GPU
     link = prefill.system.scaleup_bandwidth_bytes_per_s * p2p.efficiency if nic_path is None else min(nic_path)
-    streams = min(prefill.par.stage_gpus * prefill.par.pp, decode.par.stage_gpus * decode.par.pp)
+    streams = min(prefill.par.instance_gpus, decode.par.instance_gpus)
     return size / (streams * link) + p2p.latency_s
 
 
@@ -35,7 +35,7 @@ def kv_link_bandwidth(prefill: PoolContext, decode: PoolContext,
     of a decode GPU), each GPU sending or receiving its share over its own NIC, at most its fair share of
     an oversubscribed rack uplink where the traffic may leave the rack (as `kv_transfer_s`); None when the
     transfer stays on the scale-up fabric."""
-    pair = prefill.par.stage_gpus * prefill.par.pp + decode.par.stage_gpus * decode.par.pp
+    pair = prefill.par.instance_gpus + decode.par.instance_gpus
     across = prefill.group != decode.group
     if pair <= prefill.system.scaleup_domain_gpus and not across:
         return None
@@ -63,7 +63,7 @@ def kv_link_rate(stations: list[FillStation], decode: PoolTiming, decode_replica
     """Most requests per second the NICs and rack uplinks carry the KV of: each fill pool's GPUs send its
     share of the requests' KV, the decode pool's GPUs receive all of it (inf: no transfer leaves a domain)."""
     limit, inbound, inbound_bw = math.inf, 0.0, math.inf
-    decode_gpus = decode_replicas * decode.plan.ctx.par.stage_gpus * decode.plan.ctx.par.pp
+    decode_gpus = decode_replicas * decode.plan.ctx.par.instance_gpus
     for station in stations:
         link = kv_link_bandwidth(station.timing.plan.ctx, decode.plan.ctx, calibration)
         if link is None:
@@ -71,8 +71,7 @@ def kv_link_rate(stations: list[FillStation], decode: PoolTiming, decode_replica
         flow = station.share * request_kv_bytes(station.timing.plan)
         if flow <= 0:  # nothing to move (a model without a KV cache)
             continue
-        ctx = station.timing.plan.ctx
-        limit = min(limit, station.replicas * ctx.par.stage_gpus * ctx.par.pp * link[0] / flow)
+        limit = min(limit, station.replicas * station.timing.plan.ctx.par.instance_gpus * link[0] / flow)
         inbound, inbound_bw = inbound + flow, min(inbound_bw, link[1])
     if inbound > 0:
         limit = min(limit, decode_gpus * inbound_bw / inbound)

@@ -37,6 +37,9 @@ CacheTier = Literal["hbm", "host_dram", "ssd", "store"]  # "store": the shared K
 _FETCH_PATH: dict[str, Tier] = {"host_dram": "host", "ssd": "storage", "store": "nic"}
 
 
+OFFLOAD_TRANSFER = "weight_offload"  # the per-step stream of host-offloaded weights (`PoolContext.offload_bytes`)
+
+
 @dataclass(frozen=True)
 class PoolContext:
     """What the step builders need about one pool: model, GPU, parallelism, formats, routing."""
@@ -219,7 +222,6 @@ def merged_work(first: StepWork, second: StepWork) -> StepWork:
     return merged
 
 
-OFFLOAD_TRANSFER = "weight_offload"  # the per-step stream of host-offloaded weights (`PoolContext.offload_bytes`)
 DECODE_ATTENTION_OPS = frozenset({"attention_projections", "attention_core", "sparse_indexer",
                                   "linear_attention_state"})
 DECODE_EXPERT_OPS = frozenset({"routed_experts", "moe_dispatch", "moe_combine"})

@@ -43,6 +43,11 @@ class Parallel:
         """GPUs in one pipeline stage: the attention TP x DP grid, also the expert group."""
         return self.tp * self.dp
 
+    @property
+    def instance_gpus(self) -> int:
+        """GPUs of one instance: every pipeline stage's."""
+        return self.stage_gpus * self.pp
+
 
 @dataclass(frozen=True)
 class Formats:

@@ -107,8 +107,6 @@ class WorkTable:
         element = np.array(group_bytes, dtype=float)
         self.op_group_rows = np.where((element > 0) & (self.op_bytes > 0),
                                       self.op_flops * element / (2.0 * np.maximum(self.op_bytes, 1e-300)), 0.0)
-        self.op_ridge_rows = self.op_peak * element / (2.0 * np.array(
-            [s.hbm_bandwidth_bytes_per_s for s in self.systems], dtype=float)[self.op_work]) if ops else element
         transfers = [t for work in self.works for t in work.transfers]
         self.tr_work = np.repeat(np.arange(len(self.works), dtype=np.int64), [len(w.transfers) for w in self.works])
         names, tiers, sizes, calls, kinds, ranks = zip(*transfers, strict=True) if transfers else ((),) * 6
@@ -123,6 +121,8 @@ class WorkTable:
         self.layers = np.array([work.layers for work in self.works], dtype=float)
         self.seqs = np.array([work.seqs for work in self.works], dtype=float)
         self.hbm_bw = np.array([s.hbm_bandwidth_bytes_per_s for s in systems], dtype=float)
+        # a grouped GEMM's ridge point in rows: peak x bytes per weight / (2 x HBM bytes/s) (`grouped_gemm_share`)
+        self.op_ridge_rows = self.op_peak * element / (2.0 * self.hbm_bw[self.op_work])
         self.tier_bw = np.array([_tier_bandwidths(s) for s in systems], dtype=float).reshape(len(self.works), 4)
 
     def op_seconds(self, calibration: Calibration) -> tuple[np.ndarray, np.ndarray]:

@@ -292,13 +292,13 @@ class _Sweeper:
         return PairTable(self.options, [(p, n) for n in range(1, p.most + 1)], [(d, n) for n in range(1, d.most + 1)])
 
     def _cluster_best(self, eps: float | None, incumbent: SolvedPoint | None) -> SolvedPoint | None:
-        """Cluster accounting: one MILP maximising the deployment's tokens/s within the cap, over the
-        configurations that may beat the incumbent (`screen_cluster`); a solution that does not pack is
-        cut off and the MILP solved again."""
+        """Cluster accounting: the block's best within the cap by enumeration where it covers the block
+        (`_enumerate`); else one MILP maximising the deployment's tokens/s over the configurations that may
+        beat the incumbent (`screen_cluster`), a solution that does not pack cut off and the MILP solved again."""
         if self._enumerated():
-            proven = self._enumerate(eps, incumbent)
-            if proven is not None:
-                return proven[0]
+            proven, best = self._enumerate(eps, incumbent)
+            if proven:
+                return best
             # the table's best entry does not hold exactly (it does not pack, or rounding puts it past the
             # cap): the MILP decides, and only the MILP proves this cap
         target = 0.0 if incumbent is None else incumbent.point.tokens_per_s
@@ -357,11 +357,11 @@ class _Sweeper:
         them within a cap is the optimum: the proof, with no MILP (`_enumerate`)."""
         return self.cluster and self.options.split is None and (self.units is not None or not self.options.prefill)
 
-    def _enumerate(self, eps: float | None, incumbent: SolvedPoint | None) -> tuple[SolvedPoint | None] | None:
+    def _enumerate(self, eps: float | None, incumbent: SolvedPoint | None) -> tuple[bool, SolvedPoint | None]:
         """The block's optimum within the cap by enumeration (`_enumerated`): its best aggregated option and
-        its unit table's best entry within the cap, the entry's deployment evaluated exactly. Proven: the
-        better of it and the incumbent (a 1-tuple; (None,): nothing within the cap, in this block or before).
-        None when the entry's deployment does not pack or its exact TTFT passes the cap (rounding): the MILP
+        its unit table's best entry within the cap, the entry's deployment evaluated exactly. (True, the
+        better of it and the incumbent; None: nothing within the cap, in this block or before), or (False,
+        None) when the entry's deployment does not pack or its exact TTFT passes the cap (rounding): the MILP
         then decides, excluding what does not hold."""
         found = [] if incumbent is None else [incumbent]  # the incumbent first: it stays among equals
         mixed = self._best_mixed(eps)
@@ -371,13 +371,11 @@ class _Sweeper:
         for selection in self._closed_form_picks(eps, None):
             point = self._point(selection, eps)
             if point is None:
-                return None
+                return False, None
             found.append(SolvedPoint(point, selection, SolveStatus.OPTIMAL, 0.0, proof="enumeration"))
         best = max(found, key=lambda s: s.point.tokens_per_s, default=None)  # the first among equals
         self._proven_empty, self._proof = best is None, "enumeration"
-        if best is None:
-            return (None,)
-        return (replace(best, status=SolveStatus.OPTIMAL, gap=0.0, proof="enumeration"),)
+        return True, None if best is None else replace(best, status=SolveStatus.OPTIMAL, gap=0.0, proof="enumeration")
 
     def _note_size(self, dm: DeploymentModel) -> None:
         if self.result.largest_model is None or len(dm.model.variables) > len(self.result.largest_model.variables):
