@@ -62,6 +62,14 @@ class PoolContext:
         object, so grouping by identity is exact and avoids hashing deep pydantic models."""
         return tuple(_count_layers(stage) for stage in self.stages)
 
+    @functools.cached_property
+    def stage_keys(self) -> tuple[tuple[object, ...], ...]:
+        """Per stage, what its step work depends on besides the step shape: its layers (by identity) with
+        their counts, and whether it is the last stage (LM head) or passes activations on. Stages with the
+        same key do the same work (a deep pipeline's middle stages), so `stage_work` counts it once."""
+        last = len(self.stages) - 1
+        return tuple((tuple((id(layer), count) for layer, count in counts), index == last)
+                     for index, counts in enumerate(self.stage_counts))
 
     @functools.cached_property
     def memo(self) -> dict[tuple[object, ...], float]:
@@ -95,12 +103,25 @@ def split_stages(layers: tuple[Layer, ...], pp: int) -> tuple[tuple[Layer, ...],
     return tuple(stages)
 
 
-def _scaled(op: Op, count: int) -> Op:
-    return op.with_work(op.flops * count, op.hbm_bytes * count)
+# Builds a named tuple from a tuple of its fields in one C call (the class's generated `__new__` is a Python
+# function): the step builders below make a few hundred operators for every batch the planner times.
+_tuple_new = tuple.__new__
 
 
-def _scaled_transfer(transfer: Transfer, count: int) -> Transfer:
-    return transfer.times(count)
+def _scaled_ops(ops: list[Op], count: int) -> list[Op]:
+    """`count` layers' operators: FLOPs and bytes times `count` (`Op.with_work`); one layer's as they are."""
+    if count == 1:
+        return ops
+    return [_tuple_new(Op, (name, kind, flops * count, hbm * count, peak, dtype, element))
+            for name, kind, flops, hbm, peak, dtype, element in ops]
+
+
+def _scaled_transfers(transfers: list[Transfer], count: int) -> list[Transfer]:
+    """`count` layers' transfers: bytes and calls times `count` (`Transfer.times`)."""
+    if count == 1:
+        return transfers
+    return [_tuple_new(Transfer, (name, tier, size * count, calls * count, kind, ranks))
+            for name, tier, size, calls, kind, ranks in transfers]
 
 
 def layer_work(ctx: PoolContext, layer: Layer, shape: StepShape) -> StepWork:
@@ -126,7 +147,7 @@ def layer_work(ctx: PoolContext, layer: Layer, shape: StepShape) -> StepWork:
 def stage_work(ctx: PoolContext, stage: int, shape: StepShape) -> StepWork:
     """One step of pipeline stage `stage` on one GPU (a fresh StepWork: callers extend it). Kept with the
     context: a layout's mixed and decode pools, and the batch search, plan the same steps again."""
-    key = ("stage_work", stage, shape)
+    key = ("stage_work", ctx.stage_keys[stage], shape)
     known = ctx.steps.get(key)
     if known is None:
         known = ctx.steps[key] = _stage_work(ctx, stage, shape)
@@ -147,8 +168,8 @@ def _stage_work(ctx: PoolContext, stage: int, shape: StepShape) -> StepWork:
     work = StepWork(seqs=shape.seqs)
     for layer, count in ctx.stage_counts[stage]:
         one = _layer_work(ctx, layer, shape)
-        work.ops += [_scaled(op, count) for op in one.ops]
-        work.transfers += [_scaled_transfer(t, count) for t in one.transfers]
+        work.ops += _scaled_ops(one.ops, count)
+        work.transfers += _scaled_transfers(one.transfers, count)
         work.layers += count
     if ctx.offload_bytes > 0:  # offloaded weights cross the host link once per step (vLLM reads them in place
         # from pinned host memory through unified addressing; SGLang's offloader copies each layer in before use)
@@ -211,14 +232,14 @@ def merged_work(first: StepWork, second: StepWork) -> StepWork:
     merged = StepWork(layers=max(first.layers, second.layers), transfers=first.transfers + second_transfers,
                       seqs=first.seqs + second.seqs)
     common = min(len(first.ops), len(second.ops))
-    for a, b in zip(first.ops[:common], second.ops[:common], strict=True):
-        if a.name != b.name:
-            raise ValueError(f"operators do not align: {a.name} vs {b.name}")
-        if a.op_class == "gemm":
-            merged.ops.append(a.with_work(a.flops + b.flops, max(a.hbm_bytes, b.hbm_bytes)))
-        else:
-            merged.ops.append(a.with_work(a.flops + b.flops, a.hbm_bytes + b.hbm_bytes))
-    merged.ops.extend(first.ops[common:] + second.ops[common:])
+    ops = merged.ops
+    for (name, kind, flops, hbm, peak, dtype, element), b in zip(first.ops[:common], second.ops[:common], strict=True):
+        if name != b.name:
+            raise ValueError(f"operators do not align: {name} vs {b.name}")
+        # as `Op.with_work`; a GEMM's bytes: the larger read, as max(a, b) picks it (b only if larger)
+        read = (b.hbm_bytes if b.hbm_bytes > hbm else hbm) if kind == "gemm" else hbm + b.hbm_bytes
+        ops.append(_tuple_new(Op, (name, kind, flops + b.flops, read, peak, dtype, element)))
+    ops.extend(first.ops[common:] + second.ops[common:])
     return merged
 
 
