@@ -35,9 +35,9 @@ import numpy as np
 from costmodel.calibration import Calibration
 from costmodel.resolve import ResolvedScenario
 from planner.formulation.options import DecodeOption, DeploymentOptions, deployment_options
-from planner.formulation.pairs import pair_figures
+from planner.formulation.pairs import pair_figures, prefill_wait
 from planner.formulation.units import most_beside, unit_table
-from planner.placement import max_replicas
+from planner.placement import Domains, max_replicas
 from planner.templates import Candidate, CandidateKind, CandidateSet, kind_role, planned, timed_plans
 
 TOL = 1e-9  # relative: an interval tied with the front is closed (it cannot beat it)
@@ -46,6 +46,7 @@ LOOSE_PIECES = 4  # `_alive(loose=True)`: pieces of a decode interval paired wit
 PIECES = 4  # a decode interval's bound is taken over this many sub-ranges of its sequences (no timing needed)
 CHUNK = 2_000_000  # bound evaluations per numpy block
 SLACK = 1e-12  # relative: rounding of a bound scaled from a timed batch (kept on the safe side)
+SCREEN_SLACK = 1e-9  # relative: a pair's rate over its fill capacity by rounding (a few ulps at most)
 
 
 @dataclass(frozen=True)
@@ -102,6 +103,32 @@ class _Front:
         where = np.searchsorted(self.ttft, ttft_s * (1 + 1e-12), "right") - 1
         return np.where(where >= 0, self.best[np.maximum(where, 0)], 0.0)
 
+    def reach(self, value: np.ndarray) -> np.ndarray:
+        """Where the front first reaches each `value` (> 0): the TTFT of its first corner with at least that
+        value (inf: none). The staircase grows with TTFT, so `at(t) < value` exactly when
+        t x (1 + 1e-12) < reach(value), as `at` scales t: one comparison per entry instead of a search."""
+        return np.append(self.ttft, np.inf)[np.searchsorted(self.best, value, "left")]
+
+
+class _Packing:
+    """Most fill instances beside each count of decode instances (`most_beside`), per pair of instance sizes,
+    kept across the batch search's rounds (its domains do not change)."""
+
+    def __init__(self) -> None:
+        self.known: dict[tuple[object, ...], np.ndarray] = {}
+
+    def most_beside(self, size_p: np.ndarray, size_d: int, counts: np.ndarray, domains: Domains) -> np.ndarray:
+        """`most_beside(size_p, size_d, counts, domains)` for counts 1, 2, ... n."""
+        sizes, which = np.unique(np.asarray(size_p, dtype=np.int64), return_inverse=True)
+        rows = []
+        for size in sizes.tolist():
+            key = (size, size_d, counts.size, domains)
+            row = self.known.get(key)
+            if row is None:
+                row = self.known[key] = most_beside(np.array([size]), size_d, counts, domains)[0]
+            rows.append(row)
+        return np.stack(rows)[np.reshape(which, -1)]
+
 
 def refine(resolved: ResolvedScenario, calibration: Calibration, candidates: CandidateSet,
            deadline: float, tolerance: float = 0.0) -> tuple[DeploymentOptions, BatchCoverage]:
@@ -122,6 +149,7 @@ def refine(resolved: ResolvedScenario, calibration: Calibration, candidates: Can
     if work > WORK_LIMIT:  # too large to bound in time: the front is certified over the grid's batches only
         return options, BatchCoverage(certified=False, skipped=work)
     coverage = BatchCoverage(certified=True, tolerance=tolerance)
+    packing = _Packing()
     front: _Front | None = None
     seen: set[int] = set()
     while intervals:
@@ -129,7 +157,7 @@ def refine(resolved: ResolvedScenario, calibration: Calibration, candidates: Can
         seen = _candidate_ids(options)
         if front.ttft.size == 0:  # no timed deployment at all: the smallest batches (timed) deploy nothing
             return options, BatchCoverage(certified=False)
-        alive, ttft_lb, value_ub = _alive(options, intervals, front, resolved, tolerance)
+        alive, ttft_lb, value_ub = _alive(options, intervals, front, resolved, tolerance, packing=packing)
         intervals = [i for i, keep in zip(intervals, alive, strict=True) if keep]
         if not intervals:
             break
@@ -230,12 +258,13 @@ def _candidate_ids(options: DeploymentOptions) -> set[int]:
 
 
 def _alive(options: DeploymentOptions, intervals: list[Interval], front: _Front,
-           resolved: ResolvedScenario, tolerance: float,
-           loose: bool = False) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+           resolved: ResolvedScenario, tolerance: float, loose: bool = False,
+           packing: _Packing | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Which intervals may hold a deployment the front does not beat; with the bounds of those that do.
     `loose`: only the cheap first checks (decode intervals against one fill per size that beats every fill
     of that size, fill intervals against one decode row per size): sound bounds, looser, in a fraction of
-    the time."""
+    the time. `packing`: the instance counts beside each other, kept from earlier rounds."""
+    packing = packing or _Packing()
     slo = resolved.scenario.slo
     cap = math.inf if slo.ttft_ms is None else slo.ttft_ms / 1e3
     alive = np.zeros(len(intervals), dtype=bool)
@@ -264,7 +293,7 @@ def _alive(options: DeploymentOptions, intervals: list[Interval], front: _Front,
         members = [i for i in decode if intervals[i].low.gpus == size]
         # first against one fill per size that beats them all (cheap, looser), then the survivors in full
         owners, rows = _Decodes.of_intervals(options, [intervals[i] for i in members], LOOSE_PIECES if loose else 1)
-        per_row, _, found = _boxes(options, best, size, rows, cap, front, factor)
+        per_row, _, found = _boxes(options, best, size, rows, cap, front, factor, packing)
         survivors = [members[i] for i in np.unique(np.asarray(owners, dtype=int)[per_row])]
         if loose:
             alive[survivors] = True
@@ -275,11 +304,11 @@ def _alive(options: DeploymentOptions, intervals: list[Interval], front: _Front,
         owners, rows = _Decodes.of_intervals(options, [intervals[i] for i in survivors])
         # the pieces against the best fill per size again (cheap, sound as above): only the pieces still
         # unbeaten meet every fill, usually a small share of them
-        unbeaten, _, _ = _boxes(options, best, size, rows, cap, front, factor)
+        unbeaten, _, _ = _boxes(options, best, size, rows, cap, front, factor, packing)
         owners, rows = [o for o, keep in zip(owners, unbeaten.tolist(), strict=True) if keep], rows.take(unbeaten)
         if not owners:
             continue
-        per_row, _, found = _boxes(options, every, size, rows, cap, front, factor)
+        per_row, _, found = _boxes(options, every, size, rows, cap, front, factor, packing)
         for owner in np.unique(np.asarray(owners, dtype=int)[per_row]):
             alive[survivors[owner]] = True
         boxes.append(found)
@@ -289,7 +318,7 @@ def _alive(options: DeploymentOptions, intervals: list[Interval], front: _Front,
         virtual = _optimistic_fills(replace(options, prefill=()), [intervals[i] for i in prefill])
         maybe = np.zeros(len(prefill), dtype=bool)  # first against one decode row per size that beats them all
         for size, rows in decodes.items():
-            _, per_fill, found = _boxes(options, virtual, size, rows.best(), cap, front, factor)
+            _, per_fill, found = _boxes(options, virtual, size, rows.best(), cap, front, factor, packing)
             maybe |= per_fill
             if loose:
                 boxes.append(found)
@@ -301,10 +330,10 @@ def _alive(options: DeploymentOptions, intervals: list[Interval], front: _Front,
         for size, rows in decodes.items() if prefill else ():
             # the decode rows against the best fill per size first (sound as above): only the rows still
             # unbeaten meet every fill interval
-            unbeaten, _, _ = _boxes(options, strongest, size, rows, cap, front, factor)
+            unbeaten, _, _ = _boxes(options, strongest, size, rows, cap, front, factor, packing)
             if not unbeaten.any():
                 continue
-            _, per_fill, found = _boxes(options, virtual, size, rows.take(unbeaten), cap, front, factor)
+            _, per_fill, found = _boxes(options, virtual, size, rows.take(unbeaten), cap, front, factor, packing)
             alive[np.asarray(prefill)[per_fill]] = True
             boxes.append(found)
     return alive, _concatenate([t for t, _ in boxes]), _concatenate([v for _, v in boxes])
@@ -477,10 +506,18 @@ def _optimistic_decodes(options: DeploymentOptions, intervals: list[Interval]) -
 
 
 def _boxes(options: DeploymentOptions, fills: _Fills, size: int, rows: _Decodes, cap: float, front: _Front,
-           factor: float) -> tuple[np.ndarray, np.ndarray, tuple[np.ndarray, np.ndarray]]:
+           factor: float,
+           packing: _Packing | None = None) -> tuple[np.ndarray, np.ndarray, tuple[np.ndarray, np.ndarray]]:
     """Every (fill option, decode row, decode count) at P_max, bounded: TTFT from below, tokens/s from above.
     Returns which decode rows and which fill options have a bound the front does not beat (its best within
-    the TTFT bound below value x `factor`), and those bounds."""
+    the TTFT bound below value x `factor`), and those bounds.
+
+    Two screens skip work without changing the answer. Each (fill option, count) is first screened for all
+    rows at once: a pair's wait at the prefill pool is at least the fill and its rate at most the fill
+    instances' capacity (`prefill_wait`), so a fill plus transfer past the cap, or a front at that TTFT
+    beating the capacity's tokens/s, closes every row of it. Then each entry's rate is computed only where
+    the front at its TTFT bound does not beat that capacity. `SCREEN_SLACK` keeps both on the safe side of
+    rounding."""
     most_d = rows.most
     per_row = np.zeros(len(most_d), dtype=bool)
     per_fill = np.zeros(fills.gpus.size, dtype=bool)
@@ -489,29 +526,39 @@ def _boxes(options: DeploymentOptions, fills: _Fills, size: int, rows: _Decodes,
     if fills.gpus.size == 0 or len(most_d) == 0 or int(most_d.max()) < 1:  # none fits (e.g. failed GPUs)
         return per_row, per_fill, (np.zeros(0), np.zeros(0))
     counts = np.arange(1, int(most_d.max()) + 1)
-    most = np.minimum(fills.most[:, None], most_beside(fills.gpus, size, counts, options.domains))
-    capacity = np.where(most >= 1, fills.capacity[:, None] * most, np.nan)[None]
+    beside = (packing or _Packing()).most_beside(fills.gpus, size, counts, options.domains)
+    most = np.minimum(fills.most[:, None], beside)
+    capacity = np.where(most >= 1, fills.capacity[:, None] * most, np.nan)
     fallback = min(options.kv_transfer_s.values())  # an unseen size pair: the shortest transfer (optimistic)
-    transfer = np.array([options.kv_transfer_s.get((int(g), size), fallback) for g in fills.gpus])[None, :, None]
-    fill = fills.fill[None, :, None]
-    step = max(1, CHUNK // (fills.gpus.size * counts.size))
+    transfer = np.array([options.kv_transfer_s.get((int(g), size), fallback) for g in fills.gpus])
+    within = cap * (1 + 1e-12)
+    soonest = fills.fill + transfer  # no pair of the fill option has a shorter TTFT
+    ceiling = options.output_tokens * capacity * (1 + SCREEN_SLACK) * factor  # nor more tokens/s (x factor)
+    live_f, live_c = np.nonzero((most >= 1) & (soonest <= within)[:, None] & (front.at(soonest)[:, None] < ceiling))
+    if live_f.size == 0:
+        return per_row, per_fill, (np.zeros(0), np.zeros(0))
+    cap_l, fill_l, transfer_l = capacity[live_f, live_c], fills.fill[live_f], transfer[live_f]
+    count_l, reach_l = counts[live_c], front.reach(ceiling[live_f, live_c])
+    step = max(1, CHUNK // live_f.size)
     for start in range(0, len(most_d), step):
         part = slice(start, start + step)
         with np.errstate(divide="ignore", invalid="ignore"):
-            ttft, _ = pair_figures(capacity, fill, transfer, rows.slots_ttft[part, None, None] * counts,
-                                   rows.away_ttft[part, None, None], options.cohort_fraction)
-        ok = ((most >= 1)[None] & (counts[None, None, :] <= most_d[part, None, None]) & np.isfinite(ttft)
-              & (ttft <= cap * (1 + 1e-12)))
-        # the rate bound only where the TTFT bound is within the cap (often a small share of the entries)
-        r, f, c = np.nonzero(ok)
+            ttft = prefill_wait(cap_l, fill_l, transfer_l + rows.away_ttft[part, None],
+                                rows.slots_ttft[part, None] * count_l, options.cohort_fraction) + transfer_l
+        # the rate bound only where the TTFT bound is within the cap and the front there does not beat the
+        # capacity (`_Front.reach`: often a small share of the entries)
+        ok = ((count_l <= most_d[part, None]) & np.isfinite(ttft) & (ttft <= within)
+              & (ttft * (1 + 1e-12) < reach_l))
+        r, entry = np.nonzero(ok)
+        bound_t = ttft[r, entry]
         with np.errstate(divide="ignore", invalid="ignore"):
-            _, rate = pair_figures(capacity[0, f, c], fills.fill[f], transfer[0, f, 0],
-                                   rows.slots_rate[part][r] * counts[c], rows.away_rate[part][r],
+            _, rate = pair_figures(cap_l[entry], fill_l[entry], transfer_l[entry],
+                                   rows.slots_rate[part][r] * count_l[entry], rows.away_rate[part][r],
                                    options.cohort_fraction)
-        bound_t, value = ttft[r, f, c], options.output_tokens * np.asarray(rate, dtype=float)
+        value = options.output_tokens * np.asarray(rate, dtype=float)
         unbeaten = front.at(bound_t) < value * factor
         per_row[start + r[unbeaten]] = True
-        per_fill[f[unbeaten]] = True
+        per_fill[live_f[entry[unbeaten]]] = True
         found_t.append(np.asarray(bound_t[unbeaten], dtype=float))
         found_v.append(value[unbeaten])
     return per_row, per_fill, (_concatenate(found_t), _concatenate(found_v))

@@ -70,9 +70,7 @@ def pair_figures(cap: np.ndarray, fill: np.ndarray, transfer: np.ndarray, conc: 
     `load`: the share of cap the prefill pool admits (`Pool.tier_load`; None: all of it); `limit`: the rate
     the NICs and uplinks carry the KV at (`link_limits`; None: no limit)."""
     elsewhere = transfer + away
-    steady = conc / cap - elsewhere
-    bunched = fill + cohort_fraction * (conc - 1.0) / (2.0 * cap)
-    at = np.maximum(np.maximum(fill, steady), bunched)
+    at = prefill_wait(cap, fill, elsewhere, conc, cohort_fraction)
     rate = conc / (at + elsewhere)
     admitted = None if load is None else load * cap
     if limit is not None:
@@ -82,6 +80,17 @@ def pair_figures(cap: np.ndarray, fill: np.ndarray, transfer: np.ndarray, conc: 
         rate = np.where(capped, admitted, rate)
         at = np.where(capped, conc / rate - elsewhere, at)
     return at + transfer, rate
+
+
+def prefill_wait(cap: np.ndarray, fill: np.ndarray, elsewhere: np.ndarray, conc: np.ndarray,
+                 cohort_fraction: float) -> np.ndarray:
+    """`pair_figures`' wait at the prefill pool (before any admission cap), with `elsewhere` the transfer
+    plus the decoding time: max(t_p, C / cap - elsewhere, t_p + k (C - 1) / (2 cap)). TTFT is this plus the
+    transfer; at + elsewhere >= C / cap, so the rate C / (at + elsewhere) never exceeds cap (to rounding)."""
+    steady = conc / cap - elsewhere
+    bunched = fill + cohort_fraction * (conc - 1.0) / (2.0 * cap)
+    at: np.ndarray = np.maximum(np.maximum(fill, steady), bunched)
+    return at
 
 
 def link_limits(options: DeploymentOptions, size_y: np.ndarray, size_z: np.ndarray, count_y: np.ndarray,

@@ -114,3 +114,69 @@ def test_screening_against_the_best_fill_of_each_size_drops_no_unbeaten_row() ->
         assert not (every & ~best).any()
         checked += int(every.sum())
     assert checked > 0
+
+
+def test_reach_answers_as_the_front_lookup() -> None:
+    """`_Front.reach(v)` is where the staircase first reaches v: at(t) < v exactly when t x (1 + 1e-12) is
+    below it (ties, values between and beyond the corners, an empty front)."""
+    from planner.batches import _Front
+
+    rng = np.random.default_rng(1)
+    ttft = np.sort(np.round(rng.uniform(0.0, 1.0, 300), 2))
+    best = np.maximum.accumulate(np.round(rng.uniform(0.0, 100.0, 300), 1))
+    corners = np.concatenate(([True], best[1:] > best[:-1]))
+    for front in (_Front(ttft[corners], best[corners]), _Front(np.zeros(0), np.zeros(0))):
+        times = np.concatenate([ttft, ttft * (1 + 1e-12), ttft * (1 - 1e-12), rng.uniform(-0.1, 1.1, 500)])
+        values = np.concatenate([best, best * (1 + 1e-12), rng.uniform(1e-3, 120.0, len(times) - len(best) * 2)])
+        assert np.array_equal(front.at(times) < values, times * (1 + 1e-12) < front.reach(values))
+
+
+def _boxes_unscreened(options, fills, size, rows, cap, front, factor):  # type: ignore[no-untyped-def]
+    """`_boxes` as it was before its screens: every (fill, row, count) entry evaluated."""
+    from planner.formulation.pairs import pair_figures
+    from planner.formulation.units import most_beside
+
+    per_row, per_fill = np.zeros(len(rows.most), dtype=bool), np.zeros(fills.gpus.size, dtype=bool)
+    counts = np.arange(1, int(rows.most.max()) + 1)
+    most = np.minimum(fills.most[:, None], most_beside(fills.gpus, size, counts, options.domains))
+    capacity = np.where(most >= 1, fills.capacity[:, None] * most, np.nan)[None]
+    fallback = min(options.kv_transfer_s.values())
+    transfer = np.array([options.kv_transfer_s.get((int(g), size), fallback) for g in fills.gpus])[None, :, None]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ttft, _ = pair_figures(capacity, fills.fill[None, :, None], transfer, rows.slots_ttft[:, None, None] * counts,
+                               rows.away_ttft[:, None, None], options.cohort_fraction)
+    ok = ((most >= 1)[None] & (counts[None, None, :] <= rows.most[:, None, None]) & np.isfinite(ttft)
+          & (ttft <= cap * (1 + 1e-12)))
+    r, f, c = np.nonzero(ok)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        _, rate = pair_figures(capacity[0, f, c], fills.fill[f], transfer[0, f, 0], rows.slots_rate[r] * counts[c],
+                               rows.away_rate[r], options.cohort_fraction)
+    value = options.output_tokens * rate
+    unbeaten = front.at(ttft[r, f, c]) < value * factor
+    per_row[r[unbeaten]] = True
+    per_fill[f[unbeaten]] = True
+    return per_row, per_fill, (ttft[r, f, c][unbeaten], value[unbeaten])
+
+
+def test_the_screens_of_the_pair_bounds_change_no_answer() -> None:
+    """`_boxes` skips (fill, count) columns whose fill plus transfer is past the cap or whose capacity the
+    front beats there, and entries whose capacity the front beats at their TTFT bound: the rows, fills and
+    bounds it returns are those of evaluating every entry, bit for bit, at several fronts and caps."""
+    from planner.batches import _boxes, _Decodes, _front, _optimistic_fills
+
+    result = solve(scenario(), SolveSettings("cpsat", 60.0))
+    options = result.options
+    assert options is not None
+    fills = _optimistic_fills(options, [])
+    full = _front(options, scenario())
+    found = 0
+    for scale, cap in ((0.8, float("inf")), (1.0, float("inf")), (0.5, float(np.median(full.ttft))), (0.9, 1e-3)):
+        front = type(full)(full.ttft, full.best * scale)
+        for size in sorted({d.gpus for d in options.decode}):
+            rows = _Decodes.of_options([d for d in options.decode if d.gpus == size])
+            got, want = _boxes(options, fills, size, rows, cap, front, 0.99), \
+                _boxes_unscreened(options, fills, size, rows, cap, front, 0.99)
+            assert np.array_equal(got[0], want[0]) and np.array_equal(got[1], want[1])
+            assert got[2][0].tobytes() == want[2][0].tobytes() and got[2][1].tobytes() == want[2][1].tobytes()
+            found += got[2][0].size
+    assert found > 0
