@@ -418,7 +418,20 @@ def pool_memory(ctx: PoolContext, pool: Pool, workload: Workload,
                 request: RequestShape) -> tuple[MemoryUse, Callable[[], int]]:
     """Memory per GPU at the pool's batch (the whole context of `request` held as KV, on the fullest
     attention-DP rank when lengths vary), and the largest batch that fits, exactly: the same memory count
-    at that batch fits, one more does not."""
+    at that batch fits, one more does not. The latter is a partial, not a closure: every timed batch's plan
+    keeps it, and a closure would keep its cells and inner functions alive too."""
+    use = _memory_at(ctx, pool, workload, request)
+    return use(pool.batch), functools.partial(_largest_batch, ctx, pool, workload, request)
+
+
+def _largest_batch(ctx: PoolContext, pool: Pool, workload: Workload, request: RequestShape) -> int:
+    use = _memory_at(ctx, pool, workload, request)
+    return largest_fitting(lambda batch: use(batch).fits, _secant_guess(use, ctx.par.dp))
+
+
+def _memory_at(ctx: PoolContext, pool: Pool, workload: Workload,
+               request: RequestShape) -> Callable[[int], MemoryUse]:
+    """Memory per GPU of the pool's layout at any batch (see `pool_memory`)."""
     context = request.cached + request.new
     with_output = pool.role in ("mixed", "decode")
     if with_output:
@@ -441,7 +454,7 @@ def pool_memory(ctx: PoolContext, pool: Pool, workload: Workload,
     def use(batch: int) -> MemoryUse:
         return memory_use(ctx, batch, reserved(batch), step_tokens(batch), with_mtp)
 
-    return use(pool.batch), lambda: largest_fitting(lambda batch: use(batch).fits, _secant_guess(use, ctx.par.dp))
+    return use
 
 
 def _secant_guess(use: Callable[[int], MemoryUse], dp: int) -> int:
