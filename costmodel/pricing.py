@@ -14,7 +14,7 @@ from typing import Protocol
 
 import numpy as np
 
-from costmodel.calibration import Calibration, generation_of
+from costmodel.calibration import Calibration, EngineFactors, generation_of
 from costmodel.hardware import SystemSpec
 from costmodel.precision import Dtype
 from costmodel.work import TERMS, CollectiveKind, StepTime, StepWork
@@ -91,14 +91,19 @@ class WorkTable:
         self.systems = list(systems)
         self.index = {id(work): i for i, work in enumerate(self.works)}
         self.engines = list(engines)
-        self.generations = [generation_of(system) for system in systems]
+        # a table's works run on a few systems: what depends on the system only is looked up once per system
+        system_index = _first_seen(self.systems)
+        distinct = list({id(system): system for system in self.systems}.values())
+        self.system_of = system_index  # each work's distinct system
+        self.system_generations = [generation_of(system) for system in distinct]
+        self.generations = [self.system_generations[i] for i in system_index.tolist()]  # each work's
         # operators and transfers are named tuples: transposed by zip, their fields become columns
         ops = [op for work in self.works for op in work.ops]
         self.op_work = np.repeat(np.arange(len(self.works), dtype=np.int64), [len(w.ops) for w in self.works])
         names, classes, flops, hbm_bytes, peaks, dtypes, group_bytes = zip(*ops, strict=True) if ops else ((),) * 7
         self.op_names = list(names)
-        self.op_gemm = np.array([c == "gemm" for c in classes], dtype=bool)
-        self.op_dtype = np.array([_DTYPE_INDEX[d] for d in dtypes], dtype=np.int64)
+        self.op_gemm = np.fromiter(map("gemm".__eq__, classes), dtype=bool, count=len(classes))
+        self.op_dtype = np.fromiter(map(_DTYPE_INDEX.__getitem__, dtypes), dtype=np.int64, count=len(dtypes))
         self.op_flops = np.array(flops, dtype=float)
         self.op_bytes = np.array(hbm_bytes, dtype=float)
         self.op_peak = np.array(peaks, dtype=float)
@@ -111,26 +116,28 @@ class WorkTable:
         self.tr_work = np.repeat(np.arange(len(self.works), dtype=np.int64), [len(w.transfers) for w in self.works])
         names, tiers, sizes, calls, kinds, ranks = zip(*transfers, strict=True) if transfers else ((),) * 6
         self.tr_names = list(names)
-        self.tr_tier = np.array([_TIER_INDEX[t] for t in tiers], dtype=np.int64)
-        self.tr_kind = np.array([_KIND_INDEX[k] for k in kinds], dtype=np.int64)
+        self.tr_tier = np.fromiter(map(_TIER_INDEX.__getitem__, tiers), dtype=np.int64, count=len(tiers))
+        self.tr_kind = np.fromiter(map(_KIND_INDEX.__getitem__, kinds), dtype=np.int64, count=len(kinds))
         self.tr_bytes = np.array(sizes, dtype=float)
         self.tr_calls = np.array(calls, dtype=float)
         self.tr_ranks = np.array(ranks, dtype=float)
-        nvls = np.array([s.vendor == "nvidia" and s.scaleup_topology == "switch" for s in systems], dtype=bool)
-        self.tr_nvls = nvls[self.tr_work] if transfers else np.zeros(0, dtype=bool)
+        nvls = np.array([s.vendor == "nvidia" and s.scaleup_topology == "switch" for s in distinct], dtype=bool)
+        self.tr_nvls = nvls[system_index[self.tr_work]] if transfers else np.zeros(0, dtype=bool)
         self.layers = np.array([work.layers for work in self.works], dtype=float)
         self.seqs = np.array([work.seqs for work in self.works], dtype=float)
-        self.hbm_bw = np.array([s.hbm_bandwidth_bytes_per_s for s in systems], dtype=float)
+        self.hbm_bw = np.array([s.hbm_bandwidth_bytes_per_s for s in distinct], dtype=float)[system_index]
         # a grouped GEMM's ridge point in rows: peak x bytes per weight / (2 x HBM bytes/s) (`grouped_gemm_share`)
         self.op_ridge_rows = self.op_peak * element / (2.0 * self.hbm_bw[self.op_work])
-        self.tier_bw = np.array([_tier_bandwidths(s) for s in systems], dtype=float).reshape(len(self.works), 4)
+        self.tier_bw = np.array([_tier_bandwidths(s) for s in distinct], dtype=float).reshape(len(distinct), 4)[
+            system_index]
 
     def op_seconds(self, calibration: Calibration) -> tuple[np.ndarray, np.ndarray]:
         """(seconds, compute-bound?) of every operator."""
-        factors = [calibration.generations[g] for g in self.generations]
-        gemm = np.array([[f.gemm(d) for d in _DTYPES] for f in factors]).reshape(len(factors), len(_DTYPES))
-        attention = np.array([f.attention_efficiency for f in factors])
-        hbm = self.hbm_bw * np.array([f.hbm_efficiency for f in factors])
+        factors = [calibration.generations[g] for g in self.system_generations]  # per distinct system
+        gemm = np.array([[f.gemm(d) for d in _DTYPES] for f in factors]).reshape(len(factors), len(_DTYPES))[
+            self.system_of]
+        attention = np.array([f.attention_efficiency for f in factors])[self.system_of]
+        hbm = self.hbm_bw * np.array([f.hbm_efficiency for f in factors])[self.system_of]
         efficiency = np.where(self.op_gemm, gemm[self.op_work, self.op_dtype], attention[self.op_work])
         efficiency = efficiency * grouped_gemm_share(self.op_group_rows, self.op_ridge_rows, efficiency,
                                                      calibration.grouped_gemm_load_exposed)
@@ -162,7 +169,7 @@ class WorkTable:
         moved = self.transfer_seconds(calibration)
         alltoall = self.tr_kind == _KINDS.index("alltoall")
         total = np.bincount(self.tr_work[alltoall], moved[alltoall], minlength=len(self.works))
-        overlap = np.array([calibration.engine(e).alltoall_overlap for e in self.engines])
+        overlap = _per_engine(calibration, self.engines, lambda e: e.alltoall_overlap)
         hidden = overlap * np.minimum(total, busy)
         keep = 1.0 - hidden / np.where(total > 0, total, 1.0)
         return np.asarray(np.where(alltoall, moved * keep[self.tr_work], moved))
@@ -182,11 +189,25 @@ class WorkTable:
         for tier, column in enumerate(_TIER_TERM):
             mask = self.tr_tier == tier
             terms[:, column] = np.bincount(self.tr_work[mask], moved[mask], minlength=n)
-        engines = [calibration.engine(e) for e in self.engines]
-        terms[:, 6] = (self.layers * np.array([e.layer_overhead_s for e in engines])
-                       + np.array([e.step_overhead_s for e in engines])
-                       + self.seqs * np.array([e.seq_overhead_s for e in engines]))
+        terms[:, 6] = (self.layers * _per_engine(calibration, self.engines, lambda e: e.layer_overhead_s)
+                       + _per_engine(calibration, self.engines, lambda e: e.step_overhead_s)
+                       + self.seqs * _per_engine(calibration, self.engines, lambda e: e.seq_overhead_s))
         return terms, seconds, moved
+
+
+def _first_seen(items: Sequence[object]) -> np.ndarray:
+    """Each item's index among the distinct items (by identity), in order of first appearance."""
+    seen: dict[int, int] = {}
+    return np.fromiter((seen.setdefault(id(item), len(seen)) for item in items), dtype=np.int64, count=len(items))
+
+
+def _per_engine(calibration: Calibration, engines: Sequence[str],
+                factor: Callable[[EngineFactors], float]) -> np.ndarray:
+    """One engine factor of each work, looked up once per distinct engine."""
+    names = sorted(set(engines))
+    values = np.array([factor(calibration.engine(name)) for name in names], dtype=float)
+    index = {name: i for i, name in enumerate(names)}
+    return values[np.fromiter(map(index.__getitem__, engines), dtype=np.int64, count=len(engines))]
 
 
 def _tier_bandwidths(system: SystemSpec) -> tuple[float, float, float, float]:

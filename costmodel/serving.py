@@ -359,8 +359,9 @@ class PhaseTime:
 
 def time_phase(works: list[StepWork], pricer: Pricer) -> PhaseTime:
     steps = [pricer.price(work) for work in works]
-    slowest = max(range(len(steps)), key=lambda i: steps[i].total_s)
-    return PhaseTime(steps[slowest], sum(step.total_s for step in steps), works[slowest])
+    totals = [step.total_s for step in steps]
+    slowest = max(range(len(steps)), key=totals.__getitem__)
+    return PhaseTime(steps[slowest], sum(totals), works[slowest])
 
 
 @dataclass(frozen=True)
