@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import functools
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
 from costmodel.architecture import Architecture, Layer
@@ -79,8 +79,23 @@ class PoolContext:
 
     @functools.cached_property
     def steps(self) -> dict[tuple[object, ...], StepWork]:
-        """Step work already counted with this context, by stage (or layer) and step shape (`stage_work`)."""
+        """Step work already counted with this context, by stage and step shape (`stage_work`)."""
         return {}
+
+    @functools.cached_property
+    def recent_layers(self) -> RecentLayers:
+        """Layer work of the latest step shape (`_layer_work`)."""
+        return RecentLayers()
+
+
+@dataclass
+class RecentLayers:
+    """One layer's work per distinct layer, for one step shape: the stages of a step (built one after
+    another) share it. Only the latest shape's is kept: another plan reaching the same shape finds its
+    stages' work in `PoolContext.steps`, so older layer work would only hold memory."""
+
+    shape: StepShape | None = None
+    works: dict[int, StepWork] = field(default_factory=dict)  # by the layer's id
 
 
 def _count_layers(layers: tuple[Layer, ...]) -> tuple[tuple[Layer, int], ...]:
@@ -145,22 +160,26 @@ def layer_work(ctx: PoolContext, layer: Layer, shape: StepShape) -> StepWork:
 
 
 def stage_work(ctx: PoolContext, stage: int, shape: StepShape) -> StepWork:
-    """One step of pipeline stage `stage` on one GPU (a fresh StepWork: callers extend it). Kept with the
-    context: a layout's mixed and decode pools, and the batch search, plan the same steps again."""
+    """One step of pipeline stage `stage` on one GPU. Kept with the context, and shared by every plan that
+    takes the same step (a layout's mixed and decode pools, and the batch search, plan the same steps
+    again): not to be mutated; a caller that adds work builds a new StepWork (`midfill_work`)."""
     key = ("stage_work", ctx.stage_keys[stage], shape)
     known = ctx.steps.get(key)
     if known is None:
         known = ctx.steps[key] = _stage_work(ctx, stage, shape)
-    return StepWork(list(known.ops), list(known.transfers), known.layers, known.seqs)
+    return known
 
 
 def _layer_work(ctx: PoolContext, layer: Layer, shape: StepShape) -> StepWork:
-    """`layer_work`, kept with the context (every stage of a pipeline repeats its layers); not to be
-    mutated (its operators and transfers are frozen; `_stage_work` builds new lists from them)."""
-    key = ("layer_work", id(layer), shape)  # the context's architecture holds the layer: its id is stable
-    known = ctx.steps.get(key)
+    """`layer_work`, kept with the context while the step shape stays the same (every stage of a pipeline
+    repeats its layers); not to be mutated (its operators and transfers are frozen; `_stage_work` builds new
+    lists from them)."""
+    recent = ctx.recent_layers
+    if recent.shape != shape:
+        recent.shape, recent.works = shape, {}
+    known = recent.works.get(id(layer))  # the context's architecture holds the layer: its id is stable
     if known is None:
-        known = ctx.steps[key] = layer_work(ctx, layer, shape)
+        known = recent.works[id(layer)] = layer_work(ctx, layer, shape)
     return known
 
 
@@ -200,9 +219,10 @@ def midfill_work(ctx: PoolContext, stage: int, seqs: float, new_tokens: float, c
     sequence fetched first from each slower tier (the rest is in HBM); `active_ranks` attention-DP ranks
     hold sequences (None: all)."""
     work = stage_work(ctx, stage, StepShape("fill", seqs, new_tokens, cached, active_ranks))
-    for tier, tokens in fetch:
-        work.transfers += cache_fetch(ctx, stage, seqs * tokens, tier)
-    return work
+    if not fetch:
+        return work
+    fetched = [t for tier, tokens in fetch for t in cache_fetch(ctx, stage, seqs * tokens, tier)]
+    return StepWork(list(work.ops), work.transfers + fetched, work.layers, work.seqs)
 
 
 def cache_fetch(ctx: PoolContext, stage: int, tokens: float, tier: CacheTier) -> list[Transfer]:

@@ -269,17 +269,14 @@ def _alive(options: DeploymentOptions, intervals: list[Interval], front: _Front,
     cap = math.inf if slo.ttft_ms is None else slo.ttft_ms / 1e3
     alive = np.zeros(len(intervals), dtype=bool)
     boxes: list[tuple[np.ndarray, np.ndarray]] = []
-
-    def check(index: int, ttft: np.ndarray, value: np.ndarray) -> None:
-        unbeaten = front.at(ttft) < value * (1 - TOL) / (1 + tolerance)
-        if unbeaten.any():
-            alive[index] = True
-            boxes.append((ttft[unbeaten], value[unbeaten]))
-
     feasible = [i for i, interval in enumerate(intervals) if not _breaks_tpot(interval, resolved)]
-    for i in feasible:
-        if intervals[i].kind == "mixed":
-            check(i, *_mixed_box(intervals[i], resolved, options, cap))
+    points = [(i, *point) for i in feasible if intervals[i].kind == "mixed"
+              for point in _mixed_box(intervals[i], options, cap)]
+    if points:  # each mixed interval's one bound, all looked up on the front at once
+        index, ttft, value = (np.array(column) for column in zip(*points, strict=True))
+        unbeaten = front.at(ttft) < value * (1 - TOL) / (1 + tolerance)
+        alive[index[unbeaten]] = True
+        boxes.append((ttft[unbeaten], value[unbeaten]))
     # a fill interval whose optimistic option a timed fill option dominates is closed: each of its batches,
     # with any decode batch, does no better than that timed option at the same counts
     dominated = _dominated_fills(options, [intervals[i] for i in feasible])
@@ -349,13 +346,12 @@ def _breaks_tpot(interval: Interval, resolved: ResolvedScenario) -> bool:
     return tpot is not None and interval.kind != "prefill" and interval.low.timing.tpot_s * 1e3 > tpot
 
 
-def _mixed_box(interval: Interval, resolved: ResolvedScenario, options: DeploymentOptions,
-               cap: float) -> tuple[np.ndarray, np.ndarray]:
+def _mixed_box(interval: Interval, options: DeploymentOptions, cap: float) -> list[tuple[float, float]]:
+    """A mixed interval's bound (TTFT from below, tokens/s from above), if it has one within the cap."""
     count = _most_instances(interval.low.gpus, options)
     if count < 1 or interval.low.timing.ttft_s > cap * (1 + 1e-12):
-        return np.zeros(0), np.zeros(0)
-    value = count * interval.high.requests_per_s * options.output_tokens
-    return np.array([interval.low.timing.ttft_s]), np.array([value])
+        return []
+    return [(interval.low.timing.ttft_s, count * interval.high.requests_per_s * options.output_tokens)]
 
 
 def _most_instances(size: int, options: DeploymentOptions) -> int:
