@@ -194,10 +194,14 @@ def hbm_use(resolved: ResolvedScenario, layout: Layout, paid: Paid, calibration:
     if paid_gpus < layout.gpus:
         raise ValueError(f"the layout holds {layout.gpus} GPUs but only {paid_gpus} are paid for")
     pricer = DirectPricer(resolved.system, calibration, resolved.scenario.engine)
-    timings = [time_pool(pool, pricer) for pool in plan_layout(resolved, layout, pricer).pools]
+    timings: list[PoolTiming] = []
+    shares: list[float] = []
+    for part in layout.parts:  # a composite layout: each deployment's pools busy at its own rate
+        own = [time_pool(pool, pricer) for pool in plan_layout(resolved, part, pricer).pools]
+        timings += own
+        shares += _busy_shares(resolved, part, own, calibration)
     capacity = sum(count * system.hbm_capacity_bytes for system, count in paid)
     used = sum(t.plan.pool.gpus * min(t.plan.memory.total, t.plan.memory.capacity) for t in timings)
-    shares = _busy_shares(resolved, layout, timings, calibration)
     moved = sum(t.plan.pool.gpus * share * _busy_bandwidth(t) for t, share in zip(timings, shares, strict=True))
     return HbmUse(capacity_utilisation=used / capacity, bandwidth_utilisation=moved / paid_gpus,
                   stranded_bytes=capacity - used)

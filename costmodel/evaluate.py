@@ -53,11 +53,14 @@ class Prediction:
     pools: tuple[dict[str, Any], ...] = field(default_factory=tuple)
     kv_tiers: dict[str, Any] | None = None  # multi-turn sessions: see costmodel.kv_report
     warnings: tuple[str, ...] = ()  # layouts that run but waste GPUs (`costmodel.resolve.layout_warnings`)
+    deployments: tuple[dict[str, Any], ...] = ()  # a composite layout: each deployment's own figures
 
     def to_dict(self) -> dict[str, Any]:
         extra: dict[str, Any] = {} if self.kv_tiers is None else {"kv_tiers": self.kv_tiers}
         if self.warnings:
             extra["warnings"] = list(self.warnings)
+        if self.deployments:
+            extra["deployments"] = list(self.deployments)
         return {
             "ttft_ms": self.ttft_ms,
             "tpot_ms": self.tpot_ms,
@@ -184,7 +187,41 @@ def evaluate(resolved: ResolvedScenario, layout: Layout, calibration: Calibratio
     """Predict TTFT, TPOT, throughput per GPU and memory of `layout` serving `resolved`."""
     calibration = calibration or default_calibration()
     pricer = DirectPricer(resolved.system, calibration, resolved.scenario.engine)
+    if layout.serving == "composite":
+        return composite([predict(plan_layout(resolved, part, pricer), pricer) for part in layout.parts])
     return predict(plan_layout(resolved, layout, pricer), pricer)
+
+
+def composite(parts: list[Prediction]) -> Prediction:
+    """Independent deployments behind one router, each serving the requests it has capacity for at its own
+    operating point: their tokens/s add up; TTFT and TPOT are the slowest deployment's (what a request may
+    see, as an SLO reads them); the bottleneck and utilisation are those of the deployment with the slowest
+    TPOT, the TTFT breakdown that of the slowest TTFT. Each deployment's own figures and KV tiers are in
+    `deployments`."""
+    gpus = sum(p.gpus for p in parts)
+    tokens_per_s = sum(p.tokens_per_s_per_gpu * p.gpus for p in parts)
+    pace = max(range(len(parts)), key=lambda i: parts[i].tpot_ms)
+    slowest_fill = max(range(len(parts)), key=lambda i: parts[i].ttft_ms)
+    return Prediction(
+        ttft_ms=parts[slowest_fill].ttft_ms,
+        tpot_ms=parts[pace].tpot_ms,
+        tokens_per_s_per_gpu=tokens_per_s / gpus,
+        tokens_per_s_per_user=min(p.tokens_per_s_per_user for p in parts),
+        gpus=gpus,
+        feasible=all(p.feasible for p in parts),
+        reasons=tuple(f"deployment {i}: {reason}" for i, p in enumerate(parts) for reason in p.reasons),
+        bottleneck=f"deployment {pace}: {parts[pace].bottleneck}",
+        memory_per_gpu_gb=max(p.memory_per_gpu_gb for p in parts),
+        ttft_breakdown_ms=parts[slowest_fill].ttft_breakdown_ms,
+        utilisation=parts[pace].utilisation,
+        pools=tuple({"deployment": i, **pool} for i, p in enumerate(parts) for pool in p.pools),
+        warnings=tuple(f"deployment {i}: {warning}" for i, p in enumerate(parts) for warning in p.warnings),
+        deployments=tuple({"deployment": i, "ttft_ms": p.ttft_ms, "tpot_ms": p.tpot_ms,
+                           "tokens_per_s_per_gpu": p.tokens_per_s_per_gpu, "gpus": p.gpus,
+                           "share_of_requests": p.tokens_per_s_per_gpu * p.gpus / tokens_per_s if tokens_per_s else 0.0,
+                           **({"kv_tiers": p.kv_tiers} if p.kv_tiers is not None else {})}
+                          for i, p in enumerate(parts)),
+    )
 
 
 def _serving(plan: LayoutPlan, timings: list[PoolTiming],

@@ -12,13 +12,18 @@ as moe_tp x moe_ep per stage, so tp x dp_attention must equal moe_tp x moe_ep.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Annotated, Literal
 
 from pydantic import Field, model_validator
 
-from costmodel.scenario import GROUP_NAME, MAX_BATCH, GpuCount, SchemaVersion, ServingMode, StrictModel
+from costmodel.scenario import GROUP_NAME, MAX_BATCH, GpuCount, SchemaVersion, StrictModel
 
 PoolRole = Literal["mixed", "prefill", "midfill", "decode"]
+# a composite layout: several independent deployments side by side (e.g. one per inventory group)
+LayoutServing = Literal["aggregated", "disaggregated", "composite"]
+MAX_DEPLOYMENTS = 16  # the inventory's group limit: the planner composes at most one deployment per group
+DISAGGREGATED_ROLES = (["decode", "prefill"], ["decode", "midfill", "prefill"])
 FILL_ROLES: tuple[PoolRole, ...] = ("mixed", "prefill", "midfill")  # pools that run fills
 
 
@@ -32,6 +37,11 @@ class Pool(StrictModel):
     group: str | None = Field(
         None, pattern=GROUP_NAME,
         description="The cluster inventory group whose GPUs run the pool (omitted: the cluster's only group).",
+    )
+    deployment: Annotated[int, Field(ge=0, lt=MAX_DEPLOYMENTS)] = Field(
+        0, description="Composite layouts: the independent deployment the pool belongs to (0, 1, ...). Pools with "
+        "the same number serve together (one mixed pool, or fill pools and a decode pool); each deployment "
+        "serves its own share of the requests behind one router.",
     )
     replicas: GpuCount = Field(1, description="Identical instances in this pool.")
     tp: GpuCount = Field(1, description="Attention tensor parallelism per attention-DP rank.")
@@ -85,21 +95,52 @@ class Pool(StrictModel):
 
 class Layout(StrictModel):
     """Pools of instances: one `mixed` pool when aggregated, a `prefill` and a `decode` pool when not (and,
-    for multi-turn sessions, optionally a `midfill` pool for the turns after the first)."""
+    for multi-turn sessions, optionally a `midfill` pool for the turns after the first). A `composite` layout
+    is several such deployments side by side, its pools numbered by `deployment`: a router sends each
+    deployment the share of the requests it serves (`parts`)."""
 
     schema_version: SchemaVersion = Field(1, description="Layout format version; this release reads 1.")
-    serving: ServingMode = Field(description="aggregated or disaggregated.")
+    serving: LayoutServing = Field(description="aggregated, disaggregated, or composite (several independent "
+                                                "deployments, their pools numbered by `deployment`).")
     pools: Annotated[list[Pool], Field(min_length=1)] = Field(description="The pools of instances.")
 
     @model_validator(mode="after")
     def _roles_match_serving(self) -> Layout:
-        roles = sorted(pool.role for pool in self.pools)
-        allowed = [["mixed"]] if self.serving == "aggregated" else [["decode", "prefill"],
-                                                                    ["decode", "midfill", "prefill"]]
-        if roles not in allowed:
-            expected = " or ".join(str(a) for a in allowed)
-            raise ValueError(f"{self.serving} serving needs pools with roles {expected}, found {roles}")
+        numbers = sorted({pool.deployment for pool in self.pools})
+        if numbers != list(range(len(numbers))):
+            raise ValueError(f"pools' deployment numbers are {numbers}; number the deployments 0, 1, ... in turn")
+        if self.serving == "composite" and len(numbers) < 2:
+            raise ValueError("composite serving needs at least two deployments (pools with deployment 0 and 1); "
+                             "with one, say aggregated or disaggregated")
+        if self.serving != "composite" and len(numbers) > 1:
+            raise ValueError(f"{len(numbers)} deployments (pools numbered by deployment) need serving: composite")
+        for number in numbers:
+            roles = sorted(pool.role for pool in self.pools if pool.deployment == number)
+            serving = self.serving if self.serving != "composite" else _serving_of(roles)
+            allowed = [["mixed"]] if serving == "aggregated" else list(DISAGGREGATED_ROLES)
+            if roles not in allowed:
+                expected = " or ".join(str(a) for a in allowed)
+                where = f" (deployment {number})" if len(numbers) > 1 else ""
+                raise ValueError(f"{serving} serving needs pools with roles {expected}, found {roles}{where}")
         return self
+
+    @property
+    def parts(self) -> tuple[Layout, ...]:
+        """The independent deployments: the layout itself, or each deployment of a composite one on its own
+        (its pools numbered 0)."""
+        if self.serving != "composite":
+            return (self,)
+        count = 1 + max(pool.deployment for pool in self.pools)
+        return tuple(_part(self, number) for number in range(count))
+
+    @classmethod
+    def composed(cls, parts: list[Layout]) -> Layout:
+        """The parts side by side (one part: itself)."""
+        if len(parts) == 1:
+            return parts[0]
+        pools = [pool.model_copy(update={"deployment": number}) for number, part in enumerate(parts)
+                 for pool in part.pools]
+        return cls(serving="composite", pools=pools)
 
     @property
     def split_fills(self) -> bool:
@@ -116,3 +157,12 @@ class Layout(StrictModel):
             if candidate.role == role:
                 return candidate
         raise KeyError(role)
+
+
+def _serving_of(roles: Sequence[str]) -> Literal["aggregated", "disaggregated"]:
+    return "aggregated" if "mixed" in roles else "disaggregated"
+
+
+def _part(layout: Layout, number: int) -> Layout:
+    pools = [pool.model_copy(update={"deployment": 0}) for pool in layout.pools if pool.deployment == number]
+    return Layout(serving=_serving_of([pool.role for pool in pools]), pools=pools)

@@ -257,6 +257,7 @@ def check_session_pools(resolved: ResolvedScenario, layout: Layout) -> None:
     store needs sessions and a store."""
     scenario = resolved.scenario
     sessions = scenario.workload.sessions
+    split = {pool.deployment for pool in layout.pools if pool.role == "midfill"}  # deployments with a midfill pool
     for index, pool in enumerate(layout.pools):
         if pool.role == "midfill" and (sessions is None or sessions.turns < 2):
             raise ScenarioError("a midfill pool runs the turns after a session's first; the workload has no sessions "
@@ -266,7 +267,7 @@ def check_session_pools(resolved: ResolvedScenario, layout: Layout) -> None:
             raise ScenarioError("kv_store parks idle session contexts in the cluster's shared KV store: give "
                                 "workload.sessions and cluster.kv_store, or set kv_store to false",
                                 f"pools.{index}.kv_store")
-        if pool.role == "prefill" and layout.split_fills:  # first turns only: no idle contexts of its own
+        if pool.role == "prefill" and pool.deployment in split:  # first turns only: no idle contexts of its own
             for field, default in (("kv_store", False), ("tier_load", 1.0)):
                 if getattr(pool, field) != default:
                     raise ScenarioError(f"beside a midfill pool the prefill pool runs only first turns and holds no "

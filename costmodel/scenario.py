@@ -449,6 +449,12 @@ class Search(StrictModel):
         description="Throughput per GPU divides by every GPU of the cluster (cluster: the user owns them, so "
         "plans fill it with replicas where that raises throughput) or only by the GPUs a deployment holds (used).",
     )
+    composite: bool = Field(
+        True,
+        description="Cluster accounting on an inventory of several groups: deployments on disjoint groups may run "
+        "side by side behind one router (a composite layout), so no group stays idle where it could serve; false: "
+        "one deployment (one structure) per plan.",
+    )
     tp: Degrees | None = Field(None, description="Allowed attention tensor-parallel degrees (None = powers of 2).")
     dp_attention: Degrees | None = Field(None, description="Allowed attention data-parallel degrees.")
     pp: Degrees | None = Field(None, description="Allowed pipeline depths.")

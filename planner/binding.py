@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from costmodel.calibration import Calibration
 from costmodel.disaggregated import kv_link_bandwidth, request_kv_bytes
-from costmodel.evaluate import plan_layout
+from costmodel.evaluate import evaluate, plan_layout
 from costmodel.inventory import ClusterGroup
 from costmodel.layout import Layout
 from costmodel.resolve import ResolvedScenario
@@ -27,9 +27,22 @@ def binding(resolved: ResolvedScenario, layout: Layout, rate_per_s: float, calib
             first_gpus: list[str] | None = None) -> list[str]:
     """The binding resources of `layout` serving `rate_per_s` requests per second (its figures');
     `first_gpus`: each pool's first GPU id where a placement already gives them."""
-    plans = plan_layout(resolved, layout).pools
     first = _first_gpus(resolved, layout) if first_gpus is None else [
         (_group_of(resolved, pool.group), gpu) for pool, gpu in zip(layout.pools, first_gpus, strict=True)]
+    if layout.serving == "composite":  # each deployment at its own rate, on its own pools' GPUs
+        found, offset = [], 0
+        for part in layout.parts:
+            own = evaluate(resolved, part, calibration)
+            rate = own.tokens_per_s_per_gpu * own.gpus / resolved.scenario.workload.output_tokens
+            found += _binding(resolved, part, rate, calibration, first[offset:offset + len(part.pools)])
+            offset += len(part.pools)
+        return list(dict.fromkeys(found))
+    return _binding(resolved, layout, rate_per_s, calibration, first)
+
+
+def _binding(resolved: ResolvedScenario, layout: Layout, rate_per_s: float, calibration: Calibration,
+             first: list[tuple[ClusterGroup, str]]) -> list[str]:
+    plans = plan_layout(resolved, layout).pools
     found: list[str] = []
     for plan in plans:
         if plan.pool.batch >= plan.max_batch > 0:

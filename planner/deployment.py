@@ -8,6 +8,8 @@
   one prefill pool); figures from `costmodel.disaggregated.split_serving`.
 With multi-turn sessions and a shared KV store, a disaggregated deployment whose prefill pool parks more
 idle contexts in the store than it holds, or fetches them faster than it serves, is not in the space.
+Under `cluster` accounting on an inventory of several groups, deployments on disjoint groups also run side
+by side (`composed_point`): a composite layout, one router in front.
 Both the MILP and the exhaustive reference build their front points here, so they cannot disagree.
 """
 
@@ -53,6 +55,21 @@ def disaggregated_point(resolved: ResolvedScenario, calibration: Calibration, fi
     layout = Layout(serving="disaggregated", pools=[*(with_replicas(c, n) for c, n in fills),
                                                     with_replicas(decode, decodes)])
     return FrontPoint(ttft * 1e3, tpot * 1e3, rate * workload.output_tokens / gpus, gpus, layout, resolved.gpus,
+                      resolved.scenario.search.gpu_accounting)
+
+
+def composed_point(resolved: ResolvedScenario, parts: list[FrontPoint]) -> FrontPoint:
+    """Deployments on disjoint GPUs side by side behind one router, each serving the requests it has capacity
+    for at its own operating point: tokens/s add up, TTFT and TPOT are the slowest part's (every request meets
+    them). Parts in the order of their first group in the inventory (one part: itself)."""
+    if len(parts) == 1:
+        return parts[0]
+    order = {group.name: index for index, group in enumerate(resolved.groups)}
+    parts = sorted(parts, key=lambda p: min(order.get(pool.group or "", 0) for pool in p.layout.pools))
+    gpus = sum(p.gpus for p in parts)
+    layout = Layout.composed([p.layout for p in parts])
+    return FrontPoint(max(p.ttft_ms for p in parts), max(p.tpot_ms for p in parts),
+                      sum(p.tokens_per_s for p in parts) / gpus, gpus, layout, resolved.gpus,
                       resolved.scenario.search.gpu_accounting)
 
 

@@ -75,10 +75,12 @@ def coverage_dict(result: SolveResult) -> dict[str, Any] | None:
 
 
 def layout_dict(layout: Layout) -> dict[str, Any]:
-    """The layout as `plan evaluate --layout` reads it (`kv_store` and `tier_load` only where they are not
-    their defaults)."""
+    """The layout as `plan evaluate --layout` reads it (`deployment`, `kv_store` and `tier_load` only where
+    they are not their defaults)."""
     data = layout.model_dump(mode="json")
     for pool in data["pools"]:
+        if layout.serving != "composite":
+            del pool["deployment"]
         if pool["group"] is None:
             del pool["group"]
         if not pool["kv_store"]:
@@ -188,7 +190,9 @@ def result_dict(result: SolveResult) -> dict[str, Any]:
 
 def pools_summary(layout: Layout) -> str:
     """Each pool's instances, group, parallelism and batch, e.g. `9 x mixed tp1 dp8 ep8 b512`, or
-    `4 x prefill@hopper tp8 dp1 ep8 b4` on an inventory group."""
+    `4 x prefill@hopper tp8 dp1 ep8 b4` on an inventory group; a composite's deployments joined by ` | `."""
+    if layout.serving == "composite":
+        return " | ".join(pools_summary(part) for part in layout.parts)
     return " + ".join(f"{p.replicas} x {p.role}" + (f"@{p.group}" if p.group else "") + f" tp{p.tp} dp{p.dp_attention}"
                       + (f" pp{p.pp}" if p.pp > 1 else "") + (f" mtp{p.moe_tp}" if p.moe_tp > 1 else "")
                       + f" ep{p.moe_ep} b{p.batch}" for p in layout.pools)
@@ -250,14 +254,14 @@ def write_outputs(result: SolveResult, folder: Path | OutputFolder, data: dict[s
 
 
 def plot_front(result: SolveResult, path: Path) -> None:
-    """TTFT against tokens/s per GPU, aggregated and disaggregated points marked, SLO line drawn."""
+    """TTFT against tokens/s per GPU, aggregated, disaggregated and composite points marked, SLO line drawn."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     figure, axes = plt.subplots(figsize=(7, 4.5), dpi=120)
-    for serving, marker in (("aggregated", "o"), ("disaggregated", "s")):
+    for serving, marker in (("aggregated", "o"), ("disaggregated", "s"), ("composite", "D")):
         pts = [s.point for s in result.front if s.point.layout.serving == serving]
         if pts:
             axes.plot([p.tokens_per_s_per_gpu for p in pts], [p.ttft_ms for p in pts], marker, label=serving)

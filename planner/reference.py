@@ -4,17 +4,19 @@ its Pareto front. For small clusters only: it is the oracle the MILP is tested a
 Decision space: the one the MILP searches (see `planner.deployment`), separate midfill pools included;
 with `generate(..., every_batch=True)` candidates, every integer batch of each layout (what the planner
 certifies under cluster accounting, `planner.batches`).
-A deployment must meet the scenario's TTFT and TPOT targets.
+A deployment must meet the scenario's TTFT and TPOT targets. Under `cluster` accounting on several
+inventory groups, deployments on disjoint groups side by side too (`composed_points`).
 """
 
 from __future__ import annotations
 
 import collections
 import itertools
+from collections.abc import Iterator
 
 from costmodel.calibration import Calibration
 from costmodel.resolve import ResolvedScenario
-from planner.deployment import aggregated_point, disaggregated_point, meets_slo
+from planner.deployment import aggregated_point, composed_point, disaggregated_point, meets_slo
 from planner.errors import PlannerError
 from planner.pareto import FrontPoint, non_dominated
 from planner.placement import Domains, fits, group_domains
@@ -106,4 +108,42 @@ def exhaustive_front(resolved: ResolvedScenario, candidates: CandidateSet | list
         if "midfill" in own.by_role:
             points += split_points(resolved, calibration, own.by_role["first"], own.by_role["midfill"],
                                    own.by_role["decode"], limit)
-    return non_dominated([p for p in points if meets_slo(resolved, p)])
+    points = [p for p in points if meets_slo(resolved, p)]
+    search = resolved.scenario.search
+    if search.gpu_accounting == "cluster" and search.composite and len(resolved.groups) > 1:
+        points += composed_points(resolved, points, limit)
+    return non_dominated(points)
+
+
+def composed_points(resolved: ResolvedScenario, points: list[FrontPoint],
+                    limit: int = MAX_DEPLOYMENTS) -> list[FrontPoint]:
+    """Every set of two or more deployments on disjoint groups, side by side. Each part is drawn from the
+    front of the deployments on its groups: a dominated part (slower and no more tokens/s) never makes a
+    better composite, whose TTFT is the slowest part's and whose tokens/s the sum."""
+    by_groups: dict[frozenset[str], list[FrontPoint]] = collections.defaultdict(list)
+    for point in points:
+        by_groups[frozenset(pool.group or "" for pool in point.layout.pools)].append(point)
+    fronts = {groups: non_dominated(found) for groups, found in by_groups.items()}
+    composed = []
+    for packing in _packings(sorted(fronts, key=sorted)):
+        combinations = 1
+        for groups in packing:
+            combinations *= len(fronts[groups])
+        if combinations > limit:
+            raise TooLargeForReference(f"about {combinations:,} composite deployments: too many to enumerate")
+        composed += [composed_point(resolved, list(parts))
+                     for parts in itertools.product(*(fronts[groups] for groups in packing))]
+    return composed
+
+
+def _packings(keys: list[frozenset[str]]) -> list[list[frozenset[str]]]:
+    """Every set of two or more pairwise disjoint keys (in key order)."""
+
+    def grown(chosen: list[frozenset[str]], taken: frozenset[str], start: int) -> Iterator[list[frozenset[str]]]:
+        for index in range(start, len(keys)):
+            if not keys[index] & taken:
+                bigger = [*chosen, keys[index]]
+                yield bigger
+                yield from grown(bigger, taken | keys[index], index + 1)
+
+    return [packing for packing in grown([], frozenset(), 0) if len(packing) >= 2]

@@ -198,9 +198,12 @@ def structure_blocks(resolved: ResolvedScenario, sets: list[CandidateSet],
 
 def _with_batch_bound(solved: SolvedPoint, batches: BatchCoverage, cluster_gpus: int) -> SolvedPoint:
     """A point that an untimed batch could still beat (batch intervals left open at the time limit) is
-    feasible, its gap measured against the most such a batch could reach at its TTFT."""
+    feasible, its gap measured against the most such a batch could reach at its TTFT (beside a composite's
+    other parts: at most the composite's figure plus that batch's, as it would replace one part)."""
     bound = batches.bound_at(solved.point.ttft_ms / 1e3) / cluster_gpus
     value = solved.point.tokens_per_s_per_gpu
+    if solved.point.layout.serving == "composite" and bound > 0:
+        bound += value
     if batches.certified and batches.tolerance > 0:  # what the tolerance leaves unproven
         bound = max(bound, value * (1 + batches.tolerance))
     if bound <= value:

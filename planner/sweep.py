@@ -27,6 +27,7 @@ the point's gap is (U - its figure) / U.
 from __future__ import annotations
 
 import bisect
+import functools
 import math
 import time
 from collections import deque
@@ -35,7 +36,7 @@ from dataclasses import dataclass, replace
 
 from costmodel.calibration import Calibration
 from costmodel.resolve import ResolvedScenario
-from planner.deployment import disaggregated_point
+from planner.deployment import composed_point, disaggregated_point
 from planner.formulation.model import DeploymentModel, InvalidSolution, Selection, build_model
 from planner.formulation.options import DeploymentOptions, MixedOption
 from planner.formulation.pairs import PAIR_LIMIT, PairTable
@@ -90,6 +91,10 @@ class _Sweeper:
         self.result = SweepResult()
         self.first_cap = self._first_cap()
         self.cluster = resolved.scenario.search.gpu_accounting == "cluster"
+        # several groups under cluster accounting: deployments on disjoint groups run side by side (under
+        # `used` accounting a composite's ratio never beats its best part's, which is within the cap too)
+        self.compose = (self.cluster and resolved.scenario.search.composite
+                        and len({g for options in blocks for g in options.groups}) > 1)
         self.blocks: list[_Block] = []
         self._mixed_tables: dict[int, tuple[list[float], list[int]]] = {}  # per block's options (`_best_mixed`)
         self._points: dict[tuple[object, ...], FrontPoint | None] = {}  # exact figures by selection (`_point`)
@@ -194,6 +199,8 @@ class _Sweeper:
 
     def _solve_cap(self, eps: float | None, previous: Selection | None) -> SolvedPoint | None:
         """The best deployment within the cap, recorded (None when none exists or time ran out)."""
+        if self.compose:
+            return self._solve_composite(eps, previous)
         incumbent = None
         for block in self.blocks:
             self._use(block)
@@ -223,7 +230,46 @@ class _Sweeper:
         if len(self.blocks) > 1:
             solved = _joint_status(solved, bounds)
         # what proved the cap: enumeration only where every block's was (else a MILP took part)
-        solved = replace(solved, proof="enumeration" if proofs == {"enumeration"} else "milp")
+        return self._record(replace(solved, proof="enumeration" if proofs == {"enumeration"} else "milp"), eps)
+
+    def _solve_composite(self, eps: float | None, previous: Selection | None) -> SolvedPoint | None:
+        """Cluster accounting on several groups: each block's own best within the cap, then the blocks on
+        disjoint groups whose deployments, side by side, serve the most (`best_packing`; one block is one
+        such set). Optimal when every block's step is proven; else the gap to the best packing of the
+        blocks' bounds."""
+        steps: list[SolvedPoint | None] = []
+        bounds: list[float] = []  # per block: the most tokens/s per cluster GPU within the cap
+        empty, proofs = True, set()
+        for block in self.blocks:
+            self._use(block)
+            own = self._incumbent(eps, previous)
+            self._proven_empty, self._proof = False, "milp"
+            step = self._cluster_best(eps, own)
+            empty &= self._proven_empty
+            proofs.add(self._proof)
+            steps.append(step)
+            if step is None:
+                bounds.append(0.0 if self._proven_empty else math.inf)
+            else:
+                value = step.point.tokens_per_s_per_gpu
+                bounds.append(value / (1.0 - step.gap) if step.gap < 1.0 else math.inf)
+        self._use(self.blocks[0])
+        groups = [block.options.groups for block in self.blocks]
+        _, chosen = best_packing(groups, [0.0 if s is None else s.point.tokens_per_s_per_gpu for s in steps])
+        parts = [step for step in (steps[i] for i in chosen) if step is not None]
+        if not parts:
+            if empty and eps is not None:
+                self.result.floor_s = max(self.result.floor_s, eps)
+            return None
+        point = composed_point(self.resolved, [part.point for part in parts])
+        status = SolveStatus.OPTIMAL if all(p.status == SolveStatus.OPTIMAL for p in parts) else SolveStatus.FEASIBLE
+        solved = SolvedPoint(point, parts[0].selection, status, 0.0)
+        bound, _ = best_packing(groups, bounds)
+        solved = _joint_status(solved, [bound])
+        return self._record(replace(solved, proof="enumeration" if proofs == {"enumeration"} else "milp"), eps)
+
+    def _record(self, solved: SolvedPoint, eps: float | None) -> SolvedPoint:
+        """A cap's point: kept, its interval resolved when proven, reported."""
         self.result.points.append(solved)
         if solved.status == SolveStatus.OPTIMAL:  # proven: nothing within the cap beats it
             self.result.resolved.append((solved.point.ttft_ms / 1e3, math.inf if eps is None else eps))
@@ -501,6 +547,36 @@ def _joint_status(best: SolvedPoint, bounds: list[float]) -> SolvedPoint:
         return best if best.status == SolveStatus.OPTIMAL else replace(best, status=SolveStatus.OPTIMAL, gap=0.0)
     gap = 1.0 if not math.isfinite(bound) else (bound - value) / bound
     return replace(best, status=SolveStatus.FEASIBLE, gap=max(best.gap if best.gap < math.inf else 0.0, gap))
+
+
+def best_packing(groups: list[frozenset[str]], values: list[float]) -> tuple[float, tuple[int, ...]]:
+    """The blocks on pairwise disjoint groups with the most value in all (their indices, ascending; the
+    first found among equals). A block on several groups that is worth no more than its groups' own best
+    blocks together never helps and is left out; the rest by recursion on the first free group (taken by
+    one of its blocks, or left idle), memoised on the free groups."""
+    alone: dict[str, float] = {}
+    for g, v in zip(groups, values, strict=True):
+        if len(g) == 1:
+            alone[next(iter(g))] = max(alone.get(next(iter(g)), 0.0), v)
+    useful = [i for i, (g, v) in enumerate(zip(groups, values, strict=True))
+              if v > 0 and (len(g) == 1 or v > sum(alone.get(name, 0.0) for name in g))]
+    names = sorted({name for i in useful for name in groups[i]})
+    by_group = {name: [i for i in useful if min(groups[i]) == name] for name in names}
+
+    @functools.cache
+    def best(free: frozenset[str]) -> tuple[float, tuple[int, ...]]:
+        if not free:
+            return 0.0, ()
+        first = min(free)
+        found = best(free - {first})
+        for i in by_group[first]:
+            if groups[i] <= free:
+                value, rest = best(free - groups[i])
+                if values[i] + value > found[0]:
+                    found = (values[i] + value, tuple(sorted((i, *rest))))
+        return found
+
+    return best(frozenset(names))
 
 
 def sweep(resolved: ResolvedScenario, calibration: Calibration, options: DeploymentOptions | list[DeploymentOptions],

@@ -46,6 +46,37 @@ def export_plan(plan: Plan, engine: str, backend: str | None = None) -> Export:
     """The export of `plan` for `engine` (`backend`: Dynamo's worker engine, default the scenario's)."""
     if engine not in _EXPORTERS:
         raise InputError.single(None, None, "engine", f"unknown engine '{engine}'; use one of {', '.join(ENGINES)}")
+    if plan.serving == "composite":
+        return _composite(plan, engine, backend)
     if engine == "dynamo":
         return dynamo.export(plan, backend)
     return _EXPORTERS[engine](plan)
+
+
+def _composite(plan: Plan, engine: str, backend: str | None) -> Export:
+    """Several independent deployments: each exported on its own into its folder `deployment<i>/` (its
+    scripts find their configs beside them); a router in front sends each its share of the requests."""
+    merged = Export(engine=engine)
+    for number, part in enumerate(_parts(plan)):
+        own = export_plan(part, engine, backend)
+        prefix = f"deployment{number}/"
+        merged.files |= {prefix + name: text for name, text in own.files.items()}
+        merged.commands |= {prefix + name: commands for name, commands in own.commands.items()}
+        merged.configs |= {prefix + name: config for name, config in own.configs.items()}
+        merged.unexpressed += [f"deployment {number}: {line}" for line in own.unexpressed]
+    return merged
+
+
+def _parts(plan: Plan) -> list[Plan]:
+    """Each deployment of a composite plan as a plan of its own (its pools and their placement)."""
+    layout, placed = plan.data["layout"], plan.data["placement"]["pools"]
+    numbers = sorted({int(pool.get("deployment", 0)) for pool in layout["pools"]})
+    parts = []
+    for number in numbers:
+        chosen = [i for i, pool in enumerate(layout["pools"]) if int(pool.get("deployment", 0)) == number]
+        pools = [{k: v for k, v in layout["pools"][i].items() if k != "deployment"} for i in chosen]
+        serving = "aggregated" if any(pool["role"] == "mixed" for pool in pools) else "disaggregated"
+        data = {**plan.data, "layout": {**layout, "serving": serving, "pools": pools},
+                "placement": {**plan.data["placement"], "pools": [placed[i] for i in chosen]}}
+        parts.append(read_plan(plan.path, data, plan.resolved))
+    return parts

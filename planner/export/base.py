@@ -109,6 +109,7 @@ class Export:
             folder.mkdir(parents=True, exist_ok=True)
             for name, text in self.files.items():
                 path = folder / name
+                path.parent.mkdir(parents=True, exist_ok=True)  # a composite plan: one folder per deployment
                 path.write_text(text, encoding="utf-8")
                 if name.endswith(".sh"):
                     path.chmod(0o755)

@@ -104,6 +104,11 @@ class DeploymentOptions:
     label: str = ""  # the inventory groups of this structure block, e.g. "hopper>nvl" (prefill > decode)
 
     @property
+    def groups(self) -> frozenset[str]:
+        """The inventory groups the block's deployments run on (empty: the cluster's only group)."""
+        return frozenset(self.label.split(">")) if self.label else frozenset()
+
+    @property
     def shared_domains(self) -> bool:
         """The fill and decode pools share one group's domains (their packing rows are joint)."""
         return self.decode_domains is None

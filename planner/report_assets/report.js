@@ -87,7 +87,9 @@
       const attrs = { class: `marker ${p.serving}`, "data-index": i };
       const marker = p.serving === "disaggregated"
         ? el("svg:rect", { ...attrs, x: x - 5, y: y - 5, width: 10, height: 10 })
-        : el("svg:circle", { ...attrs, cx: x, cy: y, r: 5 });
+        : p.serving === "composite"  // several deployments side by side: a diamond
+          ? el("svg:path", { ...attrs, d: `M${x},${y - 6}L${x + 6},${y}L${x},${y + 6}L${x - 6},${y}Z` })
+          : el("svg:circle", { ...attrs, cx: x, cy: y, r: 5 });
       marker.addEventListener("mousemove", (e) => showTip(e, pointText(p, i)));
       marker.addEventListener("mouseleave", hideTip);
       marker.addEventListener("click", () => select(i));

@@ -1,0 +1,176 @@
+"""Composite deployments: under cluster accounting on an inventory, deployments on disjoint groups side by
+side. The set of blocks (`best_packing`) against brute force; the layout schema's deployments; the figures
+`plan evaluate` gives a composite layout against its parts; the solver's composite points against
+`plan evaluate`; the export of a composite plan, one folder per deployment."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+import random
+from pathlib import Path
+
+import pytest
+import yaml
+from pydantic import ValidationError
+
+from costmodel.calibration import default_calibration
+from costmodel.evaluate import evaluate
+from costmodel.layout import Layout
+from planner import plan_output
+from planner.batches import refine
+from planner.export import export_plan, load_plan
+from planner.reference import exhaustive_front
+from planner.scenario import scenario_from_data
+from planner.solve import SolveResult, SolveSettings, solve
+from planner.sweep import best_packing
+from planner.templates import generate
+from tests.helpers import run_cli
+from tests.planner.test_inventory import TWO_GROUPS, _figures, _with
+
+REL = 1e-9
+
+
+def _brute_force(groups: list[frozenset[str]], values: list[float]) -> float:
+    best = 0.0
+    for size in range(1, len(groups) + 1):
+        for chosen in itertools.combinations(range(len(groups)), size):
+            taken = [g for i in chosen for g in groups[i]]
+            if len(taken) == len(set(taken)):
+                best = max(best, sum(values[i] for i in chosen))
+    return best
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_best_packing_is_the_brute_force_optimum(seed: int) -> None:
+    """Blocks on one group and on ordered pairs (as an inventory's structure blocks), random values (some
+    zero: nothing within the cap), against every subset of blocks."""
+    rng = random.Random(seed)
+    names = [f"g{i}" for i in range(rng.randint(2, 5))]
+    groups = [frozenset({n}) for n in names] + [frozenset(pair) for pair in itertools.permutations(names, 2)]
+    values = [rng.choice([0.0, rng.uniform(0, 10), rng.uniform(5, 20)]) for _ in groups]
+    value, chosen = best_packing(groups, values)
+    assert value == pytest.approx(_brute_force(groups, values), rel=REL)
+    assert sum(values[i] for i in chosen) == pytest.approx(value, rel=REL)
+    taken = [g for i in chosen for g in groups[i]]
+    assert len(taken) == len(set(taken))
+
+
+def _pool(role: str, deployment: int, group: str, **more: int) -> dict[str, object]:
+    return {"role": role, "deployment": deployment, "group": group, "batch": 4, **more}
+
+
+def test_composite_layouts_validate_their_deployments() -> None:
+    good = Layout.model_validate({"serving": "composite", "pools": [
+        _pool("mixed", 0, "a"), _pool("prefill", 1, "b"), _pool("decode", 1, "b")]})
+    first, second = good.parts
+    assert (first.serving, second.serving) == ("aggregated", "disaggregated")
+    assert Layout.composed([first, second]) == good
+    with pytest.raises(ValidationError, match="number the deployments 0, 1"):
+        Layout.model_validate({"serving": "composite", "pools": [_pool("mixed", 0, "a"), _pool("mixed", 2, "b")]})
+    with pytest.raises(ValidationError, match="need serving: composite"):
+        Layout.model_validate({"serving": "aggregated", "pools": [_pool("mixed", 0, "a"), _pool("mixed", 1, "b")]})
+    with pytest.raises(ValidationError, match="at least two deployments"):
+        Layout.model_validate({"serving": "composite", "pools": [_pool("mixed", 0, "a")]})
+    with pytest.raises(ValidationError, match=r"\(deployment 1\)"):
+        Layout.model_validate({"serving": "composite", "pools": [_pool("mixed", 0, "a"), _pool("prefill", 1, "b")]})
+
+
+def _cluster_solve() -> SolveResult:
+    return solve(scenario_from_data(_with(TWO_GROUPS, search__gpu_accounting="cluster")),
+                 SolveSettings("highs", 60.0, resolution="exact"))
+
+
+@pytest.fixture(scope="module")
+def cluster_result() -> SolveResult:
+    return _cluster_solve()
+
+
+def test_composite_points_are_what_plan_evaluate_says(cluster_result: SolveResult) -> None:
+    """Each composite front point: its figures are `evaluate`'s of its layout, whose tokens/s are its parts'
+    sum and whose TTFT and TPOT are the slowest part's; it uses each group at most once."""
+    resolved = cluster_result.resolved
+    composites = [s.point for s in cluster_result.front if s.point.layout.serving == "composite"]
+    assert composites
+    for point in composites:
+        whole = evaluate(resolved, point.layout)
+        parts = [evaluate(resolved, part) for part in point.layout.parts]
+        assert whole.ttft_ms == pytest.approx(point.ttft_ms, rel=1e-9) == max(p.ttft_ms for p in parts)
+        assert whole.tpot_ms == pytest.approx(point.tpot_ms, rel=1e-9) == max(p.tpot_ms for p in parts)
+        assert whole.tokens_per_s_per_gpu * whole.gpus == pytest.approx(point.tokens_per_s, rel=1e-9)
+        assert whole.tokens_per_s_per_gpu * whole.gpus == pytest.approx(
+            sum(p.tokens_per_s_per_gpu * p.gpus for p in parts), rel=1e-12)
+        groups = [{pool.group for pool in part.pools} for part in point.layout.parts]
+        assert sum(len(g) for g in groups) == len(set().union(*groups))
+        assert whole.deployments and sum(d["share_of_requests"] for d in whole.deployments) == pytest.approx(1.0)
+
+
+def test_composites_beat_every_single_structure(cluster_result: SolveResult) -> None:
+    """The front weakly dominates each group's own front (in tokens/s: alone, a group is the whole cluster)
+    and is strictly better where both groups serve side by side."""
+    singles = [s.point for s in _solve_singles()]
+    front = [s.point for s in cluster_result.front]
+
+    def best(points: list, ttft_ms: float) -> float:  # type: ignore[type-arg]
+        return max((p.tokens_per_s for p in points if p.ttft_ms <= ttft_ms * (1 + 1e-12)), default=0.0)
+
+    assert all(best(front, p.ttft_ms) >= p.tokens_per_s * (1 - 1e-9) for p in singles)
+    assert any(p.tokens_per_s > best(singles, p.ttft_ms) * 1.01 for p in front)
+
+
+def _solve_singles() -> list:  # type: ignore[type-arg]
+    """Each group alone (the cross-group structures need both; `test_inventory` checks the whole front
+    against the exhaustive reference)."""
+    points = []
+    for group in TWO_GROUPS["cluster"]["inventory"]:
+        data = _with(TWO_GROUPS, search__gpu_accounting="cluster", cluster__inventory=[group])
+        points += solve(scenario_from_data(data), SolveSettings("highs", 60.0, resolution="exact")).front
+    return points
+
+
+def test_plan_evaluate_reads_a_composite_layout(tmp_path: Path, cluster_result: SolveResult) -> None:
+    point = next(s for s in cluster_result.front if s.point.layout.serving == "composite")
+    scenario = tmp_path / "scenario.yaml"
+    scenario.write_text(yaml.safe_dump(_with(TWO_GROUPS, search__gpu_accounting="cluster")), encoding="utf-8")
+    layout = tmp_path / "layout.yaml"
+    layout.write_text(yaml.safe_dump(plan_output.layout_dict(point.point.layout)), encoding="utf-8")
+    out = run_cli("evaluate", str(scenario), "--layout", str(layout), "--format", "json")
+    assert out.code == 0, out.err
+    data = json.loads(out.out)
+    assert data["ttft_ms"] == pytest.approx(point.point.ttft_ms, rel=1e-9)
+    assert [d["deployment"] for d in data["deployments"]] == [0, 1]
+    bad = plan_output.layout_dict(point.point.layout)
+    bad["pools"][-1]["deployment"] = 3
+    layout.write_text(yaml.safe_dump(bad), encoding="utf-8")
+    out = run_cli("evaluate", str(scenario), "--layout", str(layout))
+    assert out.code == 2 and "number the deployments 0, 1" in out.err and "Traceback" not in out.err
+    assert "layout.yaml" in out.err
+
+
+@pytest.mark.parametrize("engine", ["sglang", "dynamo"])
+def test_a_composite_plan_exports_one_folder_per_deployment(tmp_path: Path, cluster_result: SolveResult,
+                                                            engine: str) -> None:
+    index, point = next((i, s) for i, s in enumerate(cluster_result.front) if s.point.layout.serving == "composite")
+    path = tmp_path / "plan.yaml"
+    path.write_text(plan_output.plan_yaml(cluster_result, index, point), encoding="utf-8")
+    exported = export_plan(load_plan(path), engine)
+    folders = {name.split("/")[0] for name in exported.files}
+    assert folders == {"deployment0", "deployment1"}
+    written = exported.write(tmp_path / "out")
+    assert all(p.exists() for p in written) and {p.parent.name for p in written} == folders
+
+
+def test_composite_false_keeps_one_structure_per_plan() -> None:
+    """`search.composite: false`: no composite point, and the front is the exhaustive one of single
+    structures (each group alone, or fills on one and decode on the other)."""
+    data = _with(TWO_GROUPS, search__gpu_accounting="cluster", search__composite=False)
+    resolved = scenario_from_data(data)
+    result = solve(resolved, SolveSettings("cpsat", 60.0, resolution="exact"))
+    assert all(s.point.layout.serving != "composite" for s in result.front)
+    calibration = default_calibration()
+    sets = [generate(resolved.view(group), calibration) for group in resolved.groups]
+    for own in sets:
+        refine(resolved, calibration, own, math.inf, 0.0)
+    want = exhaustive_front(resolved, sets, calibration)
+    assert _figures([s.point for s in result.front]) == pytest.approx(_figures(want), rel=1e-6)
