@@ -124,7 +124,8 @@ _tuple_new = tuple.__new__
 
 
 def _scaled_ops(ops: list[Op], count: int) -> list[Op]:
-    """`count` layers' operators: FLOPs and bytes times `count` (`Op.with_work`); one layer's as they are."""
+    """`count` layers' operators: FLOPs and bytes times `count`; one layer's as they are (a test checks them
+    against `_replace`)."""
     if count == 1:
         return ops
     return [_tuple_new(Op, (name, kind, flops * count, hbm * count, peak, dtype, element))
@@ -132,7 +133,7 @@ def _scaled_ops(ops: list[Op], count: int) -> list[Op]:
 
 
 def _scaled_transfers(transfers: list[Transfer], count: int) -> list[Transfer]:
-    """`count` layers' transfers: bytes and calls times `count` (`Transfer.times`)."""
+    """`count` layers' transfers: bytes and calls times `count`."""
     if count == 1:
         return transfers
     return [_tuple_new(Transfer, (name, tier, size * count, calls * count, kind, ranks))
@@ -256,7 +257,7 @@ def merged_work(first: StepWork, second: StepWork) -> StepWork:
     for (name, kind, flops, hbm, peak, dtype, element), b in zip(first.ops[:common], second.ops[:common], strict=True):
         if name != b.name:
             raise ValueError(f"operators do not align: {name} vs {b.name}")
-        # as `Op.with_work`; a GEMM's bytes: the larger read, as max(a, b) picks it (b only if larger)
+        # a GEMM's bytes: the larger read, as max(a, b) picks it (b only if larger)
         read = (b.hbm_bytes if b.hbm_bytes > hbm else hbm) if kind == "gemm" else hbm + b.hbm_bytes
         ops.append(_tuple_new(Op, (name, kind, flops + b.flops, read, peak, dtype, element)))
     ops.extend(first.ops[common:] + second.ops[common:])

@@ -43,12 +43,6 @@ class Op(NamedTuple):
     # summed into the operator (`costmodel.pricing.grouped_gemm_share`); 0 for any other operator.
     group_element_bytes: float = 0.0
 
-    def with_work(self, flops: float, hbm_bytes: float) -> Op:
-        """The same operator with other FLOPs and bytes (`_replace`, without its generic cost: this runs for
-        every operator of every timed step)."""
-        return Op(self.name, self.op_class, flops, hbm_bytes, self.peak_flops_per_s, self.dtype,
-                  self.group_element_bytes)
-
 
 class Transfer(NamedTuple):
     """Bytes one GPU sends over one link tier in a step, in `calls` collective operations (a named tuple,
@@ -60,10 +54,6 @@ class Transfer(NamedTuple):
     calls: float
     kind: CollectiveKind = "p2p"
     ranks: int = 0  # all-reduce inside a scale-up domain: its group size (pricing picks the algorithm); else 0
-
-    def times(self, count: int) -> Transfer:
-        """The transfer of `count` layers: bytes and calls times `count` (as `_replace`, faster)."""
-        return Transfer(self.name, self.tier, self.bytes * count, self.calls * count, self.kind, self.ranks)
 
 
 @dataclass
