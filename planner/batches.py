@@ -508,12 +508,12 @@ def _boxes(options: DeploymentOptions, fills: _Fills, size: int, rows: _Decodes,
     Returns which decode rows and which fill options have a bound the front does not beat (its best within
     the TTFT bound below value x `factor`), and those bounds.
 
-    Two screens skip work without changing the answer. Each (fill option, count) is first screened for all
+    Screens skip work without changing the answer. Each (fill option, count) is first screened for all
     rows at once: a pair's wait at the prefill pool is at least the fill and its rate at most the fill
     instances' capacity (`prefill_wait`), so a fill plus transfer past the cap, or a front at that TTFT
-    beating the capacity's tokens/s, closes every row of it. Then each entry's rate is computed only where
-    the front at its TTFT bound does not beat that capacity. `SCREEN_SLACK` keeps both on the safe side of
-    rounding."""
+    beating the capacity's tokens/s, closes every row of it. Then the front is searched only for the entries
+    whose tokens/s it does not beat at their column's least TTFT, nor the capacity's at their own.
+    `SCREEN_SLACK` keeps the capacity on the safe side of rounding."""
     most_d = rows.most
     per_row = np.zeros(len(most_d), dtype=bool)
     per_fill = np.zeros(fills.gpus.size, dtype=bool)
@@ -535,26 +535,25 @@ def _boxes(options: DeploymentOptions, fills: _Fills, size: int, rows: _Decodes,
         return per_row, per_fill, (np.zeros(0), np.zeros(0))
     cap_l, fill_l, transfer_l = capacity[live_f, live_c], fills.fill[live_f], transfer[live_f]
     count_l, reach_l = counts[live_c], front.reach(ceiling[live_f, live_c])
+    floor_l = front.at(soonest)[live_f]  # the front at no more TTFT than any entry of the column has
     step = max(1, CHUNK // live_f.size)
     for start in range(0, len(most_d), step):
         part = slice(start, start + step)
         with np.errstate(divide="ignore", invalid="ignore"):
             ttft = prefill_wait(cap_l, fill_l, transfer_l + rows.away_ttft[part, None],
                                 rows.slots_ttft[part, None] * count_l, options.cohort_fraction) + transfer_l
-        # the rate bound only where the TTFT bound is within the cap and the front there does not beat the
-        # capacity (`_Front.reach`: often a small share of the entries)
-        ok = ((count_l <= most_d[part, None]) & np.isfinite(ttft) & (ttft <= within)
+            _, rate = pair_figures(cap_l, fill_l, transfer_l, rows.slots_rate[part, None] * count_l,
+                                   rows.away_rate[part, None], options.cohort_fraction)
+        value = options.output_tokens * rate
+        # the front looked up only where the TTFT bound is within the cap and the front does not beat the
+        # entry's tokens/s at its column's least TTFT, nor the capacity at its own (`_Front.reach`)
+        ok = ((count_l <= most_d[part, None]) & np.isfinite(ttft) & (ttft <= within) & (value * factor > floor_l)
               & (ttft * (1 + 1e-12) < reach_l))
         r, entry = np.nonzero(ok)
-        bound_t = ttft[r, entry]
-        with np.errstate(divide="ignore", invalid="ignore"):
-            _, rate = pair_figures(cap_l[entry], fill_l[entry], transfer_l[entry],
-                                   rows.slots_rate[part][r] * count_l[entry], rows.away_rate[part][r],
-                                   options.cohort_fraction)
-        value = options.output_tokens * np.asarray(rate, dtype=float)
-        unbeaten = front.at(bound_t) < value * factor
+        bound_t, bound_v = ttft[r, entry], value[r, entry]
+        unbeaten = front.at(bound_t) < bound_v * factor
         per_row[start + r[unbeaten]] = True
         per_fill[live_f[entry[unbeaten]]] = True
-        found_t.append(np.asarray(bound_t[unbeaten], dtype=float))
-        found_v.append(value[unbeaten])
+        found_t.append(bound_t[unbeaten])
+        found_v.append(bound_v[unbeaten])
     return per_row, per_fill, (_concatenate(found_t), _concatenate(found_v))
