@@ -10,10 +10,12 @@ from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
+from costmodel.evaluate import evaluate
 from planner.errors import InputError
 from planner.export import dynamo, sglang, trtllm, vllm
 from planner.export.base import ENGINE_VERSIONS, ENGINES, Export, Plan, read_plan
-from planner.scenario import load_scenario, scenario_from_data
+from planner.plan_output import layout_dict
+from planner.scenario import layout_from_document, load_scenario, scenario_from_data
 from planner.sourcefile import read_document
 
 __all__ = ["ENGINES", "ENGINE_VERSIONS", "Export", "Plan", "export_plan", "load_plan"]
@@ -69,14 +71,17 @@ def _composite(plan: Plan, engine: str, backend: str | None) -> Export:
 
 def _parts(plan: Plan) -> list[Plan]:
     """Each deployment of a composite plan as a plan of its own (its pools and their placement)."""
-    layout, placed = plan.data["layout"], plan.data["placement"]["pools"]
-    numbers = sorted({int(pool.get("deployment", 0)) for pool in layout["pools"]})
+    placed = plan.data["placement"]["pools"]
+    whole = layout_from_document(read_document(plan.path))  # validated, errors at the plan file's lines
+    shares = [d["share_of_requests"] for d in evaluate(plan.resolved, whole).deployments]
     parts = []
-    for number in numbers:
-        chosen = [i for i, pool in enumerate(layout["pools"]) if int(pool.get("deployment", 0)) == number]
-        pools = [{k: v for k, v in layout["pools"][i].items() if k != "deployment"} for i in chosen]
-        serving = "aggregated" if any(pool["role"] == "mixed" for pool in pools) else "disaggregated"
-        data = {**plan.data, "layout": {**layout, "serving": serving, "pools": pools},
+    for number, part in enumerate(whole.parts):
+        chosen = [i for i, pool in enumerate(whole.pools) if pool.deployment == number]
+        own = evaluate(plan.resolved, part)
+        figures = {"deployment": f"{number} of {len(shares)}", "share_of_requests": shares[number],
+                   "ttft_ms": own.ttft_ms, "tpot_ms": own.tpot_ms,
+                   "tokens_per_s_per_gpu_used": own.tokens_per_s_per_gpu, "gpus": own.gpus}
+        data = {**plan.data, "layout": layout_dict(part), "figures": figures,
                 "placement": {**plan.data["placement"], "pools": [placed[i] for i in chosen]}}
         parts.append(read_plan(plan.path, data, plan.resolved))
     return parts

@@ -157,6 +157,9 @@ def test_a_composite_plan_exports_one_folder_per_deployment(tmp_path: Path, clus
     exported = export_plan(load_plan(path), engine)
     folders = {name.split("/")[0] for name in exported.files}
     assert folders == {"deployment0", "deployment1"}
+    head = next(text for name, text in exported.files.items()
+                if name.startswith("deployment1/") and name.endswith((".sh", ".yaml")))
+    assert "deployment 1 of 2, share_of_requests" in head  # each deployment's own figures
     written = exported.write(tmp_path / "out")
     assert all(p.exists() for p in written) and {p.parent.name for p in written} == folders
 
