@@ -70,6 +70,10 @@ def print_prediction(prediction: Prediction) -> None:
     used = prediction.utilisation
     console.print(f"bottleneck: {prediction.bottleneck}   utilisation: HBM capacity {used['hbm_capacity']:.0%}, "
                   f"HBM bandwidth {used['hbm_bandwidth']:.0%}, compute {used['compute']:.0%}")
+    for part in prediction.deployments:  # a composite layout: each deployment's own figures
+        console.print(f"deployment {part['deployment']}: TTFT {part['ttft_ms']:,.1f} ms   "
+                      f"TPOT {part['tpot_ms']:,.2f} ms   {part['tokens_per_s_per_gpu']:,.1f} tokens/s/GPU   "
+                      f"{part['gpus']} GPUs   {part['share_of_requests']:.1%} of the requests")
     for reason in prediction.reasons:
         console.print(f"[red]{reason}[/red]")
     for warning in prediction.warnings:
@@ -99,8 +103,10 @@ def _print_kv_tiers(console: Console, tiers: dict[str, Any]) -> None:
 
 def _print_pool(console: Console, pool: dict[str, Any]) -> None:
     memory = pool["memory_per_gpu_gb"]
+    deployment = f" of deployment {pool['deployment']}" if "deployment" in pool else ""
     console.print(
-        f"\n[bold]{pool['role']} pool[/bold]: {pool['gpus']} GPUs, batch {pool['batch']} (max {pool['max_batch']}); "
+        f"\n[bold]{pool['role']} pool{deployment}[/bold]: {pool['gpus']} GPUs, "
+        f"batch {pool['batch']} (max {pool['max_batch']}); "
         f"GB per GPU: weights {memory['weights']:.1f}, KV {memory['kv_cache']:.1f}, states {memory['states']:.1f}, "
         f"workspace {memory['workspace']:.1f}, reserve {memory['reserve']:.1f} of {memory['capacity']:.1f}"
     )
