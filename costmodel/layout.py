@@ -135,10 +135,11 @@ class Layout(StrictModel):
 
     @classmethod
     def composed(cls, parts: list[Layout]) -> Layout:
-        """The parts side by side (one part: itself)."""
-        if len(parts) == 1:
-            return parts[0]
-        pools = [pool.model_copy(update={"deployment": number}) for number, part in enumerate(parts)
+        """The parts side by side (one part: itself; a composite part's deployments each count as one)."""
+        flat = [single for part in parts for single in part.parts]
+        if len(flat) == 1:
+            return flat[0]
+        pools = [pool.model_copy(update={"deployment": number}) for number, part in enumerate(flat)
                  for pool in part.pools]
         return cls(serving="composite", pools=pools)
 

@@ -11,10 +11,12 @@ inventory groups, deployments on disjoint groups side by side too (`composed_poi
 from __future__ import annotations
 
 import collections
+import dataclasses
 import itertools
 from collections.abc import Iterator
 
 from costmodel.calibration import Calibration
+from costmodel.layout import Layout
 from costmodel.resolve import ResolvedScenario
 from planner.deployment import aggregated_point, composed_point, disaggregated_point, meets_slo
 from planner.errors import PlannerError
@@ -111,8 +113,46 @@ def exhaustive_front(resolved: ResolvedScenario, candidates: CandidateSet | list
     points = [p for p in points if meets_slo(resolved, p)]
     search = resolved.scenario.search
     if search.gpu_accounting == "cluster" and search.composite and len(resolved.groups) > 1:
+        points += mixed_fill_points(resolved, [p for p in points if p.layout.serving == "aggregated"], limit)
         points += composed_points(resolved, points, limit)
     return non_dominated(points)
+
+
+def mixed_fill_points(resolved: ResolvedScenario, aggregated: list[FrontPoint],
+                      limit: int = MAX_DEPLOYMENTS) -> list[FrontPoint]:
+    """Aggregated instances of two or more sizes side by side on one group: every count vector that fits,
+    each size's instances of one candidate drawn from that size's front (of one size, a dominated candidate
+    never makes a better mix: another of the size's front is as fast and serves as much per instance)."""
+    found = []
+    for group in resolved.groups:
+        by_size: dict[int, list[FrontPoint]] = collections.defaultdict(list)
+        for point in aggregated:
+            pool = point.layout.pools[0]
+            if pool.group == group.name:
+                by_size[pool.gpus_per_instance].append(point)
+        fronts = {size: non_dominated(found_) for size, found_ in sorted(by_size.items(), reverse=True)}
+        domains = group_domains(group)
+        sizes = list(fronts)
+        for counts in itertools.product(*(range(domains.gpus // size + 1) for size in sizes)):
+            used = [(size, count) for size, count in zip(sizes, counts, strict=True) if count]
+            if len(used) < 2 or not fits(used, domains):
+                continue
+            combinations = 1
+            for size, _ in used:
+                combinations *= len(fronts[size])
+            if combinations > limit:
+                raise TooLargeForReference(f"about {combinations:,} mixes of aggregated instances: too many")
+            for chosen in itertools.product(*(fronts[size] for size, _ in used)):
+                parts = [_with_count(point, count) for point, (_, count) in zip(chosen, used, strict=True)]
+                found.append(composed_point(resolved, parts))
+    return found
+
+
+def _with_count(point: FrontPoint, count: int) -> FrontPoint:
+    """An aggregated point with `count` instances (its per-GPU figures do not depend on the count)."""
+    pool = point.layout.pools[0]
+    layout = Layout(serving="aggregated", pools=[pool.model_copy(update={"replicas": count})])
+    return dataclasses.replace(point, gpus=count * pool.gpus_per_instance, layout=layout)
 
 
 def composed_points(resolved: ResolvedScenario, points: list[FrontPoint],

@@ -35,8 +35,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from costmodel.calibration import Calibration
+from costmodel.layout import Layout
 from costmodel.resolve import ResolvedScenario
 from planner.deployment import composed_point, disaggregated_point
+from planner.formulation.fill import best_fill
 from planner.formulation.model import DeploymentModel, InvalidSolution, Selection, build_model
 from planner.formulation.options import DeploymentOptions, MixedOption
 from planner.formulation.pairs import PAIR_LIMIT, PairTable
@@ -45,6 +47,7 @@ from planner.formulation.units import UnitTable, selection_of, unit_table
 from planner.pareto import FrontPoint
 from planner.solvers import Backend, LazyBackend, SolveOptions, SolveReport, SolveStatus
 from planner.sweep_result import GRID_S, Resolution, SolvedPoint, SweepResult, resolution_step
+from planner.templates import with_replicas
 
 RATIO_TOL = 1e-7  # Dinkelbach stops when the MILP cannot beat q by more than this (relative)
 MAX_DINKELBACH = 30  # safeguard; convergence is superlinear, typically 2-4 solves
@@ -98,6 +101,7 @@ class _Sweeper:
         self.blocks: list[_Block] = []
         self._mixed_tables: dict[int, tuple[list[float], list[int]]] = {}  # per block's options (`_best_mixed`)
         self._points: dict[tuple[object, ...], FrontPoint | None] = {}  # exact figures by selection (`_point`)
+        self._per_size: dict[int, dict[int, tuple[list[float], list[MixedOption]]]] = {}  # `_mixed_fill`
         for options in blocks:
             self._use(_Block(options))
             if self.cluster and settings.pair_screening:
@@ -247,6 +251,11 @@ class _Sweeper:
             step = self._cluster_best(eps, own)
             empty &= self._proven_empty
             proofs.add(self._proof)
+            mix = self._mixed_fill(eps) if len(block.options.groups) == 1 else None
+            if mix is not None and (step is None or mix.point.tokens_per_s > step.point.tokens_per_s * (1 + 1e-12)):
+                # the block's optimum: the better of its structures' (as proven as they are) and the exact mix
+                unproven = replace(mix, status=SolveStatus.FEASIBLE, gap=1.0)  # time ran out before any proof
+                step = unproven if step is None else replace(mix, status=step.status, gap=step.gap)
             steps.append(step)
             if step is None:
                 bounds.append(0.0 if self._proven_empty else math.inf)
@@ -267,6 +276,29 @@ class _Sweeper:
         bound, _ = best_packing(groups, bounds)
         solved = _joint_status(solved, [bound])
         return self._record(replace(solved, proof="enumeration" if proofs == {"enumeration"} else "milp"), eps)
+
+    def _mixed_fill(self, eps: float | None) -> SolvedPoint | None:
+        """The block's group filled with aggregated instances of several sizes, each size's best within the
+        cap (`planner.formulation.fill.best_fill`, exact), as a composite of mixed pools; None when it is
+        one size only (the block's own structures hold that) or a shared KV store limits the instances."""
+        if self.options.store is not None or not self.options.mixed:
+            return None
+        per_size = self._per_size.get(id(self.options))
+        if per_size is None:
+            per_size = self._per_size[id(self.options)] = _best_by_size(self.options.mixed)
+        best: dict[int, MixedOption] = {}
+        for size, (times, options) in per_size.items():
+            within = len(times) if eps is None else bisect.bisect_right(times, eps)
+            if within:
+                best[size] = options[within - 1]
+        fill = best_fill({size: _instance_tokens(m) for size, m in best.items()}, self.options.domains)
+        if len([n for n in fill.counts.values() if n]) < 2:
+            return None
+        parts = [replace(best[size].point, gpus=count * size,
+                         layout=Layout(serving="aggregated", pools=[with_replicas(best[size].candidate, count)]))
+                 for size, count in sorted(fill.counts.items(), reverse=True) if count]
+        return SolvedPoint(composed_point(self.resolved, parts), Selection(mixed=best[max(best)]),
+                           SolveStatus.OPTIMAL, 0.0, proof="enumeration")
 
     def _record(self, solved: SolvedPoint, eps: float | None) -> SolvedPoint:
         """A cap's point: kept, its interval resolved when proven, reported."""
@@ -547,6 +579,22 @@ def _joint_status(best: SolvedPoint, bounds: list[float]) -> SolvedPoint:
         return best if best.status == SolveStatus.OPTIMAL else replace(best, status=SolveStatus.OPTIMAL, gap=0.0)
     gap = 1.0 if not math.isfinite(bound) else (bound - value) / bound
     return replace(best, status=SolveStatus.FEASIBLE, gap=max(best.gap if best.gap < math.inf else 0.0, gap))
+
+
+def _instance_tokens(option: MixedOption) -> float:
+    """Tokens/s of one instance of an aggregated option (its point fills the group with copies)."""
+    return option.point.tokens_per_s * option.candidate.gpus / option.point.gpus
+
+
+def _best_by_size(mixed: tuple[MixedOption, ...]) -> dict[int, tuple[list[float], list[MixedOption]]]:
+    """Per instance size: the options' TTFTs ascending and, up to each, the one with the most tokens/s per
+    instance (the first among equals), for `_mixed_fill`'s lookups by cap."""
+    tables: dict[int, tuple[list[float], list[MixedOption]]] = {}
+    for option in sorted(mixed, key=lambda m: m.point.ttft_ms):
+        times, best = tables.setdefault(option.candidate.gpus, ([], []))
+        times.append(option.point.ttft_ms / 1e3)
+        best.append(best[-1] if best and _instance_tokens(best[-1]) >= _instance_tokens(option) else option)
+    return tables
 
 
 def best_packing(groups: list[frozenset[str]], values: list[float]) -> tuple[float, tuple[int, ...]]:

@@ -5,6 +5,7 @@ side. The set of blocks (`best_packing`) against brute force; the layout schema'
 
 from __future__ import annotations
 
+import functools
 import itertools
 import json
 import math
@@ -21,9 +22,11 @@ from costmodel.layout import Layout
 from planner import plan_output
 from planner.batches import refine
 from planner.export import export_plan, load_plan
+from planner.pareto import FrontPoint
 from planner.reference import exhaustive_front
 from planner.scenario import scenario_from_data
 from planner.solve import SolveResult, SolveSettings, solve
+from planner.solvers import BACKENDS
 from planner.sweep import best_packing
 from planner.templates import generate
 from tests.helpers import run_cli
@@ -177,3 +180,33 @@ def test_composite_false_keeps_one_structure_per_plan() -> None:
         refine(resolved, calibration, own, math.inf, 0.0)
     want = exhaustive_front(resolved, sets, calibration)
     assert _figures([s.point for s in result.front]) == pytest.approx(_figures(want), rel=1e-6)
+
+
+# Aggregated serving on the two groups: each group may hold instances of several sizes side by side.
+AGGREGATED = _with(TWO_GROUPS, search__gpu_accounting="cluster", search__serving=["aggregated"],
+                   slo={"tpot_ms": 30})
+
+
+@functools.cache
+def _aggregated_reference() -> tuple[FrontPoint, ...]:
+    resolved = scenario_from_data(AGGREGATED)
+    calibration = default_calibration()
+    sets = [generate(resolved.view(group), calibration) for group in resolved.groups]
+    for own in sets:
+        refine(resolved, calibration, own, math.inf, 0.0)
+    return tuple(exhaustive_front(resolved, sets, calibration))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_mixes_of_aggregated_sizes_equal_the_exhaustive_front(backend: str) -> None:
+    """Every count vector of aggregated instances that fits each group, composed with the other group's
+    deployments: the solver's front equals the reference point for point, and some point mixes sizes on
+    one group (the mix is in the space and wins somewhere)."""
+    result = solve(scenario_from_data(AGGREGATED), SolveSettings(backend, 60.0, resolution="exact"))
+    want = _aggregated_reference()
+    assert _figures([s.point for s in result.front]) == pytest.approx(_figures(want), rel=1e-6)
+    assert result.status == "optimal"
+    mixed_sizes = [s for s in result.front
+                   if any(len({p.gpus_per_instance for p in part.pools if p.group == g}) > 1
+                          for part in [s.point.layout] for g in ("hop", "bw"))]
+    assert mixed_sizes
