@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from costmodel.calibration import Calibration, default_calibration, generation_of
@@ -188,7 +188,13 @@ def evaluate(resolved: ResolvedScenario, layout: Layout, calibration: Calibratio
     calibration = calibration or default_calibration()
     pricer = DirectPricer(resolved.system, calibration, resolved.scenario.engine)
     if layout.serving == "composite":
-        return composite([predict(plan_layout(resolved, part, pricer), pricer) for part in layout.parts])
+        whole = composite([predict(plan_layout(resolved, part, pricer), pricer) for part in layout.parts])
+        parking = [i for i, part in enumerate(layout.parts) if any(pool.kv_store for pool in part.pools)]
+        if len(parking) < 2:
+            return whole
+        shared = (f"deployments {', '.join(map(str, parking))} all park idle contexts in the cluster's one shared KV "
+                  "store; its capacity and bandwidth are checked for each deployment alone, not for their sum")
+        return replace(whole, warnings=(*whole.warnings, shared))
     return predict(plan_layout(resolved, layout, pricer), pricer)
 
 

@@ -17,12 +17,14 @@ from typing import Annotated, Literal
 
 from pydantic import Field, model_validator
 
-from costmodel.scenario import GROUP_NAME, MAX_BATCH, GpuCount, SchemaVersion, StrictModel
+from costmodel.scenario import GROUP_NAME, MAX_BATCH, MAX_GPUS, GpuCount, SchemaVersion, StrictModel
 
 PoolRole = Literal["mixed", "prefill", "midfill", "decode"]
 # a composite layout: several independent deployments side by side (e.g. one per inventory group)
 LayoutServing = Literal["aggregated", "disaggregated", "composite"]
-MAX_DEPLOYMENTS = 16  # the inventory's group limit: the planner composes at most one deployment per group
+# a deployment holds at least one GPU: a composite has at most as many deployments as the cluster has GPUs (the
+# planner's have one per group, or one per instance size on a group)
+MAX_DEPLOYMENTS = MAX_GPUS
 DISAGGREGATED_ROLES = (["decode", "prefill"], ["decode", "midfill", "prefill"])
 FILL_ROLES: tuple[PoolRole, ...] = ("mixed", "prefill", "midfill")  # pools that run fills
 

@@ -30,12 +30,12 @@ def binding(resolved: ResolvedScenario, layout: Layout, rate_per_s: float, calib
     first = _first_gpus(resolved, layout) if first_gpus is None else [
         (_group_of(resolved, pool.group), gpu) for pool, gpu in zip(layout.pools, first_gpus, strict=True)]
     if layout.serving == "composite":  # each deployment at its own rate, on its own pools' GPUs
-        found, offset = [], 0
-        for part in layout.parts:
+        found = []
+        for number, part in enumerate(layout.parts):
             own = evaluate(resolved, part, calibration)
             rate = own.tokens_per_s_per_gpu * own.gpus / resolved.scenario.workload.output_tokens
-            found += _binding(resolved, part, rate, calibration, first[offset:offset + len(part.pools)])
-            offset += len(part.pools)
+            firsts = [first[i] for i, pool in enumerate(layout.pools) if pool.deployment == number]
+            found += _binding(resolved, part, rate, calibration, firsts)
         return list(dict.fromkeys(found))
     return _binding(resolved, layout, rate_per_s, calibration, first)
 

@@ -20,8 +20,10 @@ from costmodel.layout import Layout
 from costmodel.resolve import ResolvedScenario
 from planner.deployment import aggregated_point, composed_point, disaggregated_point, meets_slo
 from planner.errors import PlannerError
+from planner.formulation.fill import placeable
 from planner.pareto import FrontPoint, non_dominated
 from planner.placement import Domains, fits, group_domains
+from planner.sweep import composing
 from planner.templates import Candidate, CandidateKind, CandidateSet
 
 MAX_DEPLOYMENTS = 2_000_000  # beyond this the enumeration is not a reasonable reference
@@ -111,8 +113,7 @@ def exhaustive_front(resolved: ResolvedScenario, candidates: CandidateSet | list
             points += split_points(resolved, calibration, own.by_role["first"], own.by_role["midfill"],
                                    own.by_role["decode"], limit)
     points = [p for p in points if meets_slo(resolved, p)]
-    search = resolved.scenario.search
-    if search.gpu_accounting == "cluster" and search.composite and len(resolved.groups) > 1:
+    if composing(resolved, [frozenset({group.name}) for group in resolved.groups]):
         points += mixed_fill_points(resolved, [p for p in points if p.layout.serving == "aggregated"], limit)
         points += composed_points(resolved, points, limit)
     return non_dominated(points)
@@ -120,7 +121,8 @@ def exhaustive_front(resolved: ResolvedScenario, candidates: CandidateSet | list
 
 def mixed_fill_points(resolved: ResolvedScenario, aggregated: list[FrontPoint],
                       limit: int = MAX_DEPLOYMENTS) -> list[FrontPoint]:
-    """Aggregated instances of two or more sizes side by side on one group: every count vector that fits,
+    """Aggregated instances of two or more sizes side by side on one group: every count vector that fits
+    (sizes dividing each other, as the planner keeps: `planner.formulation.fill.placeable`),
     each size's instances of one candidate drawn from that size's front (of one size, a dominated candidate
     never makes a better mix: another of the size's front is as fast and serves as much per instance)."""
     found = []
@@ -135,7 +137,7 @@ def mixed_fill_points(resolved: ResolvedScenario, aggregated: list[FrontPoint],
         sizes = list(fronts)
         for counts in itertools.product(*(range(domains.gpus // size + 1) for size in sizes)):
             used = [(size, count) for size, count in zip(sizes, counts, strict=True) if count]
-            if len(used) < 2 or not fits(used, domains):
+            if len(used) < 2 or not placeable(used, domains):
                 continue
             combinations = 1
             for size, _ in used:

@@ -26,7 +26,7 @@ from planner.experts import ExpertPlacement, place_experts
 from planner.formulation.model import build_model
 from planner.formulation.options import DeploymentOptions, deployment_options
 from planner.solvers import LazyBackend, SolveStatus
-from planner.sweep import SweepSettings, sweep
+from planner.sweep import SweepSettings, composing, sweep
 from planner.sweep_result import Coverage, Resolution, SolvedPoint, SweepResult, Termination
 from planner.templates import CandidateSet, generate, merged
 
@@ -159,7 +159,8 @@ def _solve(resolved: ResolvedScenario, settings: SolveSettings, calibration: Cal
                                         "raise --time-limit")
         raise diagnose.no_deployment(resolved)
     counts = {str(role): len(c) for role, c in candidates.by_role.items()}
-    front = [_with_batch_bound(solved, batches, resolved.gpus) for solved in front]
+    composed = composing(resolved, [b.groups for b in blocks])
+    front = [_with_batch_bound(solved, batches, resolved.gpus, composed) for solved in front]
     solved = SolveResult(resolved, settings, front, result, 0.0, counts, options=blocks[0], prepare_s=prepare_s,
                          fastest_ttft_s=fastest, batches=batches, blocks=blocks)
     solved.experts = _expert_placements(resolved, front, settings)
@@ -197,13 +198,15 @@ def structure_blocks(resolved: ResolvedScenario, sets: list[CandidateSet],
     return blocks
 
 
-def _with_batch_bound(solved: SolvedPoint, batches: BatchCoverage, cluster_gpus: int) -> SolvedPoint:
+def _with_batch_bound(solved: SolvedPoint, batches: BatchCoverage, cluster_gpus: int,
+                      composed: bool = False) -> SolvedPoint:
     """A point that an untimed batch could still beat (batch intervals left open at the time limit) is
-    feasible, its gap measured against the most such a batch could reach at its TTFT (beside a composite's
-    other parts: at most the composite's figure plus that batch's, as it would replace one part)."""
+    feasible, its gap measured against the most such a batch could reach at its TTFT; where the sweep
+    composes deployments (`planner.sweep.composing`), that batch could run beside the point's deployments
+    (or replace one): at most the point's figure plus the batch's."""
     bound = batches.bound_at(solved.point.ttft_ms / 1e3) / cluster_gpus
     value = solved.point.tokens_per_s_per_gpu
-    if solved.point.layout.serving == "composite" and bound > 0:
+    if composed and bound > 0:
         bound += value
     if batches.certified and batches.tolerance > 0:  # what the tolerance leaves unproven
         bound = max(bound, value * (1 + batches.tolerance))

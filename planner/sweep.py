@@ -38,7 +38,7 @@ from costmodel.calibration import Calibration
 from costmodel.layout import Layout
 from costmodel.resolve import ResolvedScenario
 from planner.deployment import composed_point, disaggregated_point
-from planner.formulation.fill import best_fill
+from planner.formulation.fill import best_fill, placeable
 from planner.formulation.model import DeploymentModel, InvalidSolution, Selection, build_model
 from planner.formulation.options import DeploymentOptions, MixedOption
 from planner.formulation.pairs import PAIR_LIMIT, PairTable
@@ -96,8 +96,7 @@ class _Sweeper:
         self.cluster = resolved.scenario.search.gpu_accounting == "cluster"
         # several groups under cluster accounting: deployments on disjoint groups run side by side (under
         # `used` accounting a composite's ratio never beats its best part's, which is within the cap too)
-        self.compose = (self.cluster and resolved.scenario.search.composite
-                        and len({g for options in blocks for g in options.groups}) > 1)
+        self.compose = composing(resolved, [options.groups for options in blocks])
         self.blocks: list[_Block] = []
         self._mixed_tables: dict[int, tuple[list[float], list[int]]] = {}  # per block's options (`_best_mixed`)
         self._points: dict[tuple[object, ...], FrontPoint | None] = {}  # exact figures by selection (`_point`)
@@ -292,7 +291,8 @@ class _Sweeper:
             if within:
                 best[size] = options[within - 1]
         fill = best_fill({size: _instance_tokens(m) for size, m in best.items()}, self.options.domains)
-        if len([n for n in fill.counts.values() if n]) < 2:
+        used = [(size, count) for size, count in fill.counts.items() if count]
+        if len(used) < 2 or not placeable(used, self.options.domains):
             return None
         parts = [replace(best[size].point, gpus=count * size,
                          layout=Layout(serving="aggregated", pools=[with_replicas(best[size].candidate, count)]))
@@ -595,6 +595,15 @@ def _best_by_size(mixed: tuple[MixedOption, ...]) -> dict[int, tuple[list[float]
         times.append(option.point.ttft_ms / 1e3)
         best.append(best[-1] if best and _instance_tokens(best[-1]) >= _instance_tokens(option) else option)
     return tables
+
+
+def composing(resolved: ResolvedScenario, groups: list[frozenset[str]]) -> bool:
+    """Whether the sweep composes deployments side by side: cluster accounting, `search.composite`, two or
+    more groups, and no shared KV store (its capacity and bandwidth are the whole cluster's, and each
+    block's deployments may use all of it: the parts' sum is not bounded, so composites are left out)."""
+    scenario = resolved.scenario
+    return (scenario.search.gpu_accounting == "cluster" and scenario.search.composite
+            and scenario.cluster.kv_store is None and len(set().union(*groups)) > 1)
 
 
 def best_packing(groups: list[frozenset[str]], values: list[float]) -> tuple[float, tuple[int, ...]]:

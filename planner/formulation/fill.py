@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass
 
-from planner.placement import Domains
+from planner.placement import Domains, divisible, fits
 
 
 @dataclass(frozen=True)
@@ -92,3 +92,10 @@ def best_fill(values: dict[int, float], domains: Domains) -> Fill:
 def _rack(complete: int, spans: list[Fill], domain: Fill) -> Fill:
     """R(c): the best of k complete domains to instances wider than a domain and the rest to narrow ones."""
     return max((spans[k].plus(domain, complete - k) for k in range(complete + 1)), key=lambda f: f.value)
+
+
+def placeable(counts: list[tuple[int, int]], domains: Domains) -> bool:
+    """A mix the planner may return: its sizes divide each other (then the packing rows are exact and the
+    placer's first-fit decreasing reproduces any packing) and it fits. With other sizes (an attention-DP
+    degree of 3, say) the knapsack's packing may be real but neither `fits` nor the placer finds it."""
+    return divisible([size for size, _ in counts], domains) and fits(counts, domains)

@@ -12,24 +12,30 @@ import math
 import random
 from pathlib import Path
 
+import numpy as np
 import pytest
 import yaml
 from pydantic import ValidationError
 
 from costmodel.calibration import default_calibration
 from costmodel.evaluate import evaluate
-from costmodel.layout import Layout
+from costmodel.layout import Layout, Pool
 from planner import plan_output
-from planner.batches import refine
+from planner.batches import BatchCoverage, refine
 from planner.export import export_plan, load_plan
+from planner.formulation.fill import best_fill, placeable
+from planner.formulation.model import Selection
 from planner.pareto import FrontPoint
+from planner.placement import Domains
 from planner.reference import exhaustive_front
 from planner.scenario import scenario_from_data
-from planner.solve import SolveResult, SolveSettings, solve
-from planner.solvers import BACKENDS
+from planner.solve import SolveResult, SolveSettings, _with_batch_bound, solve
+from planner.solvers import BACKENDS, SolveStatus
 from planner.sweep import best_packing
+from planner.sweep_result import SolvedPoint
 from planner.templates import generate
 from tests.helpers import run_cli
+from tests.planner.small_scenarios import AGENT_WORKLOAD
 from tests.planner.test_inventory import TWO_GROUPS, _figures, _with
 
 REL = 1e-9
@@ -213,3 +219,60 @@ def test_mixes_of_aggregated_sizes_equal_the_exhaustive_front(backend: str) -> N
                    if any(len({p.gpus_per_instance for p in part.pools if p.group == g}) > 1
                           for part in [s.point.layout] for g in ("hop", "bw"))]
     assert mixed_sizes
+
+
+def test_no_composites_beside_a_shared_kv_store() -> None:
+    """The shared KV store is the whole cluster's and each block's deployments may use all of it: nothing
+    is composed there (two parts could overfill it), and `plan evaluate` of a composite whose deployments
+    both park contexts in the store warns that their sum is not checked."""
+    host = {"host_dram_bytes_per_node": 2.0e11, "ssd_capacity_bytes_per_node": 1.0e11}
+    data = {
+        "schema_version": 1, "name": "store", "model": "llama3.1-8b",
+        "precision": {"weights": "fp8", "kv_cache": "bf16"},
+        "cluster": {"inventory": [{"name": "a", "system": "h100-sxm", "gpus": 4, "overrides": host},
+                                  {"name": "b", "system": "h100-sxm", "gpus": 4, "overrides": host}],
+                    "kv_store": {"capacity_bytes": 2.0e11, "bandwidth_bytes_per_s": 1.0e11}},
+        "workload": AGENT_WORKLOAD, "slo": {"tpot_ms": 40},
+        "search": {"gpu_accounting": "cluster", "serving": ["aggregated"], "pp": [1], "dp_attention": [1],
+                   "max_batch": 32},
+    }
+    resolved = scenario_from_data(data)
+    result = solve(resolved, SolveSettings("highs", 60.0))
+    assert result.front and all(s.point.layout.serving != "composite" for s in result.front)
+    parked = [s.point.layout for s in result.front if s.point.layout.pools[0].kv_store]
+    assert parked
+    pool = parked[-1].pools[0]
+    both = Layout.composed([Layout(serving="aggregated", pools=[pool.model_copy(update={"group": g, "replicas": 1})])
+                            for g in ("a", "b")])
+    assert any("one shared KV store" in w for w in evaluate(resolved, both).warnings)
+
+
+def test_an_untimed_batch_bounds_any_point_where_the_sweep_composes() -> None:
+    """A point of one group with an open batch interval elsewhere: the interval's deployment could run beside
+    it, so the bound is the point's figure plus the interval's (was the interval's alone unless the point was
+    a composite)."""
+    layout = Layout(serving="aggregated", pools=[Pool(role="mixed", group="a", batch=4, replicas=2)])
+    point = FrontPoint(100.0, 20.0, 100.0, 8, layout, 16, "cluster")  # 800 tokens/s, 50 per cluster GPU
+    open_batch = BatchCoverage(certified=False, groups=True, open_ttft=np.array([0.05]), open_value=np.array([700.0]))
+    solved = SolvedPoint(point, Selection(), SolveStatus.OPTIMAL, 0.0)
+    alone = _with_batch_bound(solved, open_batch, 16)
+    assert alone.status == SolveStatus.OPTIMAL  # 700 / 16 < 50: a single structure cannot beat it
+    beside = _with_batch_bound(solved, open_batch, 16, composed=True)
+    assert beside.status == SolveStatus.FEASIBLE
+    assert beside.gap == pytest.approx(1 - 50 / ((800 + 700) / 16), rel=1e-12)
+
+
+def test_mixes_of_sizes_that_do_not_divide_each_other_are_not_returned() -> None:
+    """6 + 4 + 4 on a node of 8 and one of 6 free GPUs is a real packing, but neither the packing rows nor
+    the placer's first-fit find it: the planner keeps mixes whose sizes divide each other."""
+    domains = Domains(8, 1, (6,))
+    fill = best_fill({6: 1.0, 4: 0.6}, domains)
+    assert dict(fill.counts) == {6: 1, 4: 2}
+    assert not placeable(list(fill.counts.items()), domains)
+    assert placeable([(4, 2), (2, 3)], domains)
+
+
+def test_a_composite_of_many_deployments_reads_back() -> None:
+    parts = [Layout(serving="aggregated", pools=[Pool(role="mixed", group=f"g{i}", batch=4)]) for i in range(40)]
+    big = Layout.composed(parts)
+    assert Layout.model_validate(big.model_dump(mode="json")) == big
