@@ -135,6 +135,10 @@ class Layout(StrictModel):
         count = 1 + max(pool.deployment for pool in self.pools)
         return tuple(_part(self, number) for number in range(count))
 
+    def pool_indices(self, deployment: int) -> list[int]:
+        """The indices in `pools` of one deployment's pools (the order of that deployment's `parts` entry)."""
+        return [i for i, pool in enumerate(self.pools) if pool.deployment == deployment]
+
     @classmethod
     def composed(cls, parts: list[Layout]) -> Layout:
         """The parts side by side (one part: itself; a composite part's deployments each count as one)."""

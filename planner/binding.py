@@ -34,7 +34,7 @@ def binding(resolved: ResolvedScenario, layout: Layout, rate_per_s: float, calib
         for number, part in enumerate(layout.parts):
             own = evaluate(resolved, part, calibration)
             rate = own.tokens_per_s_per_gpu * own.gpus / resolved.scenario.workload.output_tokens
-            firsts = [first[i] for i, pool in enumerate(layout.pools) if pool.deployment == number]
+            firsts = [first[i] for i in layout.pool_indices(number)]
             found += _binding(resolved, part, rate, calibration, firsts)
         return list(dict.fromkeys(found))
     return _binding(resolved, layout, rate_per_s, calibration, first)

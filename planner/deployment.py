@@ -15,6 +15,8 @@ Both the MILP and the exhaustive reference build their front points here, so the
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from costmodel.calibration import Calibration
 from costmodel.disaggregated import FillStation, split_serving
 from costmodel.layout import Layout
@@ -56,6 +58,14 @@ def disaggregated_point(resolved: ResolvedScenario, calibration: Calibration, fi
                                                     with_replicas(decode, decodes)])
     return FrontPoint(ttft * 1e3, tpot * 1e3, rate * workload.output_tokens / gpus, gpus, layout, resolved.gpus,
                       resolved.scenario.search.gpu_accounting)
+
+
+def with_instances(point: FrontPoint, count: int) -> FrontPoint:
+    """An aggregated deployment with `count` instances instead of its own (its per-GPU figures do not depend
+    on the count)."""
+    pool = point.layout.pools[0]
+    layout = Layout(serving="aggregated", pools=[pool.model_copy(update={"replicas": count})])
+    return replace(point, gpus=count * pool.gpus_per_instance, layout=layout)
 
 
 def composed_point(resolved: ResolvedScenario, parts: list[FrontPoint]) -> FrontPoint:

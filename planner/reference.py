@@ -11,14 +11,12 @@ inventory groups, deployments on disjoint groups side by side too (`composed_poi
 from __future__ import annotations
 
 import collections
-import dataclasses
 import itertools
 from collections.abc import Iterator
 
 from costmodel.calibration import Calibration
-from costmodel.layout import Layout
 from costmodel.resolve import ResolvedScenario
-from planner.deployment import aggregated_point, composed_point, disaggregated_point, meets_slo
+from planner.deployment import aggregated_point, composed_point, disaggregated_point, meets_slo, with_instances
 from planner.errors import PlannerError
 from planner.formulation.fill import placeable
 from planner.pareto import FrontPoint, non_dominated
@@ -145,16 +143,9 @@ def mixed_fill_points(resolved: ResolvedScenario, aggregated: list[FrontPoint],
             if combinations > limit:
                 raise TooLargeForReference(f"about {combinations:,} mixes of aggregated instances: too many")
             for chosen in itertools.product(*(fronts[size] for size, _ in used)):
-                parts = [_with_count(point, count) for point, (_, count) in zip(chosen, used, strict=True)]
+                parts = [with_instances(point, count) for point, (_, count) in zip(chosen, used, strict=True)]
                 found.append(composed_point(resolved, parts))
     return found
-
-
-def _with_count(point: FrontPoint, count: int) -> FrontPoint:
-    """An aggregated point with `count` instances (its per-GPU figures do not depend on the count)."""
-    pool = point.layout.pools[0]
-    layout = Layout(serving="aggregated", pools=[pool.model_copy(update={"replicas": count})])
-    return dataclasses.replace(point, gpus=count * pool.gpus_per_instance, layout=layout)
 
 
 def composed_points(resolved: ResolvedScenario, points: list[FrontPoint],

@@ -31,13 +31,12 @@ import functools
 import math
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
 from costmodel.calibration import Calibration
-from costmodel.layout import Layout
 from costmodel.resolve import ResolvedScenario
-from planner.deployment import composed_point, disaggregated_point
+from planner.deployment import composed_point, disaggregated_point, with_instances
 from planner.formulation.fill import best_fill, placeable
 from planner.formulation.model import DeploymentModel, InvalidSolution, Selection, build_model
 from planner.formulation.options import DeploymentOptions, MixedOption
@@ -47,7 +46,6 @@ from planner.formulation.units import UnitTable, selection_of, unit_table
 from planner.pareto import FrontPoint
 from planner.solvers import Backend, LazyBackend, SolveOptions, SolveReport, SolveStatus
 from planner.sweep_result import GRID_S, Resolution, SolvedPoint, SweepResult, resolution_step
-from planner.templates import with_replicas
 
 RATIO_TOL = 1e-7  # Dinkelbach stops when the MILP cannot beat q by more than this (relative)
 MAX_DINKELBACH = 30  # safeguard; convergence is superlinear, typically 2-4 solves
@@ -98,9 +96,9 @@ class _Sweeper:
         # `used` accounting a composite's ratio never beats its best part's, which is within the cap too)
         self.compose = composing(resolved, [options.groups for options in blocks])
         self.blocks: list[_Block] = []
-        self._mixed_tables: dict[int, tuple[list[float], list[int]]] = {}  # per block's options (`_best_mixed`)
+        self._mixed_tables: dict[int, _BestWithin] = {}  # per block's options (`_best_mixed`)
         self._points: dict[tuple[object, ...], FrontPoint | None] = {}  # exact figures by selection (`_point`)
-        self._per_size: dict[int, dict[int, tuple[list[float], list[MixedOption]]]] = {}  # `_mixed_fill`
+        self._per_size: dict[int, dict[int, _BestWithin]] = {}  # per block's options and size (`_mixed_fill`)
         for options in blocks:
             self._use(_Block(options))
             if self.cluster and settings.pair_screening:
@@ -218,22 +216,15 @@ class _Sweeper:
             step = self._cluster_best(eps, solved) if self.cluster else self._best_within(eps, 0.0, solved)
             empty &= self._proven_empty
             proofs.add(self._proof)
-            if step is None:
-                if not self._proven_empty:
-                    bounds.append(math.inf)  # nothing found and nothing proven (time limit or backend error)
-                continue
-            value = step.point.tokens_per_s_per_gpu
-            bounds.append(value / (1.0 - step.gap) if step.gap < 1.0 else math.inf)
-            solved = step
+            bounds.append(_bound(step, self._proven_empty))
+            solved = solved if step is None else step
         self._use(self.blocks[0])
         if solved is None:
-            if empty and eps is not None:
-                self.result.floor_s = max(self.result.floor_s, eps)
+            self._nothing_within(eps, empty)
             return None
         if len(self.blocks) > 1:
             solved = _joint_status(solved, bounds)
-        # what proved the cap: enumeration only where every block's was (else a MILP took part)
-        return self._record(replace(solved, proof="enumeration" if proofs == {"enumeration"} else "milp"), eps)
+        return self._record(solved, eps, proofs)
 
     def _solve_composite(self, eps: float | None, previous: Selection | None) -> SolvedPoint | None:
         """Cluster accounting on several groups: each block's own best within the cap, then the blocks on
@@ -256,52 +247,52 @@ class _Sweeper:
                 unproven = replace(mix, status=SolveStatus.FEASIBLE, gap=1.0)  # time ran out before any proof
                 step = unproven if step is None else replace(mix, status=step.status, gap=step.gap)
             steps.append(step)
-            if step is None:
-                bounds.append(0.0 if self._proven_empty else math.inf)
-            else:
-                value = step.point.tokens_per_s_per_gpu
-                bounds.append(value / (1.0 - step.gap) if step.gap < 1.0 else math.inf)
+            bounds.append(_bound(step, self._proven_empty))
         self._use(self.blocks[0])
         groups = [block.options.groups for block in self.blocks]
         _, chosen = best_packing(groups, [0.0 if s is None else s.point.tokens_per_s_per_gpu for s in steps])
         parts = [step for step in (steps[i] for i in chosen) if step is not None]
         if not parts:
-            if empty and eps is not None:
-                self.result.floor_s = max(self.result.floor_s, eps)
+            self._nothing_within(eps, empty)
             return None
         point = composed_point(self.resolved, [part.point for part in parts])
         status = SolveStatus.OPTIMAL if all(p.status == SolveStatus.OPTIMAL for p in parts) else SolveStatus.FEASIBLE
         solved = SolvedPoint(point, parts[0].selection, status, 0.0)
         bound, _ = best_packing(groups, bounds)
-        solved = _joint_status(solved, [bound])
-        return self._record(replace(solved, proof="enumeration" if proofs == {"enumeration"} else "milp"), eps)
+        return self._record(_joint_status(solved, [bound]), eps, proofs)
 
     def _mixed_fill(self, eps: float | None) -> SolvedPoint | None:
         """The block's group filled with aggregated instances of several sizes, each size's best within the
         cap (`planner.formulation.fill.best_fill`, exact), as a composite of mixed pools; None when it is
-        one size only (the block's own structures hold that) or a shared KV store limits the instances."""
+        one size only (the block's own structures hold that), when the sizes do not divide each other
+        (`fill.placeable`: the placer may not reproduce the packing), or when a shared KV store limits the
+        instances."""
         if self.options.store is not None or not self.options.mixed:
             return None
         per_size = self._per_size.get(id(self.options))
         if per_size is None:
-            per_size = self._per_size[id(self.options)] = _best_by_size(self.options.mixed)
-        best: dict[int, MixedOption] = {}
-        for size, (times, options) in per_size.items():
-            within = len(times) if eps is None else bisect.bisect_right(times, eps)
-            if within:
-                best[size] = options[within - 1]
+            mixed = self.options.mixed
+            per_size = self._per_size[id(self.options)] = {
+                size: _BestWithin.of([m for m in mixed if m.candidate.gpus == size], _instance_tokens)
+                for size in sorted({m.candidate.gpus for m in mixed})}
+        best = {size: found for size, table in per_size.items() if (found := table.within(eps)) is not None}
         fill = best_fill({size: _instance_tokens(m) for size, m in best.items()}, self.options.domains)
         used = [(size, count) for size, count in fill.counts.items() if count]
         if len(used) < 2 or not placeable(used, self.options.domains):
             return None
-        parts = [replace(best[size].point, gpus=count * size,
-                         layout=Layout(serving="aggregated", pools=[with_replicas(best[size].candidate, count)]))
-                 for size, count in sorted(fill.counts.items(), reverse=True) if count]
+        parts = [with_instances(best[size].point, count) for size, count in sorted(used, reverse=True)]
         return SolvedPoint(composed_point(self.resolved, parts), Selection(mixed=best[max(best)]),
                            SolveStatus.OPTIMAL, 0.0, proof="enumeration")
 
-    def _record(self, solved: SolvedPoint, eps: float | None) -> SolvedPoint:
-        """A cap's point: kept, its interval resolved when proven, reported."""
+    def _nothing_within(self, eps: float | None, empty: bool) -> None:
+        """No point at this cap; where every block proved nothing is within it, nothing is below it either."""
+        if empty and eps is not None:
+            self.result.floor_s = max(self.result.floor_s, eps)
+
+    def _record(self, solved: SolvedPoint, eps: float | None, proofs: set[str]) -> SolvedPoint:
+        """A cap's point: kept with what proved it (enumeration only where every block's step was, else a MILP
+        took part), its interval resolved when proven, reported."""
+        solved = replace(solved, proof="enumeration" if proofs == {"enumeration"} else "milp")
         self.result.points.append(solved)
         if solved.status == SolveStatus.OPTIMAL:  # proven: nothing within the cap beats it
             self.result.resolved.append((solved.point.ttft_ms / 1e3, math.inf if eps is None else eps))
@@ -326,23 +317,12 @@ class _Sweeper:
 
     def _best_mixed(self, eps: float | None) -> MixedOption | None:
         """The aggregated option with the most tokens/s per GPU within the cap (the first in the options'
-        order among equals), from the options sorted by TTFT with the best up to each (built once per block)."""
-        mixed = self.options.mixed
+        order among equals; the table built once per block)."""
         table = self._mixed_tables.get(id(self.options))
         if table is None:
-            ttft = [m.point.ttft_ms / 1e3 for m in mixed]
-            value = [m.point.tokens_per_s_per_gpu for m in mixed]
-            order = sorted(range(len(mixed)), key=lambda i: ttft[i])
-            best: list[int] = []
-            for i in order:
-                if not best or value[i] > value[best[-1]] or (value[i] == value[best[-1]] and i < best[-1]):
-                    best.append(i)
-                else:
-                    best.append(best[-1])
-            table = self._mixed_tables[id(self.options)] = ([ttft[i] for i in order], best)
-        times, best = table
-        within = len(times) if eps is None else bisect.bisect_right(times, eps)
-        return mixed[best[within - 1]] if within else None
+            table = self._mixed_tables[id(self.options)] = _BestWithin.of(
+                self.options.mixed, lambda m: m.point.tokens_per_s_per_gpu)
+        return table.within(eps)
 
     def _closed_form_picks(self, eps: float | None, previous: Selection | None) -> list[Selection]:
         if self.cluster:
@@ -570,6 +550,14 @@ class _Sweeper:
         return None if point is None or (eps is not None and point.ttft_ms / 1e3 > eps) else point
 
 
+def _bound(step: SolvedPoint | None, proven_empty: bool) -> float:
+    """The most tokens/s per GPU a block's step leaves possible within the cap: its figure over (1 - gap);
+    0 where it proved nothing is within the cap, inf where nothing is proven (time limit, backend error)."""
+    if step is None:
+        return 0.0 if proven_empty else math.inf
+    return step.point.tokens_per_s_per_gpu / (1.0 - step.gap) if step.gap < 1.0 else math.inf
+
+
 def _joint_status(best: SolvedPoint, bounds: list[float]) -> SolvedPoint:
     """The best of the blocks, optimal when every block proved nothing beats it, else feasible with the
     gap to the largest bound any block left."""
@@ -582,19 +570,33 @@ def _joint_status(best: SolvedPoint, bounds: list[float]) -> SolvedPoint:
 
 
 def _instance_tokens(option: MixedOption) -> float:
-    """Tokens/s of one instance of an aggregated option (its point fills the group with copies)."""
-    return option.point.tokens_per_s * option.candidate.gpus / option.point.gpus
+    """Tokens/s of one instance of an aggregated option (its per-GPU figures do not depend on the count)."""
+    return option.point.tokens_per_s_per_gpu_used * option.candidate.gpus
 
 
-def _best_by_size(mixed: tuple[MixedOption, ...]) -> dict[int, tuple[list[float], list[MixedOption]]]:
-    """Per instance size: the options' TTFTs ascending and, up to each, the one with the most tokens/s per
-    instance (the first among equals), for `_mixed_fill`'s lookups by cap."""
-    tables: dict[int, tuple[list[float], list[MixedOption]]] = {}
-    for option in sorted(mixed, key=lambda m: m.point.ttft_ms):
-        times, best = tables.setdefault(option.candidate.gpus, ([], []))
-        times.append(option.point.ttft_ms / 1e3)
-        best.append(best[-1] if best and _instance_tokens(best[-1]) >= _instance_tokens(option) else option)
-    return tables
+@dataclass(frozen=True)
+class _BestWithin:
+    """Aggregated options by TTFT with, up to each, the one of most value (the first in the given order among
+    equals): the best within any cap by one bisection."""
+
+    times: list[float]  # s, ascending
+    best: list[MixedOption]
+
+    @classmethod
+    def of(cls, options: Sequence[MixedOption], value: Callable[[MixedOption], float]) -> _BestWithin:
+        values = [value(m) for m in options]
+        order = sorted(range(len(options)), key=lambda i: options[i].point.ttft_ms)
+        best: list[int] = []
+        for i in order:
+            if not best or values[i] > values[best[-1]] or (values[i] == values[best[-1]] and i < best[-1]):
+                best.append(i)
+            else:
+                best.append(best[-1])
+        return cls([options[i].point.ttft_ms / 1e3 for i in order], [options[i] for i in best])
+
+    def within(self, eps: float | None) -> MixedOption | None:
+        count = len(self.times) if eps is None else bisect.bisect_right(self.times, eps)
+        return self.best[count - 1] if count else None
 
 
 def composing(resolved: ResolvedScenario, groups: list[frozenset[str]]) -> bool:
@@ -614,7 +616,8 @@ def best_packing(groups: list[frozenset[str]], values: list[float]) -> tuple[flo
     alone: dict[str, float] = {}
     for g, v in zip(groups, values, strict=True):
         if len(g) == 1:
-            alone[next(iter(g))] = max(alone.get(next(iter(g)), 0.0), v)
+            (name,) = g
+            alone[name] = max(alone.get(name, 0.0), v)
     useful = [i for i, (g, v) in enumerate(zip(groups, values, strict=True))
               if v > 0 and (len(g) == 1 or v > sum(alone.get(name, 0.0) for name in g))]
     names = sorted({name for i in useful for name in groups[i]})

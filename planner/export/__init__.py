@@ -73,15 +73,14 @@ def _parts(plan: Plan) -> list[Plan]:
     """Each deployment of a composite plan as a plan of its own (its pools and their placement)."""
     placed = plan.data["placement"]["pools"]
     whole = layout_from_document(read_document(plan.path))  # validated, errors at the plan file's lines
-    shares = [d["share_of_requests"] for d in evaluate(plan.resolved, whole).deployments]
+    deployments = evaluate(plan.resolved, whole).deployments  # each deployment's own figures
     parts = []
     for number, part in enumerate(whole.parts):
-        chosen = [i for i, pool in enumerate(whole.pools) if pool.deployment == number]
-        own = evaluate(plan.resolved, part)
-        figures = {"deployment": f"{number} of {len(shares)}", "share_of_requests": shares[number],
-                   "ttft_ms": own.ttft_ms, "tpot_ms": own.tpot_ms,
-                   "tokens_per_s_per_gpu_used": own.tokens_per_s_per_gpu, "gpus": own.gpus}
+        own = deployments[number]
+        figures = {"deployment": f"{number} of {len(deployments)}", "share_of_requests": own["share_of_requests"],
+                   "ttft_ms": own["ttft_ms"], "tpot_ms": own["tpot_ms"],
+                   "tokens_per_s_per_gpu_used": own["tokens_per_s_per_gpu"], "gpus": own["gpus"]}
         data = {**plan.data, "layout": layout_dict(part), "figures": figures,
-                "placement": {**plan.data["placement"], "pools": [placed[i] for i in chosen]}}
+                "placement": {**plan.data["placement"], "pools": [placed[i] for i in whole.pool_indices(number)]}}
         parts.append(read_plan(plan.path, data, plan.resolved))
     return parts
