@@ -3,6 +3,7 @@ indicators used to compare fronts: hypervolume and the additive epsilon indicato
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
@@ -45,7 +46,7 @@ class FrontPoint:
     def idle_gpus(self) -> int:
         return max(0, self.cluster_gpus - self.gpus)
 
-    @property
+    @functools.cached_property
     def tokens_per_s_per_gpu(self) -> float:
         """The ranked figure: per cluster GPU under `cluster` accounting, per GPU used under `used`."""
         if self.accounting == "cluster":
@@ -54,7 +55,12 @@ class FrontPoint:
 
     def sort_key(self) -> tuple[float, float, int, str]:
         """Deterministic order: TTFT, then throughput (higher first), then fewer GPUs, then the layout."""
-        return (self.ttft_ms, -self.tokens_per_s_per_gpu, self.gpus, self.layout.model_dump_json())
+        return (self.ttft_ms, -self.tokens_per_s_per_gpu, self.gpus, self.layout_json)
+
+    @functools.cached_property
+    def layout_json(self) -> str:
+        """The layout's canonical JSON, kept: sorting fronts asks for it many times."""
+        return self.layout.model_dump_json()
 
 
 def dominates(a: FrontPoint, b: FrontPoint, rel_tol: float = 0.0) -> bool:

@@ -3,6 +3,8 @@ the exact front (`Coverage`). The sweep itself is `planner.sweep`."""
 
 from __future__ import annotations
 
+import bisect
+import itertools
 import math
 from dataclasses import dataclass, field
 from typing import Literal
@@ -76,6 +78,8 @@ class SweepResult:
     floor_s: float = 0.0  # no deployment has a TTFT at or below this (an infeasible cap)
     top_s: float = 0.0
     step_s: float = 0.0
+    _front: list[SolvedPoint] = field(default_factory=list, init=False, repr=False)
+    _front_of: int = field(default=-1, init=False, repr=False)  # len(points) when _front was taken
 
     @property
     def timed_out(self) -> bool:
@@ -90,6 +94,11 @@ class SweepResult:
     @property
     def front(self) -> list[SolvedPoint]:
         """The non-dominated points, each once (caps of the coarse pass and the steps can find the same one)."""
+        if self._front_of != len(self.points):  # points are only appended: the count names the state
+            self._front, self._front_of = self._non_dominated(), len(self.points)
+        return list(self._front)
+
+    def _non_dominated(self) -> list[SolvedPoint]:
         kept = {id(p) for p in non_dominated([s.point for s in self.points])}
         front: list[SolvedPoint] = []
         for solved in sorted(self.points, key=lambda s: s.point.sort_key()):
@@ -103,16 +112,20 @@ class SweepResult:
         low = max(self.floor_s, fastest_s)
         spans = sorted((t, c) for t, c in self.resolved if c > low)
         values = sorted((s.point.ttft_ms / 1e3, s.point.tokens_per_s_per_gpu) for s in self.points)
+        times = [time_s for time_s, _ in values]
+        best = list(itertools.accumulate((v for _, v in values), max))  # best throughput up to each TTFT
+
+        def best_up_to(time_s: float) -> float:
+            count = bisect.bisect_right(times, time_s)
+            return best[count - 1] if count else 0.0
+
         result, edge = [], low
         for t, c in spans:
             if t - edge > GRID_S * 1e-3:
-                above = max(v for time_s, v in values if time_s <= t * (1 + 1e-12))
-                below = max((v for time_s, v in values if time_s <= edge), default=0.0)
-                result.append(Window(edge, t, above, below))
+                result.append(Window(edge, t, best_up_to(t * (1 + 1e-12)), best_up_to(edge)))
             edge = max(edge, c)
         if edge < self.top_s:  # above every proven cap: nothing is known there (time ran out first)
-            below = max((v for time_s, v in values if time_s <= edge), default=0.0)
-            result.append(Window(edge, self.top_s, math.inf, below))
+            result.append(Window(edge, self.top_s, math.inf, best_up_to(edge)))
         return result
 
     def hypervolume_s(self) -> float:
