@@ -72,6 +72,21 @@ class EngineFactors(_Frozen):
     )
 
 
+# How each engine schedules waiting prompts by default, which sets how bunched closed-loop arrivals stay (the
+# cohort fraction): an engine without fitted factors (held out, or too few rows) takes the cohort fraction of
+# the fitted engines that schedule as it does (`benchmarks.fit`).
+# - piggyback: prompts ride on decode steps in chunks, decodes first. vLLM V1 (every vLLM row: 0.11-0.19) always
+#   enables chunked prefill and "batches all pending decode requests before scheduling any prefill operations"
+#   (vLLM docs, Optimization and Tuning, Chunked Prefill); TensorRT-LLM's in-flight batching runs context and
+#   generation requests in the same iteration (TensorRT-LLM docs, In-flight Batching);
+# - prefill_first: waiting prompts run as a prefill batch of their own while decodes wait; SGLang mixes them
+#   only with `--enable-mixed-chunk`, off by default (SGLang server arguments).
+# The fitted values agree (default.yaml: TRT-LLM 0.20, vLLM 0.18, SGLang 0.58).
+SCHEDULING: dict[str, Literal["piggyback", "prefill_first"]] = {
+    "trtllm": "piggyback", "vllm": "piggyback", "sglang": "prefill_first",
+}
+
+
 class Calibration(_Frozen):
     schema_version: Literal[1] = 1
     fitted_on: str = Field(description="What data the factors were fitted on.")

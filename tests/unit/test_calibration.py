@@ -51,3 +51,21 @@ def test_fit_is_deterministic_in_range_and_beats_the_priors(sample: PlannedRows)
         return float(np.mean(np.abs(np.log(predicted / sample.measured()))))
 
     assert log_error(first) < log_error(prior_calibration())
+
+
+def test_an_unfitted_engine_takes_the_cohort_fraction_of_engines_that_schedule_alike() -> None:
+    """vLLM held out: its cohort fraction is TRT-LLM's (both piggyback prompts on decode steps), not the mean
+    with SGLang's (prefill first); its other factors, and `generic`'s, are the mean of the fitted engines."""
+    space = ParameterSpace(("hopper",), (("hopper", "fp8"),), ("sglang", "trtllm"), prior_calibration(), False)
+    names = space.names()
+    vector = space.initial()
+    vector[names.index("engines.trtllm.cohort_fraction")] = -2.0
+    vector[names.index("engines.sglang.cohort_fraction")] = 2.0
+    vector[names.index("engines.trtllm.step_overhead_s")] = -3.0
+    calibration = space.calibration(vector, "test")
+    trtllm, sglang, vllm = (calibration.engine(e) for e in ("trtllm", "sglang", "vllm"))
+    assert trtllm.cohort_fraction < 0.2 < 0.8 < sglang.cohort_fraction
+    assert vllm.cohort_fraction == trtllm.cohort_fraction
+    assert calibration.engine("generic").cohort_fraction == pytest.approx(
+        (trtllm.cohort_fraction + sglang.cohort_fraction) / 2)
+    assert vllm.step_overhead_s == pytest.approx((trtllm.step_overhead_s + sglang.step_overhead_s) / 2)
