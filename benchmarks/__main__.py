@@ -32,13 +32,20 @@ def main(argv: list[str] | None = None) -> int:
     solver_parser.add_argument("--jobs", type=int, default=1, help="cases run in parallel (timing noise if > 1)")
     solver_parser.add_argument("--markdown", action="store_true", help="also print a markdown table")
     solver_parser.add_argument("--log", type=Path, help="append each case here as it ends; resume from it")
+    solver_parser.add_argument("--points", help="every scenario's search.front_points (a number, or all)")
+    solver_parser.add_argument("--batch-tolerance", type=float, help="every scenario's search.batch_tolerance")
     scaling_parser = commands.add_parser("scaling", help="solve time and memory against GPUs and experts")
     scaling_parser.add_argument("--time-limit", type=float, default=300.0)
     scaling_parser.add_argument("--jobs", type=int, default=1)
     args = parser.parse_args(argv)
     if args.command == "solver":
+        search: dict[str, object] = {}
+        if args.points is not None:
+            search["front_points"] = args.points if args.points == "all" else int(args.points)
+        if args.batch_tolerance is not None:
+            search["batch_tolerance"] = args.batch_tolerance
         return solver.main(args.suite, args.json, args.write_baseline, tuple(args.backends), args.seeds,
-                           args.time_limit, args.jobs, args.markdown, args.log)
+                           args.time_limit, args.jobs, args.markdown, args.log, search)
     if args.command == "scaling":
         return scaling.main(args.time_limit, args.jobs)
     if args.command == "speed":

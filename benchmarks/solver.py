@@ -24,7 +24,7 @@ import statistics
 import sys
 import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from multiprocessing import get_context
 from pathlib import Path
 from typing import Any
@@ -55,6 +55,7 @@ class Case:
     backend: str
     seed: int
     time_limit_s: float
+    search: dict[str, Any] = field(default_factory=dict)  # overrides of the scenario's `search` (--points, ...)
     status: str = ""
     points: int = 0
     front: Front | None = None
@@ -73,16 +74,17 @@ def run_case(case: Case) -> Case:
     """In a fresh process: solve and measure; a watchdog ends a case that ignores its time limit."""
     from planner.errors import PlannerError
     from planner.scenario import scenario_from_data
-    from planner.solve import SolveSettings, solve
+    from planner.solve import settings_for, solve
 
     signal.signal(signal.SIGALRM, _watchdog)
     signal.alarm(int(WATCHDOG_FACTOR * case.time_limit_s + WATCHDOG_SLACK_S))
     start = time.perf_counter()
-    resolution = SCENARIOS[case.scenario].get("search", {}).get("front_resolution", "auto")
+    data = scenario_data(case.scenario)
+    data["search"] = {**data.get("search", {}), **case.search}
     try:
-        result = solve(scenario_from_data(scenario_data(case.scenario)),
-                       SolveSettings(case.backend, case.time_limit_s, threads=1, seed=case.seed,
-                                     resolution=resolution))
+        resolved = scenario_from_data(data)
+        result = solve(resolved, settings_for(resolved.scenario.search, solver=case.backend,
+                                              time_limit_s=case.time_limit_s, threads=1, seed=case.seed))
         case.front = [(s.point.ttft_ms, s.point.tokens_per_s_per_gpu) for s in result.front]
         case.status, case.points = result.status, len(result.front)
         case.gap = None if math.isinf(result.gap) else result.gap
@@ -294,9 +296,10 @@ def run_cases(cases: list[Case], jobs: int, log: Path | None) -> list[Case]:
 
 
 def run(suite: str, backends: tuple[str, ...], seeds: int, time_limit_s: float, jobs: int,
-        log: Path | None = None) -> list[dict[str, Any]]:
+        log: Path | None = None, search: dict[str, Any] | None = None) -> list[dict[str, Any]]:
     names = SUITES[suite]
-    done = run_cases([Case(n, b, s, time_limit_s) for n in names for b in backends for s in range(seeds)], jobs, log)
+    done = run_cases([Case(n, b, s, time_limit_s, dict(search or {})) for n in names for b in backends
+                      for s in range(seeds)], jobs, log)
     rows = []
     for name in names:
         reference, kind = reference_front(name)
@@ -337,10 +340,17 @@ def markdown(rows: list[dict[str, Any]], means: dict[str, dict[str, float]]) -> 
 
 
 def main(suite: str, json_out: Path | None, write_baseline: bool, backends: tuple[str, ...], seeds: int,
-         time_limit_s: float, jobs: int, show_markdown: bool, log: Path | None = None) -> int:
-    print(f"solver benchmark, suite {suite}: {', '.join(backends)}, {seeds} seed(s), {time_limit_s:g} s limit",
-          flush=True)
-    rows = run(suite, backends, seeds, time_limit_s, jobs, log)
+         time_limit_s: float, jobs: int, show_markdown: bool, log: Path | None = None,
+         search: dict[str, Any] | None = None) -> int:
+    """`search`: overrides of every scenario's `search` (front_points, batch_tolerance): such a run is neither
+    checked against the baseline nor may it write one (the baseline is of the defaults)."""
+    overrides = f", search {search}" if search else ""
+    print(f"solver benchmark, suite {suite}: {', '.join(backends)}, {seeds} seed(s), {time_limit_s:g} s limit"
+          f"{overrides}", flush=True)
+    if search and write_baseline:
+        print("the baseline records the default settings: drop --points/--batch-tolerance to write it")
+        return 2
+    rows = run(suite, backends, seeds, time_limit_s, jobs, log, search)
     means = suite_means(rows)
     for backend, m in means.items():
         print(f"{backend}: shifted geometric mean time {m['time_s']:.2f} s, "
@@ -357,7 +367,7 @@ def main(suite: str, json_out: Path | None, write_baseline: bool, backends: tupl
         merged["machine"], merged[f"means_{suite}"] = record["machine"], means
         BASELINE.write_text(json.dumps(merged, indent=1) + "\n")
         return 0
-    if not BASELINE.exists():
+    if not BASELINE.exists() or search:
         return 0
     found = regressions(rows, json.loads(BASELINE.read_text()))
     for line in found:

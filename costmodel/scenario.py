@@ -444,6 +444,17 @@ class Search(StrictModel):
         "SLO, else the best-throughput point's TTFT), every exact point then within that much TTFT of a "
         "returned point with at least its throughput. The output states what the front certifies.",
     )
+    front_points: Annotated[int, Field(ge=2, le=100_000)] | Literal["all"] = Field(
+        60,
+        description="'auto' resolution: the most points of the front (default 60, a front people can read); "
+        "'all': as many as certifying it within 0.05% of the exact front's hypervolume takes (100-400 on fronts "
+        "over every integer batch).",
+    )
+    batch_tolerance: float = Field(
+        0.01, ge=0.0, le=0.2,
+        description="Batches between the timed ones are searched until no untimed batch could beat the front "
+        "by more than this share (a point's gap at most; 'exact' resolution: 0). Smaller: more batches timed.",
+    )
     gpu_accounting: Literal["cluster", "used"] = Field(
         "cluster",
         description="Throughput per GPU divides by every GPU of the cluster (cluster: the user owns them, so "

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from costmodel.evaluate import Prediction
 from costmodel.evaluate import evaluate as _evaluate
@@ -18,7 +18,7 @@ from costmodel.layout import Layout
 from costmodel.resolve import ResolvedScenario
 from planner import plan_output
 from planner import scenario as _scenario
-from planner.solve import SolveResult, SolveSettings
+from planner.solve import SolveResult, settings_for
 from planner.solve import solve as _solve
 from planner.sourcefile import SourceDocument
 from planner.sweep_result import Resolution
@@ -69,17 +69,16 @@ class Front:
 
 
 def solve(scenario: ResolvedScenario | str | Path, *, solver: str | None = None, time_limit_s: float | None = None,
-          threads: int | None = None, seed: int | None = None, resolution: Resolution | None = None) -> Front:
+          threads: int | None = None, seed: int | None = None, resolution: Resolution | None = None,
+          points: int | Literal["all"] | None = None, batch_tolerance: float | None = None) -> Front:
     """The Pareto front, with `plan solve`'s defaults: each setting left out comes from the scenario."""
     resolved = scenario if isinstance(scenario, ResolvedScenario) else load_scenario(scenario)
-    search = resolved.scenario.search
-    settings = SolveSettings(backend=solver or search.solver, time_limit_s=time_limit_s or search.time_limit_s,
-                             threads=threads or search.threads or 1, seed=search.seed if seed is None else seed,
-                             resolution=search.front_resolution if resolution is None else resolution)
+    settings = settings_for(resolved.scenario.search, solver=solver, time_limit_s=time_limit_s, threads=threads,
+                            seed=seed, resolution=resolution, points=points, batch_tolerance=batch_tolerance)
     result = _solve(resolved, settings)
     data = plan_output.result_dict(result)
-    points = tuple(_point(index, entry) for index, entry in enumerate(data["front"]))
-    return Front(scenario=resolved, points=points, result=result, _data=data)
+    found = tuple(_point(index, entry) for index, entry in enumerate(data["front"]))
+    return Front(scenario=resolved, points=found, result=result, _data=data)
 
 
 def _point(index: int, entry: dict[str, Any]) -> FrontPoint:

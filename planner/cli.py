@@ -11,7 +11,7 @@ import sys
 import traceback
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import click
 import yaml
@@ -25,7 +25,7 @@ from planner.errors import InputError, PlannerError
 from planner.out_dir import OutputFolder
 from planner.scenario import is_plan_file, layout_from_document, load_layout, load_scenario
 from planner.schemas import json_schema
-from planner.solve import SolveSettings, solve
+from planner.solve import settings_for, solve
 from planner.solvers import BACKENDS
 from planner.sourcefile import read_document
 from planner.sweep_result import Resolution, SolvedPoint
@@ -141,18 +141,22 @@ def evaluate_command(scenario: Path | None, layout_path: Path | None, cases: Pat
 @click.option("--seed", type=click.IntRange(min=0, max=MAX_SEED), help="Solver seed.")
 @click.option("--resolution", help="auto (at most 60 points, hypervolume certified within 0.05%), exact (every "
               "non-dominated point), or a TTFT step as a share of the TTFT range, e.g. 0.01.")
+@click.option("--points", help="auto resolution: the most front points (default 60), or all (as many as the "
+              "0.05% hypervolume certificate takes).")
+@click.option("--batch-tolerance", "batch_tolerance", type=click.FloatRange(min=0.0, max=0.2),
+              help="Search batches until none untimed could beat the front by more than this share (default 0.01).")
 @click.option("--model-stats", is_flag=True, help="Also print variables and constraints per constraint family.")
 def solve_command(scenario: Path, fmt: str, out_dir: Path | None, solver: str | None, time_limit: float | None,
-                  threads: int | None, seed: int | None, resolution: str | None, model_stats: bool) -> None:
+                  threads: int | None, seed: int | None, resolution: str | None, points: str | None,
+                  batch_tolerance: float | None, model_stats: bool) -> None:
     """Pareto front of TTFT against tokens/s per GPU for SCENARIO, every point a deployment that fits."""
     resolved = load_scenario(scenario)
     out = OutputFolder.prepare(out_dir) if out_dir is not None else None  # unwritable: exit 2 before solving
     if out is not None:
         click.get_current_context().call_on_close(out.discard)  # a failed run writes nothing
-    search = resolved.scenario.search
-    settings = SolveSettings(backend=solver or search.solver, time_limit_s=time_limit or search.time_limit_s,
-                             threads=threads or search.threads or 1, seed=search.seed if seed is None else seed,
-                             resolution=search.front_resolution if resolution is None else _resolution(resolution))
+    settings = settings_for(resolved.scenario.search, solver=solver, time_limit_s=time_limit, threads=threads,
+                            seed=seed, resolution=None if resolution is None else _resolution(resolution),
+                            points=None if points is None else _points(points), batch_tolerance=batch_tolerance)
     console = report.console()
     if fmt == "table" and console.is_terminal:
         with console.status(f"solving {resolved.scenario.name} with {settings.backend}...") as status:
@@ -241,6 +245,18 @@ def _resolution(text: str) -> Resolution:
         value = -1.0
     if not 0.0 <= value < 0.5:
         raise click.BadParameter("give auto, exact or a number in [0, 0.5)", param_hint="--resolution")
+    return value
+
+
+def _points(text: str) -> int | Literal["all"]:
+    if text == "all":
+        return "all"
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if not 2 <= value <= 100_000:
+        raise click.BadParameter("give all or a whole number from 2 to 100000", param_hint="--points")
     return value
 
 

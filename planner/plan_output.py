@@ -27,6 +27,7 @@ from planner.midfill import midfill_choice
 from planner.out_dir import OutputFolder
 from planner.placement import layout_gpus
 from planner.solve import SolveResult
+from planner.sweep import AUTO_HV_TOL
 from planner.sweep_result import SolvedPoint
 
 CSV_COLUMNS = ("index", "serving", "ttft_ms", "tpot_ms", "tokens_per_s_per_gpu", "tokens_per_s_per_gpu_used",
@@ -64,7 +65,9 @@ def coverage_dict(result: SolveResult) -> dict[str, Any] | None:
     coverage = result.coverage
     if coverage is None:
         return None
-    return {"resolution": result.settings.resolution, "ttft_range_ms": [round(coverage.low_ms, 6),
+    auto = result.settings.resolution == "auto"
+    return {"resolution": result.settings.resolution, "points_limit": result.settings.points if auto else None,
+            "ttft_range_ms": [round(coverage.low_ms, 6),
                                                                         round(coverage.top_ms, 6)],
             "step_ms": round(coverage.step_ms, 6), "certified_ttft_ms": round(coverage.certified_ms, 6),
             "hypervolume_ratio_at_least": round(coverage.hypervolume_ratio_at_least, 9),
@@ -72,6 +75,15 @@ def coverage_dict(result: SolveResult) -> dict[str, Any] | None:
             "uncovered": [{"ttft_ms": [round(a, 6), round(b, 6)],
                            "tokens_per_s_per_gpu_at_most": None if not math.isfinite(v) else v}
                           for a, b, v in coverage.uncovered_ms]}
+
+
+def _points_note(result: SolveResult) -> str:
+    """Where the `auto` front stopped at its point limit before its hypervolume tolerance: how to refine it."""
+    limit, coverage = result.settings.points, result.coverage
+    if (result.settings.resolution != "auto" or limit is None or len(result.front) < limit or coverage is None
+            or coverage.hypervolume_ratio_at_least >= 1 - AUTO_HV_TOL):
+        return ""
+    return f", at most {limit} points: --points all refines it to within {AUTO_HV_TOL:.2%}"
 
 
 def layout_dict(layout: Layout) -> dict[str, Any]:
@@ -312,7 +324,7 @@ def print_table(result: SolveResult, console: Any, model_stats: bool) -> None:
         console.print(f"certified: every deployment of the exact front is within {coverage.certified_ms:.1f} ms "
                       f"TTFT of a point above with at least its throughput; hypervolume within "
                       f"{1 - coverage.hypervolume_ratio_at_least:.2%} of the exact front's "
-                      f"(resolution {result.settings.resolution}){uncovered}")
+                      f"(resolution {result.settings.resolution}{_points_note(result)}){uncovered}")
         batches = batches_dict(result)
         console.print("batches: every integer batch of each layout" + (
             f" (an untimed batch gains at most {batches['tolerance']:.1%})" if batches["tolerance"] else "")

@@ -14,11 +14,13 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
+from typing import Literal
 
 import numpy as np
 
 from costmodel.calibration import Calibration, default_calibration
 from costmodel.resolve import ResolvedScenario
+from costmodel.scenario import Search
 from planner import diagnose
 from planner.batches import BatchCoverage, refine
 from planner.errors import NoSolutionInTimeError
@@ -26,7 +28,7 @@ from planner.experts import ExpertPlacement, place_experts
 from planner.formulation.model import build_model
 from planner.formulation.options import DeploymentOptions, deployment_options
 from planner.solvers import LazyBackend, SolveStatus
-from planner.sweep import SweepSettings, composing, sweep
+from planner.sweep import AUTO_POINTS, SweepSettings, composing, sweep
 from planner.sweep_result import Coverage, Resolution, SolvedPoint, SweepResult, Termination
 from planner.templates import CandidateSet, generate, merged
 
@@ -48,7 +50,21 @@ class SolveSettings:
     seed: int = 0
     pair_screening: bool = True  # off: no pair-table bounds; the MILP chooses among what the cheap rules keep
     resolution: Resolution = "auto"  # TTFT step between front points, share of the range (search.front_resolution)
+    points: int | None = AUTO_POINTS  # `auto`: the most front points (search.front_points; None: 'all')
+    batch_tolerance: float = BATCH_TOLERANCE  # search.batch_tolerance
     on_point: Callable[[SolvedPoint, int], None] | None = None  # progress callback
+
+
+def settings_for(search: Search, *, solver: str | None = None, time_limit_s: float | None = None,
+                 threads: int | None = None, seed: int | None = None, resolution: Resolution | None = None,
+                 points: int | Literal["all"] | None = None, batch_tolerance: float | None = None) -> SolveSettings:
+    """`plan solve`'s settings: each one given here, else the scenario's `search` (the CLI and the API)."""
+    front_points = search.front_points if points is None else points
+    return SolveSettings(backend=solver or search.solver, time_limit_s=time_limit_s or search.time_limit_s,
+                         threads=threads or search.threads or 1, seed=search.seed if seed is None else seed,
+                         resolution=search.front_resolution if resolution is None else resolution,
+                         points=None if front_points == "all" else front_points,
+                         batch_tolerance=search.batch_tolerance if batch_tolerance is None else batch_tolerance)
 
 
 @dataclass
@@ -134,7 +150,7 @@ def _solve(resolved: ResolvedScenario, settings: SolveSettings, calibration: Cal
     limit = settings.time_limit_s
     generate_by = start + min(GENERATE_SHARE * limit, limit - SWEEP_RESERVE_S) if len(resolved.groups) == 1 else None
     sets = [generate(resolved.view(group), calibration, deadline=generate_by) for group in resolved.groups]
-    tolerance = 0.0 if settings.resolution == "exact" else BATCH_TOLERANCE
+    tolerance = 0.0 if settings.resolution == "exact" else settings.batch_tolerance
     if len(sets) == 1:
         options, batches = refine(resolved, calibration, sets[0], start + BATCH_SHARE * settings.time_limit_s,
                                   tolerance)
@@ -151,7 +167,8 @@ def _solve(resolved: ResolvedScenario, settings: SolveSettings, calibration: Cal
     fastest = candidates.fastest_ms.get("ttft", 0.0) / 1e3
     result = sweep(resolved, calibration, blocks,
                    SweepSettings(chosen, left, settings.threads, settings.seed,
-                                 settings.pair_screening, settings.resolution, settings.on_point), fastest)
+                                 settings.pair_screening, settings.resolution, settings.points, settings.on_point),
+                   fastest)
     front = result.front
     if not front:
         if result.out_of_time:

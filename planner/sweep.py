@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import bisect
 import functools
+import itertools
 import math
 import time
 from collections import deque
@@ -50,7 +51,7 @@ from planner.sweep_result import GRID_S, Resolution, SolvedPoint, SweepResult, r
 RATIO_TOL = 1e-7  # Dinkelbach stops when the MILP cannot beat q by more than this (relative)
 MAX_DINKELBACH = 30  # safeguard; convergence is superlinear, typically 2-4 solves
 SAMPLE_PAIRS = 1_000_000  # pairs of the small-unit table that seeds incumbents on large instances
-AUTO_POINTS = 60  # `auto` resolution: at most 60 points ...
+AUTO_POINTS = 60  # `auto` resolution: at most 60 points by default (`search.front_points`) ...
 AUTO_HV_TOL = 5e-4  # ... or the front certified within 0.05% of the exact front's hypervolume
 COARSE_CAPS = 8  # anytime: caps at 7/8 ... 1/8 of the range before the fine steps
 
@@ -62,6 +63,7 @@ class SweepSettings:
     seed: int = 0
     pair_screening: bool = True
     resolution: Resolution = "auto"
+    points: int | None = AUTO_POINTS  # `auto`: the most points (None: as many as the certificate needs)
     on_point: Callable[[SolvedPoint, int], None] | None = None  # progress: each point found, and the count
 
 
@@ -146,7 +148,9 @@ class _Sweeper:
         self.result.top_s = top
         if self.settings.resolution != "auto":
             self.result.step_s = max(GRID_S, resolution_step(self.settings.resolution) * top)
-        coarse = [top * j / COARSE_CAPS for j in range(COARSE_CAPS - 1, 0, -1)]
+        limit = self.settings.points if self.settings.resolution == "auto" else None
+        parts = COARSE_CAPS if limit is None else min(COARSE_CAPS, limit)  # `auto`'s points: the coarse pass's too
+        coarse = [top * j / parts for j in range(parts - 1, 0, -1)]
         queue = deque(cap for cap in coarse if cap < first.point.ttft_ms / 1e3)
         if self.settings.resolution != "auto":
             queue.append(self._next_cap(first))
@@ -169,21 +173,26 @@ class _Sweeper:
 
     def _refine(self, previous: Selection) -> None:
         """`auto` resolution: bisect the window that can hide the most hypervolume until the front is
-        certified within AUTO_HV_TOL of the exact one's hypervolume, or holds AUTO_POINTS points."""
-        fastest = self.options_fastest_s
-        for _ in range(4 * AUTO_POINTS):
-            if len(self.result.front) >= AUTO_POINTS:
+        certified within AUTO_HV_TOL of the exact one's hypervolume, or holds `points` points (no limit:
+        None). A cap is tried once: one that proves nothing (a MILP stopped unproven) leaves its window."""
+        fastest, limit, tried = self.options_fastest_s, self.settings.points, set()
+        for _ in itertools.count() if limit is None else range(4 * limit):  # a limit's caps: 4 a point at most
+            if limit is not None and len(self.result.front) >= limit:
                 return
             windows = [w for w in self.result.windows(fastest) if w.high_s - w.low_s > 2 * GRID_S]
             loss = sum(w.loss for w in windows)
             if not windows or loss <= AUTO_HV_TOL * self.result.hypervolume_s():
                 return
+            caps = {w: max(math.floor((w.low_s + w.high_s) / 2 / GRID_S) * GRID_S, w.low_s + GRID_S) for w in windows}
+            open_windows = [w for w in windows if caps[w] not in tried]
+            if not open_windows:
+                return
             if self._out_of_time():
                 self._stopped_by_time()
                 return
-            widest = max(windows, key=lambda w: w.loss)
-            cap = math.floor((widest.low_s + widest.high_s) / 2 / GRID_S) * GRID_S
-            solved = self._solve_cap(max(cap, widest.low_s + GRID_S), previous)
+            widest = max(open_windows, key=lambda w: w.loss)
+            tried.add(caps[widest])
+            solved = self._solve_cap(caps[widest], previous)
             if solved is not None:
                 previous = solved.selection
 

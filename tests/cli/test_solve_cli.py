@@ -109,3 +109,16 @@ def test_sessions_plans_carry_tiers_and_the_midfill_choice(tmp_path: Path) -> No
     table = run_cli("solve", str(path))
     assert table.code == 0 and "midfill separate (first turns are 10% of fills)" in table.out
     assert "hit % HBM/DRAM/SSD/store/recompute" in table.out
+
+
+def test_points_and_batch_tolerance_options(scenario: Path) -> None:
+    result = run_cli("solve", str(scenario), "--format", "json", "--points", "4", "--batch-tolerance", "0.02")
+    assert result.code == 0, result.err
+    data = json.loads(result.out)
+    assert len(data["front"]) == 4 and data["coverage"]["points_limit"] == 4
+    assert data["coverage"]["batches"]["tolerance"] == 0.02
+    table = run_cli("solve", str(scenario), "--points", "4")
+    assert table.code == 0 and "at most 4 points: --points all refines it" in " ".join(table.out.split())
+    for bad in ("1", "many"):
+        refused = run_cli("solve", str(scenario), "--points", bad)
+        assert refused.code == 2 and "--points" in refused.err and "Traceback" not in refused.err

@@ -22,9 +22,9 @@ from planner.formulation.pairs import ConfigArrays, pair_figures, transfer_matri
 from planner.pareto import FrontPoint, hypervolume
 from planner.reference import exhaustive_front
 from planner.scenario import scenario_from_data
-from planner.solve import SolveResult, SolveSettings, solve
+from planner.solve import SolveResult, SolveSettings, settings_for, solve
 from planner.solvers import BACKENDS, LazyBackend
-from planner.sweep import SweepSettings, sweep
+from planner.sweep import AUTO_HV_TOL, SweepSettings, sweep
 from planner.templates import generate
 from tests.planner.small_scenarios import SMALL, small_data
 
@@ -106,6 +106,37 @@ def test_the_default_resolution_certifies_a_readable_front(name: str) -> None:
     for point in exact:  # every exact point is within the certified TTFT of a returned one at least as good
         assert any(f.ttft_ms <= point.ttft_ms + coverage.certified_ms * (1 + 1e-9)
                    and f.tokens_per_s_per_gpu >= point.tokens_per_s_per_gpu * (1 - REL) for f in front)
+
+
+@pytest.mark.parametrize("name", sorted(SMALL))
+def test_all_points_certify_the_front_within_the_hypervolume_tolerance(name: str) -> None:
+    """`front_points: all`: refined until the certificate reaches 0.05% of the hypervolume; with the batch
+    tolerance at 0.5% the front then holds 0.999 of the exhaustive front's hypervolume or more."""
+    result = solve(resolved(name), SolveSettings("cpsat", 120.0, points=None, batch_tolerance=0.005))
+    front, exact = [s.point for s in result.front], reference(name)
+    top = result.sweep.top_s * 1e3
+    coverage = result.coverage
+    assert coverage is not None and coverage.hypervolume_ratio_at_least >= 1 - AUTO_HV_TOL
+    assert hypervolume(front, top) / hypervolume(exact, top) >= 0.999
+    assert result.gap <= 0.005 and (result.batches.tolerance == 0.005 or not result.batches.certified)  # sessions: grid
+
+
+def test_front_points_bound_the_auto_front() -> None:
+    name = "qwen3-30b-4xh200"
+    few, default = (solve(resolved(name), SolveSettings("cpsat", 120.0, points=n)) for n in (5, 60))
+    assert few.coverage is not None and default.coverage is not None
+    assert len(few.front) <= 5 < len(default.front)  # the coarse pass too: caps at 4/5 ... 1/5 of the range
+    assert few.coverage.hypervolume_ratio_at_least < default.coverage.hypervolume_ratio_at_least
+
+
+def test_settings_come_from_the_scenario_unless_given() -> None:
+    data = small_data("qwen3-30b-4xh200")
+    data["search"] = {**data.get("search", {}), "front_points": "all", "batch_tolerance": 0.02}
+    search = scenario_from_data(data).scenario.search
+    assert (settings_for(search).points, settings_for(search).batch_tolerance) == (None, 0.02)
+    assert (settings_for(search, points=7, batch_tolerance=0.0).points, settings_for(search, points=7,
+            batch_tolerance=0.0).batch_tolerance) == (7, 0.0)
+    assert settings_for(resolved("qwen3-30b-4xh200").scenario.search).points == 60
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
