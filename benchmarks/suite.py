@@ -93,12 +93,22 @@ SCENARIOS: dict[str, dict[str, Any]] = {
         "model": "deepseek-v3", "precision": {"weights": "fp8", "experts": "fp4", "kv_cache": "fp8"},
         "cluster": {"system": "gb200-nvl72", "racks": 64}, "workload": CHAT,
         "slo": {"ttft_ms": 2000, "tpot_ms": 50}, "engine": "trtllm"},
+    "deepseek-v3-mixed-fleet-3962": {  # the real fleet: 48 GB200 + 16 H200 racks, 6 failed GPUs, 2:1 uplinks
+        "model": "deepseek-v3", "precision": {"weights": "fp8", "kv_cache": "fp8"},
+        "cluster": {"inventory": [
+            {"name": "nvl", "system": "gb200-nvl72", "racks": 48,
+             "unavailable": ["r0/n0/g0", "r3/n7/g2", "r11/n17/g3", "r40/n1/g1"]},
+            {"name": "hopper", "system": "h200-sxm", "racks": 16, "unavailable": ["r2/n1/g5", "r9/n3/g0"]}],
+            "network": {"oversubscription": 2}},
+        "workload": {"input_tokens": 4096, "output_tokens": 1024},
+        "slo": {"ttft_ms": 2000, "tpot_ms": 50}, "engine": "sglang"},
 }
 
 QUICK = ("mixtral-8x7b-8xh100", "qwen3-30b-8xh200", "llama-70b-dense-8xh200-disaggregated",
          "gpt-oss-20b-8xb200-sglang", "qwen3-30b-8xh100-agent-sessions")
 FLEET = ("deepseek-v3-72xgb200", "kimi-k2-72xgb200", "deepseek-v3-288xgb200", "deepseek-v3-1152xgb200",
-         "kimi-k2-4608xgb200", "deepseek-v3-4608xgb200")  # issue 11's targets: 1, 4, 16 and 64 racks
+         "kimi-k2-4608xgb200", "deepseek-v3-4608xgb200",  # issue 11's targets: 1, 4, 16 and 64 racks
+         "deepseek-v3-mixed-fleet-3962")  # and the mission's: a mixed fleet with failed GPUs and 2:1 uplinks
 SUITES = {"quick": QUICK, "fleet": FLEET, "full": tuple(SCENARIOS)}
 
 
