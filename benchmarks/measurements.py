@@ -36,6 +36,10 @@ Mapping rules, CSV -> our schemas:
   attention DP N of tp 1. On MoE models whose tp x attention_dp and moe_tp x moe_ep disagree, vLLM's
   defaults fill the side left out: expert GPUs beyond tp are data-parallel attention ranks (`--data-parallel-size`
   shares experts tensor-sharded over all ranks), and empty expert degrees mean moe_tp = tp x attention_dp.
+- An aggregated MoE row written as k x k GPUs with moe_tp = moe_ep = k (tp 16 or 64, or attention DP 64, with
+  moe 4 x 4 or 8 x 8 on 8-GPU nodes) is the k-GPU run (tp or attention DP k, moe_tp 1, moe_ep k) that the CSV
+  repeats under other ids with the same measured figures (recorded; `_expert_world_squared` gives the
+  evidence); a 2 x 2 row, within one node, is kept as written.
 - A batch below attention_dp is kept (recorded): the idle ranks join only the expert layers.
 - Skipped, with the reason (`load_measurements_with_skips`): rows whose degrees contradict each other in a
   way no engine default explains, and rows that `costmodel.resolve` rejects. None in the shared CSV today.
@@ -290,7 +294,7 @@ def _aggregated(row: _Row, shape: _ModelShape, notes: list[str]) -> tuple[dict[s
         notes.append(
             f"concurrency {concurrency} != batch_size x attention_dp_size = {batch}: kept the measured concurrency"
         )
-    pools = [_pool(row, "", "mixed", 1, batch, shape, notes)]
+    pools = [_pool(row, "", "mixed", 1, batch, shape, notes, node_gpus=load_system(row.text("system")).gpus_per_node)]
     return {"schema_version": 1, "serving": "aggregated", "pools": pools}, concurrency
 
 
@@ -341,9 +345,11 @@ class _ModelShape:
 
 
 def _pool(row: _Row, prefix: str, role: str, replicas: int, batch: int, shape: _ModelShape,
-          notes: list[str]) -> dict[str, Any]:
+          notes: list[str], node_gpus: int | None = None) -> dict[str, Any]:
     tp, dp, pp = (row.degree(prefix + c) for c in ("tp_size", "attention_dp_size", "pp_size"))
     moe_tp, moe_ep = row.degree(prefix + "moe_tp_size"), row.degree(prefix + "moe_ep_size")
+    if node_gpus is not None:
+        tp, dp, moe_tp = _expert_world_squared(role, tp, dp, moe_tp, moe_ep, node_gpus, notes)
     if dp == 1 and shape.heads % tp and tp % shape.heads:
         # SGLang (--tp N --dp N --enable-dp-attention) and TRT-LLM (enable_attention_dp) report the world size
         # as tp; no engine splits heads unevenly, so such a tp is attention-DP ranks of tp 1 each.
@@ -360,6 +366,34 @@ def _pool(row: _Row, prefix: str, role: str, replicas: int, batch: int, shape: _
         notes.append(f"{role} pool: batch {batch} < attention_dp {dp}: {dp - batch} ranks hold no sequence")
     return {"role": role, "replicas": replicas, "tp": tp, "dp_attention": dp, "pp": pp,
             "moe_tp": moe_tp, "moe_ep": moe_ep, "batch": batch}
+
+
+def _expert_world_squared(role: str, tp: int, dp: int, moe_tp: int, moe_ep: int, node_gpus: int,
+                          notes: list[str]) -> tuple[int, int, int]:
+    """(tp, dp, moe_tp) of an aggregated row written as a world of k x k GPUs with moe_tp = moe_ep = k.
+
+    Such a row is a run on k GPUs (tp k or attention DP k, expert parallel k, moe_tp 1) whose expert degrees
+    were written (k, k) instead of (1, k), the attention side then multiplied by k to match: in the CSV,
+    every aggregated row with moe_tp and moe_ep both above 1 has this form (SGLang and TRT-LLM, DeepSeek-R1/V3
+    and gpt-oss-120b, except one Qwen3-235B row named tp4), the 12 of them repeated under another id in the
+    k-GPU form carry the same measured TTFT and TPOT to the last digit (2026_04_06_deepseek_r1_b200_sxm_
+    sglang_fp4_agg_1024x1024_c16_tp8_ep8_1036 at tp 64 / moe 8 x 8 and 2026_03_25_..._c16_tp8_0_ep8_0_257 at
+    tp 8 / ep 8; TRT-LLM attention DP 64 at batch 4 and attention DP 8 at batch 32, concurrency 256), and the
+    ids that name a layout name the k-GPU one (`_tp8_ep8_`, `_tp4_ep4_`). Neither engine's flags give k x k:
+    SGLang's `--ep-size` splits the `--tp-size` ranks (moe_tp = tp / ep, the world is tp; SGLang server
+    arguments), TRT-LLM's `moe_tensor_parallel_size` x `moe_expert_parallel_size` = `tensor_parallel_size`
+    (TensorRT-LLM LLM API), and a 16- or 64-GPU attention-TP group across 8-GPU HGX nodes is in no engine's
+    recipes. Read only where k x k spans more than one node (b200/h200 at 16 and 64 GPUs). A 2 x 2 row
+    (4 GPUs, one node) is ambiguous and kept as written: gpt-oss-120b's are named `_tp2_ep2_`, but the
+    Qwen3-235B one is named tp4 and its 235 GB of fp8 weights need more than two H100s.
+    """
+    k = moe_ep
+    if not (moe_tp == k > 1 and tp * dp == k * k and k * k > node_gpus and min(tp, dp) == 1):
+        return tp, dp, moe_tp
+    new_tp, new_dp = (tp // k, dp) if dp == 1 else (tp, dp // k)
+    notes.append(f"{role} pool: tp x attention_dp = {tp} x {dp} with moe_tp = moe_ep = {k} over {tp * dp} GPUs: "
+                 f"read as a {k}-GPU run, tp {new_tp} x attention_dp {new_dp}, moe_tp 1 x moe_ep {k}")
+    return new_tp, new_dp, 1
 
 
 def _matched_groups(role: str, tp: int, dp: int, moe_tp: int, moe_ep: int, notes: list[str]) -> tuple[int, int, int]:

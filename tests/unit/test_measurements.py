@@ -199,6 +199,25 @@ def test_uneven_tp_is_attention_dp(tmp_path: Path) -> None:
     assert (pool["tp"], pool["dp_attention"], pool["moe_ep"], pool["batch"]) == (1, 36, 36, 72)
 
 
+def test_expert_world_squared_is_a_k_gpu_run(tmp_path: Path) -> None:
+    """tp 64 / attention DP 64 with moe_tp = moe_ep = 8 on 8-GPU nodes is the 8-GPU run (tp or DP 8, ep 8) the
+    CSV repeats under another id with the same figures; a 2 x 2 row within one node is kept as written."""
+    base = AGG_ROW | {"model_path": "deepseek-ai/DeepSeek-R1", "system": "b200_sxm", "moe_tp_size": "8",
+                      "moe_ep_size": "8"}
+    tp_row = base | {"id": "tp", "tp_size": "64", "batch_size": "16"}
+    dp_row = base | {"id": "dp", "tp_size": "1", "attention_dp_size": "64", "batch_size": "4", "concurrency": "256"}
+    small = base | {"id": "small", "model_path": "openai/gpt-oss-120b", "tp_size": "4", "moe_tp_size": "2",
+                    "moe_ep_size": "2"}
+    tp, dp, kept = load_measurements(_write_csv(tmp_path, tp_row, dp_row, small))
+    pools = [m.layout["pools"][0] for m in (tp, dp, kept)]
+    assert [(p["tp"], p["dp_attention"], p["moe_tp"], p["moe_ep"], p["batch"]) for p in pools] == [
+        (8, 1, 1, 8, 16), (1, 8, 1, 8, 256), (4, 1, 2, 2, 16)]
+    assert (tp.scenario["cluster"]["gpus"], dp.scenario["cluster"]["gpus"]) == (8, 8)
+    assert tp.assumptions == ("mixed pool: tp x attention_dp = 64 x 1 with moe_tp = moe_ep = 8 over 64 GPUs: "
+                              "read as a 8-GPU run, tp 8 x attention_dp 1, moe_tp 1 x moe_ep 8",)
+    assert kept.assumptions == ()
+
+
 def test_missing_concurrency_and_node_rounding(tmp_path: Path) -> None:
     row = AGG_ROW | {"model_path": "meta-llama/Llama-3.1-8B-Instruct", "concurrency": "", "tp_size": "4",
                      "attention_dp_size": "3", "moe_tp_size": "12", "moe_ep_size": "1", "batch_size": "5",
