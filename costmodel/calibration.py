@@ -81,7 +81,7 @@ class EngineFactors(_Frozen):
 #   generation requests in the same iteration (TensorRT-LLM docs, In-flight Batching);
 # - prefill_first: waiting prompts run as a prefill batch of their own while decodes wait; SGLang mixes them
 #   only with `--enable-mixed-chunk`, off by default (SGLang server arguments).
-# The fitted values agree (default.yaml: TRT-LLM 0.20, vLLM 0.18, SGLang 0.58).
+# The fitted values agree (default.yaml: TRT-LLM 0.23, vLLM 0.18, SGLang 0.68).
 SCHEDULING: dict[str, Literal["piggyback", "prefill_first"]] = {
     "trtllm": "piggyback", "vllm": "piggyback", "sglang": "prefill_first",
 }
