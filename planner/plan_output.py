@@ -67,8 +67,7 @@ def coverage_dict(result: SolveResult) -> dict[str, Any] | None:
         return None
     auto = result.settings.resolution == "auto"
     return {"resolution": result.settings.resolution, "points_limit": result.settings.points if auto else None,
-            "ttft_range_ms": [round(coverage.low_ms, 6),
-                                                                        round(coverage.top_ms, 6)],
+            "ttft_range_ms": [round(coverage.low_ms, 6), round(coverage.top_ms, 6)],
             "step_ms": round(coverage.step_ms, 6), "certified_ttft_ms": round(coverage.certified_ms, 6),
             "hypervolume_ratio_at_least": round(coverage.hypervolume_ratio_at_least, 9),
             "batches": batches_dict(result),
