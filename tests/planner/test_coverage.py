@@ -4,6 +4,7 @@ hypervolume bound, and the range above the last proven cap when the time limit c
 from __future__ import annotations
 
 import math
+import random
 
 import pytest
 
@@ -45,3 +46,38 @@ def test_a_sweep_cut_short_above_its_proven_caps_certifies_nothing_there() -> No
     assert len(coverage.uncovered_ms) == 1
     low, high, above = coverage.uncovered_ms[0]
     assert (low, high) == pytest.approx((10.0, 200.0)) and math.isinf(above)
+
+
+def _windows_by_scan(result: SweepResult, fastest_s: float) -> list[tuple[float, float, float, float]]:
+    """`windows` as first written: every point scanned for each window's bounds (the reference)."""
+    low = max(result.floor_s, fastest_s)
+    values = [(s.point.ttft_ms / 1e3, s.point.tokens_per_s_per_gpu) for s in result.points]
+    found, edge = [], low
+    for t, c in sorted((t, c) for t, c in result.resolved if c > low):
+        if t - edge > 1e-9:
+            above = max((v for time_s, v in values if time_s <= t * (1 + 1e-12)), default=0.0)
+            below = max((v for time_s, v in values if time_s <= edge), default=0.0)
+            found.append((edge, t, above, below))
+        edge = max(edge, c)
+    if edge < result.top_s:
+        found.append((edge, result.top_s, math.inf, max((v for time_s, v in values if time_s <= edge), default=0.0)))
+    return found
+
+
+@pytest.mark.parametrize("seed", range(30))
+def test_windows_equal_a_scan_of_every_point(seed: int) -> None:
+    """The bisection over the points' prefix maximum gives the windows a scan of every point gives, ties and
+    points on a window's edge included."""
+    rng = random.Random(seed)
+    ttfts = [rng.choice([10.0, 20.0, 35.0, 50.0]) if rng.random() < 0.3 else rng.uniform(5.0, 200.0)
+             for _ in range(rng.randint(1, 25))]
+    points = [solved(t, rng.uniform(1.0, 100.0)) for t in ttfts]
+    result = SweepResult(points=points, top_s=0.2, step_s=0.0)
+    caps = [p.point.ttft_ms / 1e3 + rng.choice([0.0, rng.uniform(0.0, 0.03)]) for p in points if rng.random() < 0.6]
+    result.resolved = [(p.point.ttft_ms / 1e3, c) for p, c in zip(points, caps, strict=False)]
+    result.floor_s = rng.choice([0.0, 0.004, 0.02])
+    got = [(w.low_s, w.high_s, w.above, w.below) for w in result.windows(fastest_s=0.003)]
+    assert got == _windows_by_scan(result, 0.003)
+    assert result.front == result._non_dominated()  # the kept front is the points' front
+    result.points.append(solved(1.0, 1e6))  # a point added: the front is taken anew
+    assert result.front == result._non_dominated() and result.front[0].point.ttft_ms == 1.0
