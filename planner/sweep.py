@@ -41,8 +41,8 @@ from planner.deployment import composed_point, disaggregated_point, with_instanc
 from planner.formulation.fill import best_fill, placeable
 from planner.formulation.model import DeploymentModel, InvalidSolution, Selection, build_model
 from planner.formulation.options import DeploymentOptions, MixedOption
-from planner.formulation.pairs import PAIR_LIMIT, PairTable
-from planner.formulation.screening import screen, screen_cluster
+from planner.formulation.pairs import PAIR_LIMIT, PairColumns, PairTable
+from planner.formulation.screening import pair_columns, screen, screen_cluster
 from planner.formulation.units import UnitTable, selection_of, unit_table
 from planner.pareto import FrontPoint
 from planner.solvers import Backend, LazyBackend, SolveOptions, SolveReport, SolveStatus
@@ -101,6 +101,7 @@ class _Sweeper:
         self._mixed_tables: dict[int, _BestWithin] = {}  # per block's options (`_best_mixed`)
         self._points: dict[tuple[object, ...], FrontPoint | None] = {}  # exact figures by selection (`_point`)
         self._per_size: dict[int, dict[int, _BestWithin]] = {}  # per block's options and size (`_mixed_fill`)
+        self._columns: dict[int, PairColumns | None] = {}  # per block's options (`_best_within`'s screens)
         for options in blocks:
             self._use(_Block(options))
             if self.cluster and settings.pair_screening:
@@ -460,7 +461,9 @@ class _Sweeper:
         report: SolveReport | None = None
         dm: DeploymentModel | None = None
         for _ in range(MAX_DINKELBACH):
-            dm = build_model(self.options, eps, q, q_feasible, self.pairs, self.settings.pair_screening)
+            screened = screen(self.options, eps, q, q_feasible, self.pairs, self.settings.pair_screening,
+                              self._pair_columns())
+            dm = build_model(self.options, eps, q, q_feasible, screened=screened)
             for selection in excluded:
                 dm.exclude(selection)
             self._note_size(dm)
@@ -487,6 +490,15 @@ class _Sweeper:
         # iterations ran out without a proof: the last MILP's bound still caps what could beat q
         unproven = replace(report, status=SolveStatus.FEASIBLE)
         return self._finish(best, unproven, q, dm)
+
+    def _pair_columns(self) -> PairColumns | None:
+        """The block's pair figures kept across its screens (`screening.pair_columns`), where the screens
+        build tables of their own (no table of the first cap's pairs)."""
+        if self.pairs is not None or not self.settings.pair_screening:
+            return None
+        if id(self.options) not in self._columns:
+            self._columns[id(self.options)] = pair_columns(self.options)
+        return self._columns[id(self.options)]
 
     def _no_better(self, best: SolvedPoint | None, report: SolveReport) -> SolvedPoint | None:
         """The MILP found nothing: within the cap no deployment (or none beating the incumbent, whose

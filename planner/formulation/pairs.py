@@ -8,6 +8,7 @@ for the MILP; the MILP makes the choice, and `planner.deployment` gives the repo
 
 from __future__ import annotations
 
+import bisect
 from dataclasses import dataclass
 
 import numpy as np
@@ -118,6 +119,8 @@ class PairTable:
         self.options, self.arrays = options, ConfigArrays.of(prefill, decode)
         self.index_y = {(id(p), n): i for i, (p, n) in enumerate(prefill)}
         self.index_z = {(id(d), n): j for j, (d, n) in enumerate(decode)}
+        self._asked = 0  # `best_ratio`'s questions so far, and its staircase (from the second on)
+        self._stairs: tuple[list[float], list[tuple[int, int]]] | None = None
         a = self.arrays
         self.ttft = np.empty((len(prefill), len(decode)))
         self.rate = np.empty((len(prefill), len(decode)), dtype=np.float32)
@@ -147,7 +150,15 @@ class PairTable:
 
     def best_ratio(self, eps_s: float | None) -> tuple[int, int] | None:
         """The pair with the most tokens/s per GPU within the cap (an incumbent: the MILP still checks
-        packing and proves it)."""
+        packing and proves it); the first in row-major order among equals. From the second question on, by
+        bisection in the table's staircase (`_staircase`), which gives the same pair."""
+        self._asked += 1
+        if self._asked == 2:
+            self._stairs = self._staircase()
+        if self._stairs is not None:
+            times, picks = self._stairs
+            at = bisect.bisect_right(times, np.inf if eps_s is None else eps_s * (1 + 0.0))
+            return picks[at - 1] if at else None
         best, where = -np.inf, None
         for block in self._blocks():
             ratio = np.where(self._within(block, eps_s, 0.0), self.rate[block] / self._gpus(block), -np.inf)
@@ -156,6 +167,38 @@ class PairTable:
                 best, where = float(ratio.flat[flat]), ((block.start or 0) + flat // ratio.shape[1],
                                                         flat % ratio.shape[1])
         return where
+
+    def _staircase(self) -> tuple[list[float], list[tuple[int, int]]] | None:
+        """`best_ratio`'s answer for every cap: (TTFTs ascending, the pair answering any cap from that TTFT
+        up to the next). The answer within cap c is the pair of most ratio among those of TTFT <= c, the
+        first in row-major order among equals: a function of that set alone, so it is found by adding the
+        pairs by TTFT, and only the pairs that lead some row block for some cap can be it (a block's leader
+        for c has the most ratio among the block's pairs added so far). None where a figure is NaN (its
+        `argmax` would differ) or the table is empty."""
+        if not len(self.arrays.prefill) or not len(self.arrays.decode):
+            return None
+        width = len(self.arrays.decode)
+        found: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []  # (TTFT, ratio, flat index) of the leaders
+        for block in self._blocks():
+            ttft = self.ttft[block].ravel()
+            ratio = (self.rate[block] / self._gpus(block)).ravel()
+            if np.isnan(ttft).any() or np.isnan(ratio).any():
+                return None
+            order = np.argsort(ttft)
+            ranked = ratio[order]
+            lead = (ranked == np.maximum.accumulate(ranked)) & (ranked > -np.inf)
+            found.append((ttft[order[lead]], ranked[lead], (block.start or 0) * width + order[lead]))
+        ttft, ratio, flat = (np.concatenate(parts) for parts in zip(*found, strict=True))
+        order = np.argsort(ttft)
+        times: list[float] = []
+        picks: list[tuple[int, int]] = []
+        value, index = -np.inf, -1
+        for t, v, i in zip(ttft[order].tolist(), ratio[order].tolist(), flat[order].tolist(), strict=True):
+            if v > value or (v == value and i < index):
+                value, index = v, i
+                times.append(t)
+                picks.append((i // width, i % width))
+        return times, picks
 
     def keep(self, eps_s: float | None, q: float, tol: float) -> tuple[np.ndarray, np.ndarray]:
         """Configurations with a pair within the cap whose objective osl X - q G reaches -tol q G (the
@@ -169,3 +212,102 @@ class PairTable:
             keep_y[block] = ok.any(axis=1)
             keep_z |= ok.any(axis=0)
         return keep_y, keep_z
+
+
+class PairColumns:
+    """A `PairTable` that persists across screens: every prefill configuration of `rows` with the
+    decode configurations asked for so far (columns, computed once each, at most `limit` pairs kept). Each
+    pair's figures are those a `PairTable` of any subset holding the pair gives, to the bit (the same
+    elementwise operations), so `keep` on a subset is `PairTable(subset).keep`. Valid only where the
+    subset's table would not depend on which rows it holds: no row runs below its full load (a table with
+    one such row caps every row's rate by its load) and one KV size per request (the table's `kv_bytes` is
+    the rows' largest): `of` checks that."""
+
+    def __init__(self, options: DeploymentOptions, rows: ConfigArrays, limit: int) -> None:
+        self.options, self.rows, self.limit, self.width = options, rows, limit, len(rows.prefill)
+        self.column: dict[tuple[int, int], int] = {}  # decode configuration -> its slot in the stores below
+        self.free: list[int] = []  # slots not holding a decode configuration
+        # a slot per decode configuration (the table transposed): its GPUs, the last `keep` call that asked
+        # for it (`asked`: the calls so far), its figures against every row
+        self.gpus_z = np.empty(0)
+        self.asked, self.used = 0, np.zeros(0, dtype=np.int64)
+        self.ttft = np.empty((0, self.width))
+        self.rate = np.empty((0, self.width), dtype=np.float32)
+
+    @staticmethod
+    def of(options: DeploymentOptions, rows: ConfigArrays, limit: int) -> PairColumns | None:
+        """Columns over the prefill configurations of `rows` (None where they may not, `PairColumns`)."""
+        prefill = rows.prefill
+        if not prefill or any(p.load < 1.0 for p, _ in prefill) or len({p.kv_bytes for p, _ in prefill}) > 1:
+            return None
+        return PairColumns(options, rows, limit)
+
+    def keep(self, rows: np.ndarray, decode: list[tuple[DecodeOption, int]], eps_s: float | None, q: float,
+             tol: float) -> tuple[np.ndarray, np.ndarray] | None:
+        """`PairTable(options, prefill, decode).keep(eps_s, q, tol)` for the prefill configurations `rows`
+        (positions in `self.rows`, ascending); None where the decode configurations take more than `limit`
+        pairs against every row."""
+        if not len(rows) or len(decode) * self.width > self.limit:
+            return None
+        cols = self._columns(decode)
+        osl, width = float(self.options.output_tokens), self.width
+        cap = np.inf if eps_s is None else eps_s * (1 + tol)
+        chosen = np.zeros(width, dtype=bool)
+        chosen[rows] = True
+        keep_y = np.zeros(width, dtype=bool)
+        keep_z = np.zeros(len(decode), dtype=bool)
+        step = max(1, CHUNK // max(1, width))
+        for start in range(0, len(cols), step):
+            at = cols[start:start + step]
+            gpus = self.rows.gpus_y[None, :] + self.gpus_z[at, None]
+            ok = (self.ttft[at] <= cap) & (osl * self.rate[at] - q * gpus >= -tol * q * gpus) & chosen
+            keep_z[start:start + step] = ok.any(axis=1)
+            keep_y |= ok.any(axis=0)
+        return keep_y[rows], keep_z
+
+    def _columns(self, decode: list[tuple[DecodeOption, int]]) -> np.ndarray:
+        """The slots of `decode`, computing those not kept yet (when the stores would pass `limit` pairs, the
+        slots least recently asked for are reused first)."""
+        keys = [(id(d), n) for d, n in decode]
+        missing = [(d, n) for (d, n), key in zip(decode, keys, strict=True) if key not in self.column]
+        self.asked += 1
+        if missing:
+            most = max(1, self.limit // self.width)  # slots the limit allows
+            short = len(missing) - len(self.free) - (most - len(self.gpus_z))
+            if short > 0:  # reuse the slots least recently asked for (none asked now: `keep` checks the count)
+                asked = set(keys)
+                others = sorted((int(self.used[slot]), slot) for key, slot in self.column.items() if key not in asked)
+                dropped = {slot for _, slot in others[:short]}
+                self.free += dropped
+                self.column = {key: slot for key, slot in self.column.items() if slot not in dropped}
+            if len(missing) > len(self.free):  # grow the stores (doubling, within the limit)
+                size = min(most, max(len(self.gpus_z) + len(missing) - len(self.free), 2 * len(self.gpus_z)))
+                self.free += range(len(self.gpus_z), size)
+                grow = size - len(self.gpus_z)
+                self.ttft = np.concatenate([self.ttft, np.empty((grow, self.width))])
+                self.rate = np.concatenate([self.rate, np.empty((grow, self.width), dtype=np.float32)])
+                self.gpus_z = np.concatenate([self.gpus_z, np.empty(grow)])
+                self.used = np.concatenate([self.used, np.zeros(grow, dtype=np.int64)])
+            slots = [self.free.pop() for _ in missing]
+            self._add(missing, np.array(slots, dtype=np.intp))
+            self.column.update({(id(d), n): slot for (d, n), slot in zip(missing, slots, strict=True)})
+        at = np.array([self.column[key] for key in keys], dtype=np.intp)
+        self.used[at] = self.asked
+        return at
+
+    def _add(self, decode: list[tuple[DecodeOption, int]], slots: np.ndarray) -> None:
+        """`PairTable.__init__`'s figures for the new decode configurations against every row, into `slots`."""
+        options, a, z = self.options, self.rows, ConfigArrays.of([], decode)
+        step = max(1, CHUNK // max(1, self.width))
+        for start in range(0, len(decode), step):
+            block = slice(start, start + step)
+            limit = link_limits(options, a.size_y[None, :], z.size_z[block, None], a.count_y[None, :],
+                                z.count_z[block, None], a.kv_bytes)
+            ttft, rate = pair_figures(a.cap[None, :], a.fill[None, :],
+                                      transfer_matrix(options, a.size_y, z.size_z[block]).T,
+                                      z.conc[block, None], z.away[block, None], options.cohort_fraction, None, limit)
+            gpus = a.gpus_y[None, :] + z.gpus_z[block, None]
+            room = gpus <= options.domains.gpus if options.shared_domains else True  # else: own groups
+            self.ttft[slots[block]] = np.where(room, ttft, np.inf)
+            self.rate[slots[block]] = rate
+        self.gpus_z[slots] = z.gpus_z

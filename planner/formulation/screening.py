@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from planner.formulation.options import DecodeOption, DeploymentOptions, MixedOption, PrefillOption
-from planner.formulation.pairs import ConfigArrays, PairTable, pair_figures, transfer_matrix
+from planner.formulation.pairs import ConfigArrays, PairColumns, PairTable, pair_figures, transfer_matrix
 from planner.formulation.units import UnitTable
 
 BOUND_TOL = 1e-9  # relative: keep configurations that tie with the incumbent
@@ -55,19 +55,23 @@ def _decode_configs(items: tuple[DecodeOption, ...], room: int) -> list[tuple[De
 
 
 def screen(options: DeploymentOptions, eps_s: float | None, q: float, q_feasible: bool,
-           pairs: PairTable | None = None, pair_bound: bool = False) -> Screened:
+           pairs: PairTable | None = None, pair_bound: bool = False, columns: PairColumns | None = None) -> Screened:
     """Configurations for the MILP at cap `eps_s` and ratio `q` (module docstring). `pairs`: the table of
     the first cap's pairs; without one, `pair_bound` builds a table of the survivors of the cheaper
-    rules when they form at most `DYNAMIC_PAIRS` pairs."""
+    rules when they form at most `DYNAMIC_PAIRS` pairs, or reads their pairs from `columns` (`pair_columns`:
+    the same figures, kept across the screens of a sweep) where it holds them."""
     mixed = [m for m in options.mixed if eps_s is None or m.point.ttft_ms / 1e3 <= eps_s]
     if q_feasible:
         mixed = [m for m in mixed if m.point.tokens_per_s_per_gpu >= q * (1 - BOUND_TOL)]
     if not options.disaggregated:
         return Screened(mixed, [], [])
     room = options.fill_room(min(d.gpus for d in options.decode))
-    fills = [p for p in options.prefill
-             if eps_s is None or p.fill_s + min(options.kv_transfer_s.values()) <= eps_s * (1 + EPS_TOL)]
-    prefill = _prefill_configs(tuple(fills), room)
+    picked = np.array([eps_s is None or p.fill_s + min(options.kv_transfer_s.values()) <= eps_s * (1 + EPS_TOL)
+                       for p in options.prefill], dtype=bool)
+    fills = [p for p, k in zip(options.prefill, picked, strict=True) if k]
+    universe = _fill_table(options)
+    rows = np.flatnonzero(picked[universe.owner]) if len(universe.owner) else np.zeros(0, dtype=np.intp)
+    prefill = [universe.configs[i] for i in rows]  # `_prefill_configs(fills, room)`: the table's rows of `fills`
     first, midfill = _split_configs(options, eps_s, room)
     if not prefill and not midfill:
         return Screened(mixed, [], [])
@@ -80,14 +84,22 @@ def screen(options: DeploymentOptions, eps_s: float | None, q: float, q_feasible
     shared, split = (alive.copy() if prefill else np.zeros_like(alive)), (alive.copy() if midfill else
                                                                           np.zeros_like(alive))
     if q_feasible and prefill and shared.any():
-        prefill, shared = _bounded(options, prefill, table, shared, eps_s, q)
+        rows, shared = _bounded(options, universe, rows, table, shared, eps_s, q)
+        prefill = [universe.configs[i] for i in rows]
     if q_feasible and midfill and split.any():
         split = _split_bounded(options, first, midfill, table, split, q)
     if pair_bound and midfill and split.any() and (len(first) + len(midfill)) * int(split.sum()) <= DYNAMIC_PAIRS:
         first, midfill, split = _split_pair_bounded(options, first, midfill, table, split, eps_s, q, q_feasible)
     decode = [table.configs[i] for i in np.flatnonzero(shared)]
     if pairs is None and pair_bound and q_feasible and 0 < len(prefill) * len(decode) <= DYNAMIC_PAIRS:
-        pairs = PairTable(options, prefill, decode)
+        held = None
+        if columns is not None and columns.rows.prefill is universe.configs:  # the columns' rows are the table's
+            held = columns.keep(rows, decode, eps_s, q, PAIR_TOL)
+        if held is None:
+            pairs = PairTable(options, prefill, decode)
+        else:
+            prefill = [universe.configs[i] for i in rows[held[0]]]
+            decode = [z for z, k in zip(decode, held[1], strict=True) if k]
     if pairs is not None and q_feasible and prefill and decode:
         prefill, decode = _pair_bounded(pairs, prefill, decode, eps_s, q)
     if not prefill:
@@ -101,6 +113,16 @@ def screen(options: DeploymentOptions, eps_s: float | None, q: float, q_feasible
     if not decode:
         return Screened(mixed, [], [])
     return Screened(mixed, prefill, decode, first, midfill)
+
+
+def pair_columns(options: DeploymentOptions) -> PairColumns | None:
+    """The dynamic pair tables' figures kept across a sweep's screens (`screen`'s `columns`): every prefill
+    configuration any cap's screen can keep (those that leave room for the smallest decode instance), with
+    the decode configurations screens ask for, at most `DYNAMIC_PAIRS` pairs held at once. None where the
+    block has no shared structure or its tables depend on their rows (`PairColumns.of`)."""
+    if not options.prefill or not options.decode:
+        return None
+    return PairColumns.of(options, _fill_table(options).arrays, DYNAMIC_PAIRS)
 
 
 def _split_configs(options: DeploymentOptions, eps_s: float | None,
@@ -134,6 +156,33 @@ class _DecodeTable:
 _TABLES: weakref.WeakKeyDictionary[DeploymentOptions, _DecodeTable] = weakref.WeakKeyDictionary()
 
 
+@dataclass(frozen=True)
+class _FillTable:
+    """Every shared-structure prefill configuration any cap's screen may keep (`_prefill_configs` of every
+    prefill candidate, with room for the smallest decode instance), as arrays (built once per options)."""
+
+    configs: list[tuple[PrefillOption, int]]
+    arrays: ConfigArrays
+    owner: np.ndarray  # per configuration, its candidate's position in `options.prefill`
+    per_request: np.ndarray  # per configuration, its candidate's GPU-seconds per fill (gpus / capacity)
+
+
+_FILLS: weakref.WeakKeyDictionary[DeploymentOptions, _FillTable] = weakref.WeakKeyDictionary()
+
+
+def _fill_table(options: DeploymentOptions) -> _FillTable:
+    if options not in _FILLS:
+        room = options.fill_room(min(d.gpus for d in options.decode)) if options.decode else 0
+        configs, owner = [], []
+        for position, item in enumerate(options.prefill):
+            held = _prefill_configs((item,), room)
+            configs += held
+            owner += [position] * len(held)
+        _FILLS[options] = _FillTable(configs, ConfigArrays.of(configs, []), np.array(owner, dtype=np.intp),
+                                     np.array([p.gpus / p.capacity for p, _ in configs], dtype=float))
+    return _FILLS[options]
+
+
 def _decode_table(options: DeploymentOptions) -> _DecodeTable:
     if options not in _TABLES:
         configs = _decode_configs(options.decode, options.decode_room.gpus)
@@ -162,19 +211,19 @@ def _fastest_ttft(options: DeploymentOptions, a: ConfigArrays) -> np.ndarray:
     return best
 
 
-def _bounded(options: DeploymentOptions, prefill: list[tuple[PrefillOption, int]], table: _DecodeTable,
-             alive: np.ndarray, eps_s: float | None,
-             q: float) -> tuple[list[tuple[PrefillOption, int]], np.ndarray]:
+def _bounded(options: DeploymentOptions, universe: _FillTable, rows: np.ndarray, table: _DecodeTable,
+             alive: np.ndarray, eps_s: float | None, q: float) -> tuple[np.ndarray, np.ndarray]:
     """Per configuration, the most optimistic objective osl X - q (G_y + G_z) given what the other pool
     must at least hold: a prefill pool serving X needs cap >= X, hence >= gamma X GPUs (gamma: fewest
     GPU-seconds per fill of any prefill candidate), and under a cap eps a concurrency C needs
     cap >= k (C - 1) / (2 (eps - shortest fill and transfer)) for the cohort wait; a decode pool serving X
     holds C >= X (fill + transfer + Z) sequences, hence >= delta C GPUs (delta: fewest GPUs per slot)."""
-    osl, a = float(options.output_tokens), ConfigArrays.of(prefill, [])
+    osl, every = float(options.output_tokens), universe.arrays
+    a = _Rows(every.cap[rows], every.fill[rows], every.gpus_y[rows])  # the configurations `rows` of the table
     index = np.flatnonzero(alive)
     conc, away, gpus_z = table.conc[index], table.away[index], table.gpus[index]
     shortest = a.fill.min() + min(options.kv_transfer_s.values())
-    gamma = min(p.gpus / p.capacity for p, _ in prefill)
+    gamma = float(universe.per_request[rows].min())
     delta = float((gpus_z / conc).min())
     # decode configurations
     rate = np.minimum(conc / (shortest + away), a.cap.max())
@@ -187,7 +236,7 @@ def _bounded(options: DeploymentOptions, prefill: list[tuple[PrefillOption, int]
     survivors = np.zeros_like(alive)
     survivors[index[keep_z]] = True
     if not keep_z.any():
-        return [], survivors
+        return rows[:0], survivors
     # prefill configurations
     cycle = a.fill + min(options.kv_transfer_s.values()) + away[keep_z].min()
     fewest_z = gpus_z[keep_z].min()
@@ -195,7 +244,16 @@ def _bounded(options: DeploymentOptions, prefill: list[tuple[PrefillOption, int]
     knee = np.minimum(rate_y, fewest_z / (delta * cycle))  # where the decode pool's floor stops binding
     best_y = np.maximum(*(osl * x - q * (a.gpus_y + np.maximum(fewest_z, delta * x * cycle)) for x in (rate_y, knee)))
     keep_y = best_y >= -BOUND_TOL * q * a.gpus_y
-    return [y for y, k in zip(prefill, keep_y, strict=True) if k], survivors
+    return rows[keep_y], survivors
+
+
+@dataclass(frozen=True)
+class _Rows:
+    """Some prefill configurations' arrays (`_bounded`)."""
+
+    cap: np.ndarray
+    fill: np.ndarray
+    gpus_y: np.ndarray
 
 
 def _split_bounded(options: DeploymentOptions, first: list[tuple[PrefillOption, int]],
