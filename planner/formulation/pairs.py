@@ -157,7 +157,7 @@ class PairTable:
             self._stairs = self._staircase()
         if self._stairs is not None:
             times, picks = self._stairs
-            at = bisect.bisect_right(times, np.inf if eps_s is None else eps_s * (1 + 0.0))
+            at = bisect.bisect_right(times, np.inf if eps_s is None else eps_s)
             return picks[at - 1] if at else None
         best, where = -np.inf, None
         for block in self._blocks():
