@@ -109,6 +109,29 @@ def link_limits(options: DeploymentOptions, size_y: np.ndarray, size_z: np.ndarr
     return np.asarray(np.where(np.isnan(out), np.inf, out))
 
 
+def pair_block(options: DeploymentOptions, y: ConfigArrays, rows: slice, z: ConfigArrays,
+               loaded: bool) -> tuple[np.ndarray, np.ndarray]:
+    """TTFT (infinite where the pair passes the shared domains' GPUs) and rate of the prefill configurations
+    `rows` of `y` against every decode configuration of `z` (`loaded`: cap rates by the rows' loads)."""
+    limit = link_limits(options, y.size_y[rows, None], z.size_z[None, :], y.count_y[rows, None], z.count_z[None, :],
+                        y.kv_bytes)
+    ttft, rate = pair_figures(y.cap[rows, None], y.fill[rows, None], transfer_matrix(options, y.size_y[rows], z.size_z),
+                              z.conc[None, :], z.away[None, :], options.cohort_fraction,
+                              y.load[rows, None] if loaded else None, limit)
+    gpus = y.gpus_y[rows, None] + z.gpus_z[None, :]
+    room = gpus <= options.domains.gpus if options.shared_domains else True  # else: their own groups
+    return np.where(room, ttft, np.inf), rate
+
+
+def kept(ttft: np.ndarray, rate: np.ndarray, gpus: np.ndarray, eps_s: float | None, osl: float, q: float,
+         tol: float) -> np.ndarray:
+    """Pairs within the cap whose objective osl X - q G reaches -tol q G (the slack absorbs float32 rates:
+    keeping extra configurations is always safe)."""
+    cap = np.inf if eps_s is None else eps_s * (1 + tol)
+    ok: np.ndarray = (ttft <= cap) & (osl * rate - q * gpus >= -tol * q * gpus)
+    return ok
+
+
 class PairTable:
     """TTFT (float64) and request rate (float32) of every prefill x decode configuration pair, computed
     once per solve; pairs over the cluster's GPU count get an infinite TTFT. About 12 bytes per pair:
@@ -124,16 +147,9 @@ class PairTable:
         a = self.arrays
         self.ttft = np.empty((len(prefill), len(decode)))
         self.rate = np.empty((len(prefill), len(decode)), dtype=np.float32)
+        loaded = bool((a.load < 1.0).any())
         for block in self._blocks():
-            limit = link_limits(options, a.size_y[block, None], a.size_z[None, :], a.count_y[block, None],
-                                a.count_z[None, :], a.kv_bytes)
-            ttft, rate = pair_figures(a.cap[block, None], a.fill[block, None],
-                                      transfer_matrix(options, a.size_y[block], a.size_z),
-                                      a.conc[None, :], a.away[None, :], options.cohort_fraction,
-                                      a.load[block, None] if (a.load < 1.0).any() else None, limit)
-            room = self._gpus(block) <= options.domains.gpus if options.shared_domains else True  # else: own groups
-            self.ttft[block] = np.where(room, ttft, np.inf)
-            self.rate[block] = rate
+            self.ttft[block], self.rate[block] = pair_block(options, a, block, a, loaded)
 
     def _blocks(self) -> list[slice]:
         rows = max(1, CHUNK // max(1, len(self.arrays.decode)))
@@ -207,8 +223,7 @@ class PairTable:
         keep_y = np.zeros(len(self.arrays.prefill), dtype=bool)
         keep_z = np.zeros(len(self.arrays.decode), dtype=bool)
         for block in self._blocks():
-            gpus = self._gpus(block)
-            ok = self._within(block, eps_s, tol) & (osl * self.rate[block] - q * gpus >= -tol * q * gpus)
+            ok = kept(self.ttft[block], self.rate[block], self._gpus(block), eps_s, osl, q, tol)
             keep_y[block] = ok.any(axis=1)
             keep_z |= ok.any(axis=0)
         return keep_y, keep_z
@@ -251,7 +266,6 @@ class PairColumns:
             return None
         cols = self._columns(decode)
         osl, width = float(self.options.output_tokens), self.width
-        cap = np.inf if eps_s is None else eps_s * (1 + tol)
         chosen = np.zeros(width, dtype=bool)
         chosen[rows] = True
         keep_y = np.zeros(width, dtype=bool)
@@ -260,7 +274,7 @@ class PairColumns:
         for start in range(0, len(cols), step):
             at = cols[start:start + step]
             gpus = self.rows.gpus_y[None, :] + self.gpus_z[at, None]
-            ok = (self.ttft[at] <= cap) & (osl * self.rate[at] - q * gpus >= -tol * q * gpus) & chosen
+            ok = kept(self.ttft[at], self.rate[at], gpus, eps_s, osl, q, tol) & chosen
             keep_z[start:start + step] = ok.any(axis=1)
             keep_y |= ok.any(axis=0)
         return keep_y[rows], keep_z
@@ -297,17 +311,10 @@ class PairColumns:
 
     def _add(self, decode: list[tuple[DecodeOption, int]], slots: np.ndarray) -> None:
         """`PairTable.__init__`'s figures for the new decode configurations against every row, into `slots`."""
-        options, a, z = self.options, self.rows, ConfigArrays.of([], decode)
         step = max(1, CHUNK // max(1, self.width))
         for start in range(0, len(decode), step):
-            block = slice(start, start + step)
-            limit = link_limits(options, a.size_y[None, :], z.size_z[block, None], a.count_y[None, :],
-                                z.count_z[block, None], a.kv_bytes)
-            ttft, rate = pair_figures(a.cap[None, :], a.fill[None, :],
-                                      transfer_matrix(options, a.size_y, z.size_z[block]).T,
-                                      z.conc[block, None], z.away[block, None], options.cohort_fraction, None, limit)
-            gpus = a.gpus_y[None, :] + z.gpus_z[block, None]
-            room = gpus <= options.domains.gpus if options.shared_domains else True  # else: own groups
-            self.ttft[slots[block]] = np.where(room, ttft, np.inf)
-            self.rate[slots[block]] = rate
-        self.gpus_z[slots] = z.gpus_z
+            z = ConfigArrays.of([], decode[start:start + step])
+            ttft, rate = pair_block(self.options, self.rows, slice(None), z, False)  # `of`: no row below full load
+            at = slots[start:start + step]
+            self.ttft[at], self.rate[at] = ttft.T, rate.T
+            self.gpus_z[at] = z.gpus_z
