@@ -8,8 +8,8 @@ What is fitted (nothing per model or per row):
 - the share of a grouped GEMM's (MoE routed experts') weight load not hidden behind its multiplies
   (`costmodel.pricing.grouped_gemm_share`), one factor for every GPU;
 - per engine present in the data: fixed overhead per layer, per step and per sequence per step, the share
-  of the expert all-to-all hidden behind compute, and the cohort fraction of closed-loop arrivals (see
-  `costmodel.serving`).
+  of the expert all-to-all hidden behind compute, the first-token latency per layer, and the cohort fraction
+  of closed-loop arrivals (see `costmodel.serving`).
 Generations absent from the training rows keep their priors; engines absent from them (and `generic`),
 or with fewer than `MIN_ENGINE_ROWS` of them, take the mean of the fitted engines, which is how a held-out
 engine is predicted; but their cohort fraction is that of the fitted engines that schedule prompts as they do,
@@ -55,7 +55,8 @@ GENERATION_FIELDS = ("attention_efficiency", "hbm_efficiency")
 COLLECTIVE_FIELDS = ("collectives.allreduce.efficiency", "collectives.allreduce.latency_s",
                      "collectives.alltoall.efficiency", "collectives.alltoall.latency_s", "nic_efficiency")
 GROUPED_FIELD = "grouped_gemm_load_exposed"  # fitted when the rows run routed experts (MoE models)
-ENGINE_FIELDS = ("layer_overhead_s", "step_overhead_s", "seq_overhead_s", "alltoall_overlap", "cohort_fraction")
+ENGINE_FIELDS = ("layer_overhead_s", "step_overhead_s", "seq_overhead_s", "alltoall_overlap", "prefill_layer_latency_s",
+                 "cohort_fraction")
 LOSS_SCALE = 0.25
 # Weak pull of each factor towards its kernel-microbenchmark prior (on the fit's logit scale): two logit units
 # away costs about what one row off by 25% costs. It decides only where the rows leave directions flat (a
@@ -65,8 +66,8 @@ PRIOR_WEIGHT = 0.1
 # Stop when an iteration improves the loss, or moves the factors, by less than 0.01% (relative): further
 # digits change no reported figure and cost minutes per fit.
 FIT_TOLERANCE = 1e-4
-# Fewest training rows from which an engine's own factors are fitted: five factors (ENGINE_FIELDS) need at
-# least four rows each, spread over batch and lengths, to be told apart. An engine with fewer rows takes the
+# Fewest training rows from which an engine's own factors are fitted: six factors (ENGINE_FIELDS) need at
+# least three or four rows each, spread over batch and lengths, to be told apart. An engine with fewer rows takes the
 # mean of the fitted engines, as a held-out engine does. It decides one fold today: holding out aggregated
 # serving leaves vLLM one disaggregated row, from which its cohort fraction fitted to 0.82 (0.16 on all rows)
 # and its aggregated TTFT held out was over-predicted 2-3x.
@@ -78,7 +79,7 @@ def layout_was_guessed(measurement: Measurement) -> bool:
 
 
 def _works(plan: LayoutPlan) -> list[StepWork]:
-    return [work for pool in plan.pools for phase in (pool.fill, pool.decode, pool.mixed) for work in phase or []]
+    return [work for pool in plan.pools for work in pool.works()]
 
 
 @dataclass
@@ -202,18 +203,25 @@ def _assign(data: dict[str, object], name: str, value: float) -> None:
 # - attention: 0.15 (sparse FP8 decode, 350 TF of 2250 on B200, K05) to 0.85;
 # - HBM streaming: 0.5 to 0.95 (FlashMLA decode 3000 of 3350 GB/s, K05);
 # - collectives: 0.1 (small all-to-all messages, DeepEP LL) to 0.95 of link bandwidth, 2-200 us per call;
+#   the NIC from 0.5: RDMA transfers of MB-sized KV pages and expert payloads reach most of the line rate
+#   (DeepEP RDMA 43-58 of 50 GB/s, K01); with the first-token latency in the model the fit would take the
+#   NIC to 0.12-0.21 to lengthen disaggregated TTFTs, a slowness that would steer plans away from NICs;
 # - fixed overheads: up to 100 us per layer, 20 ms per step and 50 us per sequence per step (vLLM V0's
 #   Python scheduler and sampler at its slowest); cohort fraction 0 to 1; all-to-all
 #   hidden behind compute 0 to 0.9 (two-batch overlap hides most of it at best, E07/E08);
+# - first-token latency per layer: 0 to 2 ms, what dispatching an eager (no CUDA graph) context layer of
+#   about 40 kernels can cost the host at up to 50 us per PyTorch op: 120 ms a request for a 61-layer model;
+#   the data would go further (DeepSeek-R1/V3 at concurrency 4 measure 156-365 ms where their prefill kernels
+#   take 45-90 ms), but what lies beyond is no per-layer cost we can name;
 # - grouped GEMMs: 0 (each expert's weight load hidden behind its multiplies) to 2 of the load at peak HBM
 #   bandwidth exposed: 1 is the load not overlapped at all, 1 / HBM efficiency (at most 2, its 0.5 floor) the
 #   same at the bandwidth streaming kernels reach (`costmodel.pricing.grouped_gemm_share`).
 BOUNDS: dict[str, tuple[float, float]] = {
     "bf16": (0.25, 0.9), "fp8": (0.25, 0.9), "fp4": (0.25, 0.9), "int4": (0.25, 0.9),
     "attention_efficiency": (0.15, 0.85), "hbm_efficiency": (0.5, 0.95),
-    "efficiency": (0.4, 0.95), "nic_efficiency": (0.1, 0.95), "latency_s": (2e-6, 2e-4),
+    "efficiency": (0.4, 0.95), "nic_efficiency": (0.5, 0.95), "latency_s": (2e-6, 2e-4),
     "layer_overhead_s": (0.0, 1e-4), "step_overhead_s": (0.0, 2e-2), "seq_overhead_s": (0.0, 5e-5),
-    "cohort_fraction": (0.0, 1.0),
+    "cohort_fraction": (0.0, 1.0), "prefill_layer_latency_s": (0.0, 2e-3),
     "alltoall_overlap": (0.0, 0.9),
     GROUPED_FIELD: (0.0, 2.0),
 }

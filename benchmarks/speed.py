@@ -42,8 +42,7 @@ def main(count: int = 10_000) -> int:
     start = time.perf_counter()
     plans = [plan_layout(resolved, layout) for layout in candidates]
     planned = time.perf_counter()
-    works = [w for p in plans for pool in p.pools for phase in (pool.fill, pool.decode, pool.mixed)
-             for w in phase or []]
+    works = [w for p in plans for pool in p.pools for w in pool.works()]
     table = WorkTable(works, [resolved.system] * len(works), ["generic"] * len(works))
     terms = table.price(calibration)
     for plan in plans:

@@ -65,6 +65,11 @@ class EngineFactors(_Frozen):
         0.0, ge=0, le=0.95,
         description="Share of a step's expert all-to-all hidden behind its compute (two-batch overlap).",
     )
+    prefill_layer_latency_s: float = Field(
+        0.0, ge=0,
+        description="Latency per model layer each request's first token waits beyond its prefill kernels, paid once "
+        "per request (`costmodel.serving`), s.",
+    )
     cohort_fraction: float = Field(
         ge=0, le=1,
         description="How bunched closed-loop arrivals stay: 0 = fully staggered (a request waits only for its "
@@ -81,7 +86,7 @@ class EngineFactors(_Frozen):
 #   generation requests in the same iteration (TensorRT-LLM docs, In-flight Batching);
 # - prefill_first: waiting prompts run as a prefill batch of their own while decodes wait; SGLang mixes them
 #   only with `--enable-mixed-chunk`, off by default (SGLang server arguments).
-# The fitted values agree (default.yaml: TRT-LLM 0.23, vLLM 0.18, SGLang 0.68).
+# The fitted values agree (default.yaml: TRT-LLM 0.22, vLLM 0.20, SGLang 0.75).
 SCHEDULING: dict[str, Literal["piggyback", "prefill_first"]] = {
     "trtllm": "piggyback", "vllm": "piggyback", "sglang": "prefill_first",
 }

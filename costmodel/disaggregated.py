@@ -129,7 +129,9 @@ def split_serving(stations: list[FillStation], decode: PoolTiming, decode_replic
     if rate > admitted:  # tiers sized for part of a pool's rate, or links full: requests wait to be admitted
         rate = admitted
         at_prefill = concurrency / rate - elsewhere
-    parts = {"fill": fill, "queue": at_prefill - fill, "kv_transfer": transfer}
+    first_token = sum(s.share * s.timing.first_token_s for s in stations)
+    parts = ({"fill": fill - first_token} | ({"first_token_latency": first_token} if first_token else {})
+             | {"queue": at_prefill - fill, "kv_transfer": transfer})
     return at_prefill + transfer, decode.tpot_s, rate, parts
 
 

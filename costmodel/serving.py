@@ -6,10 +6,16 @@ sequences once: their prefills (b x input tokens) ride on decode steps in chunks
 are decode-only. In the closed loop a request's end-to-end time is the round, so TPOT is (round - TTFT)
 / (osl - 1), as benchmarks measure it: prefill time a request waits for before its first token counts in
 its TTFT, the rest in its TPOT (work conservation, whatever the arrival pattern). TTFT depends on how
-bunched arrivals are: a request waits for its own prefill chunks plus, with the engine's fitted
-`cohort_fraction` k, for half of the other requests' prefill backlog (k = 0: fully staggered arrivals;
-k = 1: one cohort, as when a closed-loop benchmark starts all requests together and equal lengths keep
-them in step).
+bunched arrivals are: a request waits for the mixed steps that carry its own prompt (each priced with its
+own chunk alone beside the decode batch: arrivals spread over the round put about one prompt in a step)
+plus, with the engine's fitted `cohort_fraction` k, for half of the other requests' prefill backlog at full
+chunks (k = 0: fully staggered arrivals; k = 1: one cohort, as when a closed-loop benchmark starts all
+requests together and equal lengths keep them in step). Every request's first token also waits the
+engine's fitted `prefill_layer_latency_s` per layer: a latency the kernel terms do not explain (measured
+TTFT floors at low load are 25-365 ms where the kernels take 20-60 ms: context-phase launches outside CUDA
+graphs, per-request setup, host synchronisations, the first token's trip through the server), paid once
+per request and overlapped with other sequences' steps, so it lengthens TTFT but not the round. A prefill
+pool's fill pays it as well.
 
 Disaggregated serving: prefill instances process `batch` requests per fill; decode instances hold
 `batch` sequences each. Requests cycle between the prefill queue and the decode pool; the mean time at
@@ -243,6 +249,11 @@ class PoolPlan:
     own_steps: float  # mixed steps one request's own prefill needs
     turns: Turns = "all"
     admitted: int | None = None  # a mixed pool whose batch does not fit: the batch the engine admits (the rest wait)
+    own: list[StepWork] | None = None  # mixed pools: a decode step carrying one request's own prefill chunk
+
+    def works(self) -> list[StepWork]:
+        """Every step work of the pool (each phase, each stage), to be priced."""
+        return [work for phase in (self.fill, self.decode, self.mixed, self.own) for work in phase or []]
 
     @functools.cached_property
     def max_batch(self) -> int:
@@ -292,7 +303,16 @@ def plan_pool(ctx: PoolContext, pool: Pool, workload: Workload, tiers: TierPlan 
         mixed = _stages(ctx, lambda s: merged_work(
             decodes[s], midfill_work(ctx, s, chunk / new / ctx.par.pp, new, request.cached, request.fetch, active)))
         mixed_steps = prompts / chunk
-        own_steps = request.own_steps(chunk)
+        # A request's own prompt is chunked by the step's token budget alone (the round's chunk can be smaller:
+        # fewer prompt tokens per rank than the budget), in steps of its own chunk (its mean prompt when
+        # lengths vary): with equal lengths the same count as max(1, new / chunk) whenever a rank holds a
+        # whole request.
+        own_steps = request.own_steps(budget)
+        own_chunk = min(budget, request.new)
+        own = _stages(ctx, lambda s: merged_work(
+            decodes[s], midfill_work(ctx, s, own_chunk / new / ctx.par.pp, new, request.cached, request.fetch, active)))
+        return PoolPlan(ctx, pool, request, memory, largest, fill, decode, mixed, fill_chunks, mixed_steps,
+                        own_steps, turns, own=own)
     return PoolPlan(ctx, pool, request, memory, largest, fill, decode, mixed, fill_chunks, mixed_steps, own_steps,
                     turns)
 
@@ -376,6 +396,7 @@ class PoolTiming:
     ttft_s: float  # mixed: the whole TTFT; prefill: one fill of the batch (latency)
     tpot_s: float  # mixed and decode pools
     cycle_s: float  # mixed: one round of the batch; prefill: pipelined time per fill of the batch; decode: a step
+    first_token_s: float = 0.0  # of ttft_s: the engine's first-token latency (layers x prefill_layer_latency_s)
 
     @property
     def requests_per_s(self) -> float:
@@ -389,24 +410,27 @@ def time_pool(plan: PoolPlan, pricer: Pricer) -> PoolTiming:
     fill = time_phase(plan.fill, pricer) if plan.fill else None
     decode = time_phase(plan.decode, pricer) if plan.decode else None
     mixed = time_phase(plan.mixed, pricer) if plan.mixed else None
+    engine = pricer.calibration.engine(pricer.engine)
+    first_token = engine.prefill_layer_latency_s * sum(work.layers for work in plan.fill or plan.mixed or [])
     if fill is not None:  # prefill pool
-        latency = fill.sum_s + (plan.fill_chunks - 1.0) * fill.max_s
-        return PoolTiming(plan, fill, None, None, latency, 0.0, plan.fill_chunks * fill.max_s)
+        latency = fill.sum_s + (plan.fill_chunks - 1.0) * fill.max_s + first_token
+        return PoolTiming(plan, fill, None, None, latency, 0.0, plan.fill_chunks * fill.max_s, first_token)
     assert decode is not None
     t_decode = pp * decode.max_s
     if mixed is None:  # decode pool
         return PoolTiming(plan, None, decode, None, 0.0, t_decode / request.accepted, t_decode)
     t_mix = pp * mixed.max_s
+    t_own = pp * time_phase(plan.own, pricer).max_s if plan.own else t_mix
     steps = request.output / request.accepted
     backlog = max(0.0, plan.mixed_steps - plan.own_steps)
-    ttft = t_mix * (plan.own_steps + pricer.calibration.engine(pricer.engine).cohort_fraction * backlog / 2.0)
+    ttft = t_own * plan.own_steps + engine.cohort_fraction * t_mix * backlog / 2.0 + first_token
     cycle = _round_s(plan.mixed_steps, t_mix, steps, t_decode)
     # Closed loop: a request's end-to-end time is the round, so its TPOT is what the round leaves after its
     # first token, (round - TTFT) / (osl - 1), as benchmarks measure it; never below a decode-only step.
     tpot = t_decode / request.accepted
     if request.output > 1:
         tpot = max(tpot, (cycle - ttft) / (request.output - 1))
-    return PoolTiming(plan, None, decode, mixed, ttft, tpot, cycle)
+    return PoolTiming(plan, None, decode, mixed, ttft, tpot, cycle, first_token)
 
 
 def _round_s(mixed_steps: float, t_mix: float, decode_steps: float, t_decode: float) -> float:

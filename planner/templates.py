@@ -416,8 +416,7 @@ def _ladder_extras(resolved: ResolvedScenario, plans: list[PoolPlan], every_batc
 def timed_plans(plans: list[PoolPlan], resolved: ResolvedScenario, calibration: Calibration) -> list[PoolTiming]:
     """Time planned pools, priced in bulk."""
     engine = resolved.scenario.engine
-    pairs = [(w, plan.ctx.system) for plan in plans for phase in (plan.fill, plan.decode, plan.mixed)
-             for w in phase or []]
+    pairs = [(w, plan.ctx.system) for plan in plans for w in plan.works()]
     works = [w for w, _ in pairs]
     table = WorkTable(works, [system for _, system in pairs], [engine] * len(works))
     pricer = TablePricer(table, table.price(calibration), calibration, engine)

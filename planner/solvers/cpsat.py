@@ -52,7 +52,11 @@ class CpSatBackend:
         steps = {i: c * model.variables[i].resolution for i, c in model.objective.items()}
         factor = _scale(steps, [_steps(model.variables[i]) for i in steps])
         cp.maximize(sum(round(c * factor) * ints[i] for i, c in steps.items()))
-        for index, value in sorted(model.hint.items()):
+        # A partial hint (the incumbent's pool choices without its rates) can hold CP-SAT's single-worker search
+        # in the hinted subtree for the whole limit: a 14-variable deployment model it solves in 10 ms without
+        # one ran 60 s without finding the hinted optimum. A complete hint is checked and kept, so only those.
+        hint = model.hint if len(model.hint) == len(model.variables) else {}
+        for index, value in sorted(hint.items()):
             var = model.variables[index]
             cp.add_hint(ints[index], min(max(round(value / var.resolution), math.ceil(var.lb / var.resolution)),
                                          math.floor(var.ub / var.resolution)))

@@ -93,7 +93,7 @@ def test_each_disaggregated_point_says_where_midfill_runs_and_why() -> None:
 
 def test_a_store_too_small_for_any_instance_is_named_as_the_binding_resource() -> None:
     data = copy.deepcopy(small_data("qwen3-30b-8xh100-agent-midfill-pool"))
-    data["slo"] = {"ttft_ms": 60}  # only pools that park contexts in the store are fast enough
+    data["slo"] = {"ttft_ms": 130}  # only pools that park contexts in the store are fast enough (119.7 ms the fastest)
     data["cluster"]["kv_store"]["capacity_bytes"] = 1e11
     with pytest.raises(InfeasibleError, match=r"^KV store: the \d+ layouts that park idle session contexts"):
         solve(scenario_from_data(data), SolveSettings())

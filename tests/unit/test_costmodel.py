@@ -142,7 +142,7 @@ def test_vectorised_pricing_matches_direct_pricing() -> None:
     works = []
     for candidate in LAYOUTS:
         plan = plan_layout(resolved, candidate)
-        works += [w for pool in plan.pools for phase in (pool.fill, pool.decode, pool.mixed) for w in phase or []]
+        works += [w for pool in plan.pools for w in pool.works()]
     calibration = default_calibration()
     table = WorkTable(works, [resolved.system] * len(works), ["vllm"] * len(works))
     bulk = table.price(calibration).sum(axis=1)

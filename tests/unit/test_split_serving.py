@@ -54,7 +54,10 @@ def test_two_fill_stations_by_hand() -> None:
     assert ttft == pytest.approx(at_fill + transfer, rel=1e-12)
     assert rate == pytest.approx(concurrency / (at_fill + elsewhere), rel=1e-12)
     assert tpot == decode.timing.tpot_s
-    assert parts == pytest.approx({"fill": fill, "queue": at_fill - fill, "kv_transfer": transfer}, rel=1e-12)
+    latency = f1 * first.timing.first_token_s + (1 - f1) * midfill.timing.first_token_s  # the engine's, per layer
+    assert latency > 0
+    assert parts == pytest.approx({"fill": fill - latency, "first_token_latency": latency, "queue": at_fill - fill,
+                                   "kv_transfer": transfer}, rel=1e-12)
 
 
 def test_one_pool_split_in_proportion_is_the_same_pool() -> None:

@@ -1,0 +1,74 @@
+"""A request's first token in a mixed pool: its own prompt's step, the cohort's backlog, and the engine's
+first-token latency per layer (`costmodel.serving`, time_pool)."""
+
+from __future__ import annotations
+
+import pytest
+
+from costmodel.calibration import Calibration, default_calibration
+from costmodel.evaluate import evaluate, plan_layout
+from costmodel.layout import Layout
+from costmodel.modes import merged_work, midfill_work
+from costmodel.pricing import DirectPricer, price
+from costmodel.serving import PoolTiming, time_pool
+from tests.unit.test_costmodel import disaggregated, layout, scenario
+
+
+def _with_engine(**factors: float) -> Calibration:
+    base = default_calibration()
+    return base.model_copy(update={"engines": {name: f.model_copy(update=factors) for name, f in base.engines.items()}})
+
+
+def _timed(calibration: Calibration, candidate: Layout, **workload: int) -> list[PoolTiming]:
+    resolved = scenario(gpus=8, **workload)
+    plan = plan_layout(resolved, candidate)
+    pricer = DirectPricer(resolved.system, calibration, "generic")
+    return [time_pool(pool, pricer) for pool in plan.pools]
+
+
+def test_staggered_arrivals_wait_for_their_own_prompt_only() -> None:
+    """Cohort fraction 0: the first token waits for one step carrying the request's own prompt beside the
+    decode batch, cheaper than the step carrying a full chunk of everyone's prompts."""
+    resolved = scenario(gpus=8, input_tokens=1024, output_tokens=256)
+    plan = plan_layout(resolved, layout(batch=32, tp=8, dp=1, ep=8)).pools[0]
+    calibration = _with_engine(cohort_fraction=0.0, prefill_layer_latency_s=0.0)
+    timing = time_pool(plan, DirectPricer(resolved.system, calibration, "generic"))
+    assert plan.own is not None and plan.mixed is not None and plan.decode is not None
+    own = merged_work(plan.decode[0], midfill_work(plan.ctx, 0, 1.0, 1024.0, 0.0))
+    assert timing.ttft_s == pytest.approx(price(own, resolved.system, calibration, "generic").total_s, rel=1e-12)
+    assert timing.mixed is not None and timing.ttft_s < 0.5 * timing.mixed.max_s  # 4 prompts per 8K chunk
+
+
+def test_the_cohort_adds_half_the_backlog_at_full_chunks() -> None:
+    stagger, cohort = (_timed(_with_engine(cohort_fraction=k, prefill_layer_latency_s=0.0),
+                              layout(batch=64, tp=8, dp=1, ep=8), input_tokens=2048)[0] for k in (0.0, 1.0))
+    plan = stagger.plan
+    assert stagger.mixed is not None
+    backlog = plan.mixed_steps - plan.own_steps
+    assert cohort.ttft_s - stagger.ttft_s == pytest.approx(stagger.mixed.max_s * backlog / 2.0, rel=1e-12)
+    assert cohort.cycle_s == stagger.cycle_s  # bunching moves waiting between TTFT and TPOT, not work
+
+
+@pytest.mark.parametrize("candidate", [layout(batch=16), disaggregated()], ids=["mixed", "disaggregated"])
+def test_first_token_latency_lengthens_ttft_not_the_round(candidate: Layout) -> None:
+    """The latency is paid once per request, per layer of the model, and overlaps other sequences' steps:
+    every fill pool's TTFT grows by layers x latency, its round (or fill rate) stays."""
+    without = _timed(_with_engine(prefill_layer_latency_s=0.0), candidate)
+    latency = 1e-3
+    slower = _timed(_with_engine(prefill_layer_latency_s=latency), candidate)
+    layers = scenario().architecture.num_layers  # every layer of the model: one stage, no pipeline
+    for plain, late in zip(without, slower, strict=True):
+        if plain.plan.pool.role == "decode":
+            assert late.ttft_s == plain.ttft_s and late.tpot_s == plain.tpot_s
+            continue
+        assert late.ttft_s - plain.ttft_s == pytest.approx(layers * latency, rel=1e-9)
+        assert late.cycle_s == plain.cycle_s and late.requests_per_s == plain.requests_per_s
+
+
+@pytest.mark.parametrize("candidate", [layout(batch=16), disaggregated()], ids=["mixed", "disaggregated"])
+def test_the_ttft_breakdown_names_the_latency_and_adds_up(candidate: Layout) -> None:
+    resolved = scenario(gpus=8)
+    prediction = evaluate(resolved, candidate, _with_engine(prefill_layer_latency_s=1e-3))
+    parts = prediction.ttft_breakdown_ms
+    assert parts["first_token_latency"] == pytest.approx(resolved.architecture.num_layers * 1.0, rel=1e-9)
+    assert sum(parts.values()) == pytest.approx(prediction.ttft_ms, rel=1e-9)
