@@ -14,8 +14,10 @@ requests together and equal lengths keep them in step). Every request's first to
 engine's fitted `prefill_layer_latency_s` per layer: a latency the kernel terms do not explain (measured
 TTFT floors at low load are 25-365 ms where the kernels take 20-60 ms: context-phase launches outside CUDA
 graphs, per-request setup, host synchronisations, the first token's trip through the server), paid once
-per request and overlapped with other sequences' steps, so it lengthens TTFT but not the round. A prefill
-pool's fill pays it as well.
+per request and overlapped with other sequences' steps, so it lengthens TTFT but not the round (TPOT,
+(round - TTFT) / (osl - 1), then leaves it out of the decode share; a form with the latency inside every
+prefill-carrying step, in the round, fitted the calibration rows worse: README, "Calibration and accuracy").
+A prefill pool's fill pays it as well.
 
 Disaggregated serving: prefill instances process `batch` requests per fill; decode instances hold
 `batch` sequences each. Requests cycle between the prefill queue and the decode pool; the mean time at
