@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from costmodel.calibration import Calibration
 from costmodel.modes import PoolContext
-from costmodel.serving import PoolPlan, PoolTiming, RequestShape
+from costmodel.serving import PoolPlan, PoolTiming, RequestShape, fill_parts
 
 
 def kv_transfer_s(prefill: PoolContext, decode: PoolContext, request: RequestShape,
@@ -130,8 +130,7 @@ def split_serving(stations: list[FillStation], decode: PoolTiming, decode_replic
         rate = admitted
         at_prefill = concurrency / rate - elsewhere
     first_token = sum(s.share * s.timing.first_token_s for s in stations)
-    parts = ({"fill": fill - first_token} | ({"first_token_latency": first_token} if first_token else {})
-             | {"queue": at_prefill - fill, "kv_transfer": transfer})
+    parts = fill_parts(fill, first_token) | {"queue": at_prefill - fill, "kv_transfer": transfer}
     return at_prefill + transfer, decode.tpot_s, rate, parts
 
 

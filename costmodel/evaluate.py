@@ -26,6 +26,7 @@ from costmodel.serving import (
     PoolPlan,
     PoolTiming,
     admitted_plan,
+    fill_parts,
     plan_pool,
     pool_turns,
     time_pool,
@@ -295,13 +296,8 @@ def _aggregated(timing: PoolTiming) -> tuple[float, float, float, dict[str, floa
     slots = pool.replicas * timing.plan.in_service
     rate = pool.replicas * timing.requests_per_s
     queue = (pool.replicas * pool.batch - slots) / rate
-    parts = _first_token_parts(timing.ttft_s, timing.first_token_s) | ({"queue": queue} if queue else {})
+    parts = fill_parts(timing.ttft_s, timing.first_token_s) | ({"queue": queue} if queue else {})
     return timing.ttft_s + queue, timing.tpot_s, rate, parts
-
-
-def _first_token_parts(fill_s: float, first_token_s: float) -> dict[str, float]:
-    """A fill's TTFT parts: the fill's steps and, where the engine adds one, its first-token latency."""
-    return {"fill": fill_s - first_token_s} | ({"first_token_latency": first_token_s} if first_token_s else {})
 
 
 def _disaggregated(timings: list[PoolTiming], calibration: Calibration, workload: Workload,

@@ -435,6 +435,12 @@ def time_pool(plan: PoolPlan, pricer: Pricer) -> PoolTiming:
     return PoolTiming(plan, None, decode, mixed, ttft, tpot, cycle, first_token)
 
 
+def fill_parts(fill_s: float, first_token_s: float) -> dict[str, float]:
+    """A fill's share of TTFT, as reports name it: the fill's steps and, where the engine adds one, its
+    first-token latency (`PoolTiming.first_token_s`)."""
+    return {"fill": fill_s - first_token_s} | ({"first_token_latency": first_token_s} if first_token_s else {})
+
+
 def _round_s(mixed_steps: float, t_mix: float, decode_steps: float, t_decode: float) -> float:
     """One round of a mixed pool: the prefill chunks ride on decode steps; any left over (prefill outpacing
     decode) run as steps of their own."""
