@@ -413,7 +413,8 @@ def time_pool(plan: PoolPlan, pricer: Pricer) -> PoolTiming:
     decode = time_phase(plan.decode, pricer) if plan.decode else None
     mixed = time_phase(plan.mixed, pricer) if plan.mixed else None
     engine = pricer.calibration.engine(pricer.engine)
-    first_token = engine.prefill_layer_latency_s * sum(work.layers for work in plan.fill or plan.mixed or [])
+    # per layer of the model (the pool's stages), not of a step's work: MTP drafting passes add layers to decode
+    first_token = engine.prefill_layer_latency_s * sum(len(stage) for stage in plan.ctx.stages)
     if fill is not None:  # prefill pool
         latency = fill.sum_s + (plan.fill_chunks - 1.0) * fill.max_s + first_token
         return PoolTiming(plan, fill, None, None, latency, 0.0, plan.fill_chunks * fill.max_s, first_token)
@@ -421,8 +422,9 @@ def time_pool(plan: PoolPlan, pricer: Pricer) -> PoolTiming:
     t_decode = pp * decode.max_s
     if mixed is None:  # decode pool
         return PoolTiming(plan, None, decode, None, 0.0, t_decode / request.accepted, t_decode)
+    assert plan.own is not None  # `plan_pool` plans a mixed pool's own-prompt step beside its mixed step
     t_mix = pp * mixed.max_s
-    t_own = pp * time_phase(plan.own, pricer).max_s if plan.own else t_mix
+    t_own = pp * time_phase(plan.own, pricer).max_s
     steps = request.output / request.accepted
     backlog = max(0.0, plan.mixed_steps - plan.own_steps)
     ttft = t_own * plan.own_steps + engine.cohort_fraction * t_mix * backlog / 2.0 + first_token

@@ -3,6 +3,8 @@ first-token latency per layer (`costmodel.serving`, time_pool)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from costmodel.calibration import Calibration, default_calibration
@@ -19,7 +21,7 @@ def _with_engine(**factors: float) -> Calibration:
     return base.model_copy(update={"engines": {name: f.model_copy(update=factors) for name, f in base.engines.items()}})
 
 
-def _timed(calibration: Calibration, candidate: Layout, **workload: int) -> list[PoolTiming]:
+def _timed(calibration: Calibration, candidate: Layout, **workload: Any) -> list[PoolTiming]:
     resolved = scenario(gpus=8, **workload)
     plan = plan_layout(resolved, candidate)
     pricer = DirectPricer(resolved.system, calibration, "generic")
@@ -49,13 +51,19 @@ def test_the_cohort_adds_half_the_backlog_at_full_chunks() -> None:
     assert cohort.cycle_s == stagger.cycle_s  # bunching moves waiting between TTFT and TPOT, not work
 
 
-@pytest.mark.parametrize("candidate", [layout(batch=16), disaggregated()], ids=["mixed", "disaggregated"])
-def test_first_token_latency_lengthens_ttft_not_the_round(candidate: Layout) -> None:
-    """The latency is paid once per request, per layer of the model, and overlaps other sequences' steps:
-    every fill pool's TTFT grows by layers x latency, its round (or fill rate) stays."""
-    without = _timed(_with_engine(prefill_layer_latency_s=0.0), candidate)
+MTP = {"speculative": {"method": "mtp", "draft_tokens": 2, "acceptance_rate": 0.7}}
+
+
+@pytest.mark.parametrize(("candidate", "workload"),
+                         [(layout(batch=16), {}), (disaggregated(), {}), (layout(batch=16), MTP)],
+                         ids=["mixed", "disaggregated", "mixed-mtp"])
+def test_first_token_latency_lengthens_ttft_not_the_round(candidate: Layout, workload: dict[str, Any]) -> None:
+    """The latency is paid once per request, per layer of the model (MTP's drafting passes are decode work,
+    not layers of the prompt's pass), and overlaps other sequences' steps: every fill pool's TTFT grows by
+    layers x latency, its round (or fill rate) stays."""
+    without = _timed(_with_engine(prefill_layer_latency_s=0.0), candidate, **workload)
     latency = 1e-3
-    slower = _timed(_with_engine(prefill_layer_latency_s=latency), candidate)
+    slower = _timed(_with_engine(prefill_layer_latency_s=latency), candidate, **workload)
     layers = scenario().architecture.num_layers  # every layer of the model: one stage, no pipeline
     for plain, late in zip(without, slower, strict=True):
         if plain.plan.pool.role == "decode":
