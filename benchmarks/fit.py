@@ -14,7 +14,8 @@ Generations absent from the training rows keep their priors; engines absent from
 or with fewer than `MIN_ENGINE_ROWS` of them, take the mean of the fitted engines, which is how a held-out
 engine is predicted; but their cohort fraction is that of the fitted engines that schedule prompts as they do,
 where there are any (`costmodel.calibration.SCHEDULING`: vLLM and TRT-LLM piggyback prompts on decode steps,
-SGLang runs them first). Averaged over all engines, a held-out vLLM or TRT-LLM took SGLang's bunching into its
+SGLang runs them first), else the one their policy implies (`POLICY_COHORT`: prefill first keeps a cohort).
+Averaged over all engines, a held-out vLLM or TRT-LLM took SGLang's bunching into its
 mean (cohort fraction 0.38-0.39 against their own 0.18-0.20) and its TTFT held out was over-predicted 1.3-2.4x.
 
 Loss: robust (soft-L1, scale 0.25) least squares on log(predicted / measured) of TTFT and TPOT of every
@@ -40,7 +41,14 @@ import numpy as np
 from scipy.optimize import least_squares
 
 from benchmarks.measurements import Measurement, default_measurements_path, load_measurements
-from costmodel.calibration import SCHEDULING, Calibration, EngineFactors, generation_of, prior_calibration
+from costmodel.calibration import (
+    POLICY_COHORT,
+    SCHEDULING,
+    Calibration,
+    EngineFactors,
+    generation_of,
+    prior_calibration,
+)
 from costmodel.evaluate import LayoutPlan, plan_layout, serving_latencies
 from costmodel.hardware import SystemSpec, load_system, system_names
 from costmodel.layout import Layout
@@ -168,11 +176,13 @@ class ParameterSpace:
         mean = {f: float(np.mean([getattr(e, f) for e in fitted.values()])) for f in ENGINE_FIELDS}
         for engine in set(data["engines"]) - set(self.engines):
             # The cohort fraction of the fitted engines that schedule prompts as this one does, where there are
-            # any (`costmodel.calibration.SCHEDULING`); the other factors, and engines of no known scheduling,
-            # the mean of the fitted engines.
+            # any (`costmodel.calibration.SCHEDULING`), else what its policy implies (`POLICY_COHORT`); the
+            # other factors, and engines of no known scheduling, the mean of the fitted engines.
+            policy = SCHEDULING.get(engine)
             alike = [e.cohort_fraction for name, e in fitted.items()
-                     if SCHEDULING.get(engine) is not None and SCHEDULING.get(name) == SCHEDULING.get(engine)]
-            data["engines"][engine] = mean | ({"cohort_fraction": float(np.mean(alike))} if alike else {})
+                     if policy is not None and SCHEDULING.get(name) == policy]
+            cohort = float(np.mean(alike)) if alike else POLICY_COHORT.get(policy or "")
+            data["engines"][engine] = mean | ({"cohort_fraction": cohort} if cohort is not None else {})
         data["fitted_on"] = fitted_on
         return Calibration.model_validate(data)
 

@@ -10,7 +10,9 @@ bunched arrivals are: a request waits for the mixed steps that carry its own pro
 own chunk alone beside the decode batch: arrivals spread over the round put about one prompt in a step)
 plus, with the engine's fitted `cohort_fraction` k, for half of the other requests' prefill backlog at full
 chunks (k = 0: fully staggered arrivals; k = 1: one cohort, as when a closed-loop benchmark starts all
-requests together and equal lengths keep them in step). Every request's first token also waits the
+requests together and equal lengths keep them in step), after waiting out the decode step under way when
+it arrives (the engine scheduled that step during the one before, without it; its slot idles for that step,
+so the wait is in the round as well). Every request's first token also waits the
 engine's fitted `prefill_layer_latency_s` per layer: a latency the kernel terms do not explain (measured
 TTFT floors at low load are 25-365 ms where the kernels take 20-60 ms: context-phase launches outside CUDA
 graphs, per-request setup, host synchronisations, the first token's trip through the server), paid once
@@ -399,6 +401,7 @@ class PoolTiming:
     tpot_s: float  # mixed and decode pools
     cycle_s: float  # mixed: one round of the batch; prefill: pipelined time per fill of the batch; decode: a step
     first_token_s: float = 0.0  # of ttft_s: the engine's first-token latency (layers x prefill_layer_latency_s)
+    step_wait_s: float = 0.0  # of ttft_s (mixed pools): the decode step under way when the request arrives
 
     @property
     def requests_per_s(self) -> float:
@@ -427,20 +430,25 @@ def time_pool(plan: PoolPlan, pricer: Pricer) -> PoolTiming:
     t_own = pp * time_phase(plan.own, pricer).max_s
     steps = request.output / request.accepted
     backlog = max(0.0, plan.mixed_steps - plan.own_steps)
-    ttft = t_own * plan.own_steps + engine.cohort_fraction * t_mix * backlog / 2.0 + first_token
-    cycle = _round_s(plan.mixed_steps, t_mix, steps, t_decode)
+    # Closed loop: a request arrives as its predecessor's last token leaves, while the next step, scheduled
+    # during the last one, is already under way without it; it waits out that decode step (its slot idles
+    # for it, so the wait is in the round too). Measured on the calibration rows (README, session 10).
+    ttft = t_decode + t_own * plan.own_steps + engine.cohort_fraction * t_mix * backlog / 2.0 + first_token
+    cycle = t_decode + _round_s(plan.mixed_steps, t_mix, steps, t_decode)
     # Closed loop: a request's end-to-end time is the round, so its TPOT is what the round leaves after its
     # first token, (round - TTFT) / (osl - 1), as benchmarks measure it; never below a decode-only step.
     tpot = t_decode / request.accepted
     if request.output > 1:
         tpot = max(tpot, (cycle - ttft) / (request.output - 1))
-    return PoolTiming(plan, None, decode, mixed, ttft, tpot, cycle, first_token)
+    return PoolTiming(plan, None, decode, mixed, ttft, tpot, cycle, first_token, t_decode)
 
 
-def fill_parts(fill_s: float, first_token_s: float) -> dict[str, float]:
-    """A fill's share of TTFT, as reports name it: the fill's steps and, where the engine adds one, its
-    first-token latency (`PoolTiming.first_token_s`)."""
-    return {"fill": fill_s - first_token_s} | ({"first_token_latency": first_token_s} if first_token_s else {})
+def fill_parts(fill_s: float, first_token_s: float, step_wait_s: float = 0.0) -> dict[str, float]:
+    """A fill's share of TTFT, as reports name it: the decode step a mixed pool's arrival waits out
+    (`PoolTiming.step_wait_s`), the fill's steps and, where the engine adds one, its first-token latency
+    (`PoolTiming.first_token_s`)."""
+    return (({"step_under_way": step_wait_s} if step_wait_s else {}) | {"fill": fill_s - first_token_s - step_wait_s}
+            | ({"first_token_latency": first_token_s} if first_token_s else {}))
 
 
 def _round_s(mixed_steps: float, t_mix: float, decode_steps: float, t_decode: float) -> float:

@@ -29,16 +29,33 @@ def _timed(calibration: Calibration, candidate: Layout, **workload: Any) -> list
 
 
 def test_staggered_arrivals_wait_for_their_own_prompt_only() -> None:
-    """Cohort fraction 0: the first token waits for one step carrying the request's own prompt beside the
-    decode batch, cheaper than the step carrying a full chunk of everyone's prompts."""
+    """Cohort fraction 0: the first token waits out the decode step under way, then one step carrying the
+    request's own prompt beside the decode batch, cheaper than the step carrying a full chunk of everyone's
+    prompts."""
     resolved = scenario(gpus=8, input_tokens=1024, output_tokens=256)
     plan = plan_layout(resolved, layout(batch=32, tp=8, dp=1, ep=8)).pools[0]
     calibration = _with_engine(cohort_fraction=0.0, prefill_layer_latency_s=0.0)
     timing = time_pool(plan, DirectPricer(resolved.system, calibration, "generic"))
     assert plan.own is not None and plan.mixed is not None and plan.decode is not None
     own = merged_work(plan.decode[0], midfill_work(plan.ctx, 0, 1.0, 1024.0, 0.0))
-    assert timing.ttft_s == pytest.approx(price(own, resolved.system, calibration, "generic").total_s, rel=1e-12)
-    assert timing.mixed is not None and timing.ttft_s < 0.5 * timing.mixed.max_s  # 4 prompts per 8K chunk
+    own_s = price(own, resolved.system, calibration, "generic").total_s
+    assert timing.decode is not None and timing.step_wait_s == timing.decode.max_s > 0.0
+    assert timing.ttft_s == pytest.approx(timing.decode.max_s + own_s, rel=1e-12)
+    assert timing.mixed is not None and own_s < 0.5 * timing.mixed.max_s  # 4 prompts per 8K chunk
+
+
+def test_the_step_under_way_is_waited_out_in_ttft_and_in_the_round() -> None:
+    """A closed-loop arrival misses the step already scheduled: one decode step (pp of them with a pipeline)
+    joins TTFT and the round, so TPOT's decode share, (round - TTFT) / (osl - 1), keeps its value."""
+    for candidate in (layout(batch=32, tp=8, dp=1, ep=8), layout(batch=32, tp=4, pp=2, dp=1, ep=4)):
+        timing = _timed(_with_engine(cohort_fraction=0.0), candidate, input_tokens=1024, output_tokens=256)[0]
+        plan = timing.plan
+        assert timing.decode is not None and timing.mixed is not None
+        step = plan.ctx.par.pp * timing.decode.max_s
+        assert timing.step_wait_s == pytest.approx(step, rel=1e-12)
+        riding = min(plan.mixed_steps, 256.0)
+        rest = riding * plan.ctx.par.pp * timing.mixed.max_s + (256.0 - riding) * step
+        assert timing.cycle_s == pytest.approx(step + rest, rel=1e-12)
 
 
 def test_the_cohort_adds_half_the_backlog_at_full_chunks() -> None:
@@ -79,4 +96,5 @@ def test_the_ttft_breakdown_names_the_latency_and_adds_up(candidate: Layout) -> 
     prediction = evaluate(resolved, candidate, _with_engine(prefill_layer_latency_s=1e-3))
     parts = prediction.ttft_breakdown_ms
     assert parts["first_token_latency"] == pytest.approx(resolved.architecture.num_layers * 1.0, rel=1e-9)
+    assert ("step_under_way" in parts) == (candidate.serving == "aggregated")  # a decode pool's arrivals come filled
     assert sum(parts.values()) == pytest.approx(prediction.ttft_ms, rel=1e-9)
