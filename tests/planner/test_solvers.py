@@ -46,3 +46,27 @@ def test_statistics_count_each_family() -> None:
 def test_unknown_backend_is_refused() -> None:
     with pytest.raises(ValueError, match="unknown solver 'gurobi'"):
         backend("gurobi")
+
+
+
+def narrow_window() -> LinearModel:
+    """max x with x >= 1 + 5e-7 and x <= 1 + 1e-6 (once a binary is chosen), x on a grid of 2^-19 (1.9e-6) for
+    CP-SAT: a window of feasible values narrower than one step, with no grid point in it."""
+    model = LinearModel()
+    x = model.add_var("x", "rate", 0.0, 2.0, False, resolution=2.0 / 2**20)
+    b = model.binary("b", "choice")
+    model.add("floor", "rate", {x: 1.0, b: -5e-7}, ">=", 1.0)
+    model.add("ceiling", "rate", {x: 1.0, b: -1e-6}, "<=", 1.0)
+    model.add("chosen", "choice", {b: 1.0}, "==", 1.0)
+    model.objective = {x: 1.0}
+    return model
+
+
+@pytest.mark.parametrize("name", BACKENDS)
+def test_a_window_narrower_than_a_grid_step_is_feasible(name: str) -> None:
+    """CP-SAT's integer grid must not cut a feasible continuous model to nothing (it did, before it solved a
+    relaxation: `planner.solvers.cpsat`); its answer is within a step and its bound holds."""
+    report = backend(name).solve(narrow_window(), SolveOptions(10.0))
+    assert report.status == SolveStatus.OPTIMAL
+    assert report.objective == pytest.approx(1.0 + 1e-6, abs=2.0 / 2**20)
+    assert report.bound >= 1.0 + 1e-6 - 1e-7  # a bound on the continuous optimum (LP tolerance 1e-7)
