@@ -2,7 +2,7 @@
 
 CP-SAT solves over integers: a continuous variable v of resolution r becomes r x V with V integer, and
 each constraint's coefficients (per integer step) are scaled by one power of two so that the smallest is
-about 2^30 (as far as the row's activity allows), then rounded. The objective is scaled the same way.
+about 2^24 (as far as the row's activity allows), then rounded. The objective is scaled the same way.
 
 The grid restricts the continuous model: where two rows leave a window of feasible values narrower than
 one step (a TTFT cap just above a deployment's TTFT), no grid point lies in it, and CP-SAT would call a
@@ -10,8 +10,8 @@ feasible cap infeasible and its bound would not hold. So each inequality row is 
 each continuous variable in it (in scaled units, half the sum of their scaled coefficients): rounding every
 continuous variable to its nearest grid point moves the row by no more (continuous variables' bounds lie on
 their grids; equality rows join copies of one quantity at one resolution with coefficients +-1, and rounding
-the quantity and its copies alike keeps them). The slack also covers the coefficients' rounding (at most half
-a unit per step of a domain of 2^20 steps, against at least 2^30 per step in the slack). CP-SAT therefore
+the quantity and its copies alike keeps them). The slack also covers the coefficients' rounding, exactly: each
+coefficient's rounding error times its variable's largest value. CP-SAT therefore
 solves a relaxation: its infeasibility and bounds hold for the continuous model. A solution may pass a row by
 about 1e-6 of the row's range, which the planner's exact re-evaluation of every selected deployment catches,
 and a deployment within that of the best one's objective can stand in for it (`RATE_STEPS`).
@@ -27,12 +27,15 @@ from ortools.sat.python import cp_model
 from planner.formulation.linear import Constraint, Expr, LinearModel, Variable
 from planner.solvers.base import SolveOptions, SolveReport, SolveStatus
 
-PRECISION_BITS = 30  # the smallest coefficient of a row becomes at least 2^30 when activity allows
+# The smallest coefficient of a row becomes at least 2^24 when activity allows: above the 2^20 steps of a rate's
+# domain, so that the coefficients' rounding stays below the relaxation's half step. 2^30 made CP-SAT's search
+# erratic on these models (a sessions scenario's sweep of 85 MILPs 2.0-7.2 s over seeds; 1.5-1.8 s at 2^24).
+PRECISION_BITS = 24
 ACTIVITY_BITS = 60  # |coefficient| x |domain| summed over a row stays below 2^60 (CP-SAT needs < 2^63)
 
 
 def _scale(steps: Expr, domains: list[float], rhs: float = 0.0) -> float:
-    """A power of two that makes the row's per-step coefficients integers to about 1e-9 of the smallest,
+    """A power of two that makes the row's per-step coefficients integers to about 2^-24 of the smallest,
     unless that would overflow: then as large as the activity bound allows."""
     coeffs = [*steps.values(), rhs]
     if all(float(c).is_integer() for c in coeffs):
@@ -106,6 +109,7 @@ class CpSatBackend:
         expr = sum(c * ints[i] for i, c in scaled.items())
         rhs = row.rhs * factor
         slack = sum(abs(c) for i, c in scaled.items() if not model.variables[i].integer) / 2.0
+        slack += sum(abs(c * factor - scaled[i]) * _steps(model.variables[i]) for i, c in steps.items())
         if row.sense == "<=":
             cp.add(expr <= math.floor(rhs + slack + 1e-6)).with_name(row.name)
         elif row.sense == ">=":
