@@ -147,6 +147,7 @@ def test_the_milp_alone_finds_the_exhaustive_front(name: str, backend: str) -> N
     assert max(len(r.values) for r in result.sweep.reports) > 40  # real models, not pre-decided ones
 
 
+@pytest.mark.slow  # 67 CP-SAT MILPs, 40-60 s on 2 cores; the screened solve of this scenario runs by default
 @pytest.mark.parametrize("name", MILP_ALONE_CPSAT)
 def test_the_milp_alone_finds_the_exhaustive_front_with_a_midfill_pool(name: str) -> None:
     result = solve(resolved(name), SolveSettings("cpsat", 240.0, pair_screening=False, resolution="exact"))
