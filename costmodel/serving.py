@@ -257,7 +257,8 @@ class PoolPlan:
 
     def works(self) -> list[StepWork]:
         """Every step work of the pool (each phase, each stage), to be priced."""
-        return [work for phase in (self.fill, self.decode, self.mixed, self.own) for work in phase or []]
+        own = None if self.own is self.mixed else self.own  # the same works when one prompt fills the step
+        return [work for phase in (self.fill, self.decode, self.mixed, own) for work in phase or []]
 
     @functools.cached_property
     def max_batch(self) -> int:
@@ -304,8 +305,14 @@ def plan_pool(ctx: PoolContext, pool: Pool, workload: Workload, tiers: TierPlan 
         prompts = request.slowest_new(seqs, active)
         chunk = min(budget, prompts)
         decodes = decode or []  # each stage's decode step, planned above (merging leaves it as it is)
-        mixed = _stages(ctx, lambda s: merged_work(
-            decodes[s], midfill_work(ctx, s, chunk / new / ctx.par.pp, new, request.cached, request.fetch, active)))
+
+        def carrying(tokens: float) -> list[StepWork]:
+            """Each stage's decode step with `tokens` prompt tokens per rank riding on it."""
+            per_seq = tokens / new / ctx.par.pp
+            return _stages(ctx, lambda s: merged_work(
+                decodes[s], midfill_work(ctx, s, per_seq, new, request.cached, request.fetch, active)))
+
+        mixed = carrying(chunk)
         mixed_steps = prompts / chunk
         # A request's own prompt is chunked by the step's token budget alone (the round's chunk can be smaller:
         # fewer prompt tokens per rank than the budget), in steps of its own chunk (its mean prompt when
@@ -313,8 +320,7 @@ def plan_pool(ctx: PoolContext, pool: Pool, workload: Workload, tiers: TierPlan 
         # whole request.
         own_steps = request.own_steps(budget)
         own_chunk = min(budget, request.new)
-        own = _stages(ctx, lambda s: merged_work(
-            decodes[s], midfill_work(ctx, s, own_chunk / new / ctx.par.pp, new, request.cached, request.fetch, active)))
+        own = mixed if own_chunk == chunk else carrying(own_chunk)  # long prompts fill the step either way
         return PoolPlan(ctx, pool, request, memory, largest, fill, decode, mixed, fill_chunks, mixed_steps,
                         own_steps, turns, own=own)
     return PoolPlan(ctx, pool, request, memory, largest, fill, decode, mixed, fill_chunks, mixed_steps, own_steps,
@@ -427,7 +433,7 @@ def time_pool(plan: PoolPlan, pricer: Pricer) -> PoolTiming:
         return PoolTiming(plan, None, decode, None, 0.0, t_decode / request.accepted, t_decode)
     assert plan.own is not None  # `plan_pool` plans a mixed pool's own-prompt step beside its mixed step
     t_mix = pp * mixed.max_s
-    t_own = pp * time_phase(plan.own, pricer).max_s
+    t_own = t_mix if plan.own is plan.mixed else pp * time_phase(plan.own, pricer).max_s
     steps = request.output / request.accepted
     backlog = max(0.0, plan.mixed_steps - plan.own_steps)
     # Closed loop: a request arrives as its predecessor's last token leaves, while the next step, scheduled

@@ -69,3 +69,19 @@ def test_an_unfitted_engine_takes_the_cohort_fraction_of_engines_that_schedule_a
     assert calibration.engine("generic").cohort_fraction == pytest.approx(
         (trtllm.cohort_fraction + sglang.cohort_fraction) / 2)
     assert vllm.step_overhead_s == pytest.approx((trtllm.step_overhead_s + sglang.step_overhead_s) / 2)
+
+
+def test_an_unfitted_engine_no_fitted_engine_schedules_like_takes_its_policy_cohort() -> None:
+    """SGLang held out (prefill first, and neither fitted engine schedules so): a cohort fraction of 1
+    (`POLICY_COHORT`), not the piggybacking engines' mean; its other factors are still their mean."""
+    space = ParameterSpace(("hopper",), (("hopper", "fp8"),), ("trtllm", "vllm"), prior_calibration(), False)
+    names = space.names()
+    vector = space.initial()
+    vector[names.index("engines.trtllm.cohort_fraction")] = -2.0
+    vector[names.index("engines.vllm.cohort_fraction")] = -1.0
+    calibration = space.calibration(vector, "test")
+    trtllm, vllm, sglang = (calibration.engine(e) for e in ("trtllm", "vllm", "sglang"))
+    assert max(trtllm.cohort_fraction, vllm.cohort_fraction) < 0.5 and sglang.cohort_fraction == 1.0
+    assert calibration.engine("generic").cohort_fraction == pytest.approx(
+        (trtllm.cohort_fraction + vllm.cohort_fraction) / 2)  # no known scheduling: the mean
+    assert sglang.step_overhead_s == pytest.approx((trtllm.step_overhead_s + vllm.step_overhead_s) / 2)
