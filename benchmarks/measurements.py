@@ -36,6 +36,10 @@ Mapping rules, CSV -> our schemas:
   attention DP N of tp 1. On MoE models whose tp x attention_dp and moe_tp x moe_ep disagree, vLLM's
   defaults fill the side left out: expert GPUs beyond tp are data-parallel attention ranks (`--data-parallel-size`
   shares experts tensor-sharded over all ranks), and empty expert degrees mean moe_tp = tp x attention_dp.
+- Expert TP that cannot split the experts (recorded): a moe_tp that does not divide the routed experts'
+  intermediate size (DeepSeek-R1 on GB200 at moe_tp 12-52 over 2048) shards no engine's experts; those
+  rows are TRT-LLM's and SGLang's wide-EP recipes (experts whole, load-balancer slots where they do not
+  divide): read as moe_ep N, moe_tp 1.
 - An aggregated MoE row written as k x k GPUs with moe_tp = moe_ep = k (tp 16 or 64, or attention DP 64, with
   moe 4 x 4 or 8 x 8 on 8-GPU nodes) is the k-GPU run (tp or attention DP k, moe_tp 1, moe_ep k) that the CSV
   repeats under other ids with the same measured figures (recorded; `_expert_world_squared` gives the
@@ -196,7 +200,9 @@ def _measurement(row: _Row) -> Measurement:
     if serving is None:
         raise ValueError(f"row {row.id}: unknown mode {row.text('mode')!r}; expected agg or disagg")
     arch = load_model(model)
-    shape = _ModelShape(arch.num_experts is None, min(layer.attention.num_heads for layer in arch.layers))
+    widths = [layer.ffn.expert_intermediate_size for layer in arch.layers if layer.ffn.kind == "moe"]
+    shape = _ModelShape(arch.num_experts is None, min(layer.attention.num_heads for layer in arch.layers),
+                        min(widths, default=0))
     if serving == "aggregated":
         layout, concurrency = _aggregated(row, shape, notes)
     else:
@@ -342,6 +348,7 @@ def _replicas(row: _Row, role: str, notes: list[str]) -> int:
 class _ModelShape:
     dense: bool  # no routed experts
     heads: int  # attention heads (the fewest of any layer)
+    expert_width: int = 0  # routed experts' intermediate size (the narrowest of any MoE layer; 0: dense)
 
 
 def _pool(row: _Row, prefix: str, role: str, replicas: int, batch: int, shape: _ModelShape,
@@ -362,6 +369,12 @@ def _pool(row: _Row, prefix: str, role: str, replicas: int, batch: int, shape: _
         )
         moe_tp, moe_ep = tp * dp, 1
     tp, dp, moe_tp = _matched_groups(role, tp, dp, moe_tp, moe_ep, notes)
+    if not shape.dense and moe_ep == 1 and moe_tp > 1 and shape.expert_width % moe_tp:
+        # no engine shards an expert's intermediate unevenly; TRT-LLM's wide-EP recipes on GB200 (attention DP
+        # over 12-72 GPUs) place whole experts, with load-balancer slots where the experts do not divide
+        notes.append(f"{role} pool: moe_tp {moe_tp} does not split the experts' {shape.expert_width}-wide "
+                     f"intermediate: read as moe_ep {moe_tp}, moe_tp 1")
+        moe_tp, moe_ep = 1, moe_tp
     if batch < dp:
         notes.append(f"{role} pool: batch {batch} < attention_dp {dp}: {dp - batch} ranks hold no sequence")
     return {"role": role, "replicas": replicas, "tp": tp, "dp_attention": dp, "pp": pp,

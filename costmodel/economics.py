@@ -143,16 +143,10 @@ def _phase_share(phase: PhaseTime, system: SystemSpec) -> float:
 
 
 def mixed_phase_seconds(timing: PoolTiming) -> tuple[float, float]:
-    """(seconds in mixed steps, seconds in decode-only steps) of one round of a mixed pool: each request's
-    prefill chunks ride on decode steps; decode steps beyond them run alone (and mixed steps beyond the
-    decode steps run alone too), plus the decode step each arrival waits out (`PoolTiming.step_wait_s`). The
-    two add up to the round, `timing.cycle_s`."""
-    plan = timing.plan
-    assert timing.mixed is not None and timing.decode is not None
-    pp = plan.ctx.par.pp
-    decode_steps = plan.request.output / plan.request.accepted
-    return (plan.mixed_steps * pp * timing.mixed.max_s,
-            max(0.0, decode_steps - plan.mixed_steps) * pp * timing.decode.max_s + timing.step_wait_s)
+    """(seconds in prompt-carrying steps, seconds in decode-only steps) of one round of a mixed pool
+    (`PoolTiming.prompt_s`; the decode-only part includes the decode step each arrival waits out). The two
+    add up to the round, `timing.cycle_s`."""
+    return timing.prompt_s, timing.cycle_s - timing.prompt_s
 
 
 def _busy_bandwidth(timing: PoolTiming) -> float:

@@ -6,7 +6,7 @@ import math
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from costmodel.calibration import Calibration, default_calibration, generation_of
+from costmodel.calibration import SCHEDULING, Calibration, default_calibration, generation_of
 from costmodel.disaggregated import FillStation, split_serving
 from costmodel.errors import ScenarioError
 from costmodel.hardware import GB, SystemSpec
@@ -116,6 +116,7 @@ def pool_context(resolved: ResolvedScenario, pool: Pool) -> PoolContext:
         stages=split_stages(resolved.architecture.layers, pool.pp),
         group=pool.group, uplink_share_bytes_per_s=group.uplink_share_bytes_per_s, group_racks=group.racks,
         offload_bytes=pool.cpu_offload_gb * GIB,
+        prefill_first=SCHEDULING.get(scenario.engine) == "prefill_first",
     )
     if ctx.offload_bytes > 0:
         _check_offload(ctx, pool, scenario.workload.speculative.method == "mtp")

@@ -21,6 +21,13 @@ per request and overlapped with other sequences' steps, so it lengthens TTFT but
 prefill-carrying step, in the round, fitted the calibration rows worse: README, "Calibration and accuracy").
 A prefill pool's fill pays it as well.
 
+Prefill-first engines (SGLang by default: `costmodel.calibration.SCHEDULING`, `PoolContext.prefill_first`)
+run waiting prompts as prefill batches of their own, up to `prefill_first_budget` tokens per rank, while
+every decode waits: the prompt steps carry no decode batch and add to the round's decode steps instead of
+riding on them. A staggered request runs its own prompt alone; one of a cohort waits for the batches ahead
+of it and its own, (batches + own steps) / 2 on average; the round holds one batch per chunk of the
+cohort's prompts, or one prompt step per staggered request (the same k weighs the two).
+
 Disaggregated serving: prefill instances process `batch` requests per fill; decode instances hold
 `batch` sequences each. Requests cycle between the prefill queue and the decode pool; the mean time at
 the prefill pool is the asymptotic closed-network bound max(fill latency, N / capacity - time elsewhere)
@@ -78,6 +85,16 @@ from costmodel.work import StepTime, StepWork
 # Largest number of new tokens one attention-DP rank puts in one step: TRT-LLM max_num_tokens 8192,
 # vLLM max_num_batched_tokens 8192 (online default on large GPUs), SGLang chunked_prefill_size 8192.
 ENGINE_STEP_TOKENS = 8192
+# SGLang's default chunked_prefill_size, the tokens of one prefill batch (server_args.py,
+# `_handle_gpu_memory_settings`, 0.5.8): 8192 on GPUs under 160 GiB (H100, H200), 16384 from 160 GiB
+# (B200, MI300); under attention DP divided among the ranks (`_handle_data_parallelism`).
+PREFILL_FIRST_TOKENS = {0: 8192, 160 * 2**30: 16384}
+
+
+def prefill_first_budget(hbm_capacity_bytes: float, dp: int) -> float:
+    """Prompt tokens per attention-DP rank in one prefill batch of a prefill-first engine (SGLang defaults)."""
+    tokens = max(t for floor, t in PREFILL_FIRST_TOKENS.items() if hbm_capacity_bytes >= floor)
+    return tokens / dp
 
 # Which turns of multi-turn sessions a pool's requests are: all of them (one fill pool), or, with a
 # separate midfill pool, the first turns (prefill pool) or the turns after a gap (midfill pool).
@@ -306,9 +323,17 @@ def plan_pool(ctx: PoolContext, pool: Pool, workload: Workload, tiers: TierPlan 
         chunk = min(budget, prompts)
         decodes = decode or []  # each stage's decode step, planned above (merging leaves it as it is)
 
+        if ctx.prefill_first:  # prompts run as prefill steps of their own, with the engine's budget
+            budget = prefill_first_budget(ctx.system.hbm_capacity_bytes, ctx.par.dp)
+            chunk = min(budget, prompts)
+
         def carrying(tokens: float) -> list[StepWork]:
-            """Each stage's decode step with `tokens` prompt tokens per rank riding on it."""
+            """Each stage's decode step with `tokens` prompt tokens per rank riding on it (prefill first: the
+            prompt tokens alone)."""
             per_seq = tokens / new / ctx.par.pp
+            if ctx.prefill_first:
+                return _stages(ctx, lambda s: midfill_work(ctx, s, per_seq, new, request.cached, request.fetch,
+                                                           active))
             return _stages(ctx, lambda s: merged_work(
                 decodes[s], midfill_work(ctx, s, per_seq, new, request.cached, request.fetch, active)))
 
@@ -408,6 +433,7 @@ class PoolTiming:
     cycle_s: float  # mixed: one round of the batch; prefill: pipelined time per fill of the batch; decode: a step
     first_token_s: float = 0.0  # of ttft_s: the engine's first-token latency (layers x prefill_layer_latency_s)
     step_wait_s: float = 0.0  # of ttft_s (mixed pools): the decode step under way when the request arrives
+    prompt_s: float = 0.0  # of cycle_s (mixed pools): the steps that carry prompts; the rest are decode-only
 
     @property
     def requests_per_s(self) -> float:
@@ -435,18 +461,33 @@ def time_pool(plan: PoolPlan, pricer: Pricer) -> PoolTiming:
     t_mix = pp * mixed.max_s
     t_own = t_mix if plan.own is plan.mixed else pp * time_phase(plan.own, pricer).max_s
     steps = request.output / request.accepted
-    backlog = max(0.0, plan.mixed_steps - plan.own_steps)
     # Closed loop: a request arrives as its predecessor's last token leaves, while the next step, scheduled
     # during the last one, is already under way without it; it waits out that decode step (its slot idles
     # for it, so the wait is in the round too). Measured on the calibration rows (README, session 10).
-    ttft = t_decode + t_own * plan.own_steps + engine.cohort_fraction * t_mix * backlog / 2.0 + first_token
-    cycle = t_decode + _round_s(plan.mixed_steps, t_mix, steps, t_decode)
+    k = engine.cohort_fraction
+    if plan.ctx.prefill_first:
+        # Prefill first: a request staggered from the others runs its prompt alone; one of a cohort waits for
+        # the prompt batches ahead of it and its own, (batches + own) / 2 on average. Every prompt batch
+        # stalls the decodes, so the round adds them to the decode steps: one batch per chunk for a cohort,
+        # one prompt at a time (its own steps each) for staggered arrivals.
+        alone = seqs_per_rank(plan.pool.batch, plan.ctx.par.dp) * plan.own_steps * t_own
+        prompt_s = (1.0 - k) * alone + k * plan.mixed_steps * t_mix
+        ttft = (t_decode + (1.0 - k) * t_own * plan.own_steps
+                + k * t_mix * (plan.mixed_steps + plan.own_steps) / 2.0 + first_token)
+        cycle = t_decode + steps * t_decode + prompt_s
+    else:
+        backlog = max(0.0, plan.mixed_steps - plan.own_steps)
+        ttft = t_decode + t_own * plan.own_steps + k * t_mix * backlog / 2.0 + first_token
+        # the prompt chunks ride on decode steps; any left over (prefill outpacing decode) run as steps of
+        # their own
+        prompt_s = plan.mixed_steps * t_mix
+        cycle = t_decode + prompt_s + max(0.0, steps - plan.mixed_steps) * t_decode
     # Closed loop: a request's end-to-end time is the round, so its TPOT is what the round leaves after its
     # first token, (round - TTFT) / (osl - 1), as benchmarks measure it; never below a decode-only step.
     tpot = t_decode / request.accepted
     if request.output > 1:
         tpot = max(tpot, (cycle - ttft) / (request.output - 1))
-    return PoolTiming(plan, None, decode, mixed, ttft, tpot, cycle, first_token, t_decode)
+    return PoolTiming(plan, None, decode, mixed, ttft, tpot, cycle, first_token, t_decode, prompt_s)
 
 
 def fill_parts(fill_s: float, first_token_s: float, step_wait_s: float = 0.0) -> dict[str, float]:
@@ -455,13 +496,6 @@ def fill_parts(fill_s: float, first_token_s: float, step_wait_s: float = 0.0) ->
     (`PoolTiming.first_token_s`)."""
     return (({"step_under_way": step_wait_s} if step_wait_s else {}) | {"fill": fill_s - first_token_s - step_wait_s}
             | ({"first_token_latency": first_token_s} if first_token_s else {}))
-
-
-def _round_s(mixed_steps: float, t_mix: float, decode_steps: float, t_decode: float) -> float:
-    """One round of a mixed pool: the prefill chunks ride on decode steps; any left over (prefill outpacing
-    decode) run as steps of their own."""
-    riding = min(mixed_steps, decode_steps)
-    return riding * t_mix + (decode_steps - riding) * t_decode + max(0.0, mixed_steps - decode_steps) * t_mix
 
 
 def pool_memory(ctx: PoolContext, pool: Pool, workload: Workload,

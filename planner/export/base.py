@@ -54,6 +54,7 @@ class Pool:
     banks: dict[str, Any] | None  # expert banks of this pool's expert-parallel degree, None when absent
     stages: list[dict[str, Any]]
     cpu_offload_gb: float = 0.0  # weights each GPU keeps in host DRAM, GiB (`costmodel.layout.Pool`)
+    hbm_bytes: float = 0.0  # usable HBM of one of the pool's GPUs (the cost model's, `SystemSpec`)
 
     @property
     def gpus_per_stage(self) -> int:
@@ -155,7 +156,8 @@ def read_plan(path: Path, data: Any, resolved: ResolvedScenario) -> Plan:
     out = []
     for index, (pool, place) in enumerate(zip(pools, placed, strict=True)):
         group = resolved.group_named(pool.get("group") if isinstance(pool, dict) else None)
-        per_node = (group or resolved.groups[0]).system.gpus_per_node  # each pool on its own group's nodes
+        system = (group or resolved.groups[0]).system  # each pool on its own group's nodes
+        per_node = system.gpus_per_node
         try:
             gpus = int(place["gpus_per_instance"])
             numbers = {key: int(pool[key]) for key in ("replicas", "tp", "dp_attention", "pp", "moe_tp", "moe_ep",
@@ -163,7 +165,8 @@ def read_plan(path: Path, data: Any, resolved: ResolvedScenario) -> Plan:
             out.append(Pool(index=index, role=str(pool["role"]), gpus_per_instance=gpus,
                             nodes_per_instance=math.ceil(gpus / per_node), gpus_per_node=min(gpus, per_node),
                             banks=banks.get(str(numbers["moe_ep"])), stages=list(place.get("stages") or []),
-                            cpu_offload_gb=float(pool.get("cpu_offload_gb") or 0.0), **numbers))
+                            cpu_offload_gb=float(pool.get("cpu_offload_gb") or 0.0),
+                            hbm_bytes=system.hbm_capacity_bytes, **numbers))
         except (KeyError, TypeError, ValueError) as exc:
             raise InputError.single(path, None, f"layout.pools.{index}", f"missing or bad field: {exc}") from None
     return Plan(path=path, data=data, resolved=resolved, pools=tuple(out))

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import math
 
+from costmodel.serving import prefill_first_budget
 from planner.export.base import (
     FILL_CHUNK_TOKENS,
     HOST,
@@ -40,7 +41,7 @@ def server_args(plan: Plan, pool: Pool, placement_file: str | None, node_flags: 
     args = ["--model-path", plan.model, "--trust-remote-code",
             "--tp-size", str(pool.gpus_per_stage), "--pp-size", str(pool.pp),
             "--max-running-requests", str(pool.batch), "--context-length", str(context),
-            "--chunked-prefill-size", str(FILL_CHUNK_TOKENS), "--mem-fraction-static", str(memory_fraction())]
+            "--chunked-prefill-size", str(chunked_prefill_size(pool)), "--mem-fraction-static", str(memory_fraction())]
     if kv_dtype(plan) == "fp8":
         args += ["--kv-cache-dtype", "fp8_e4m3"]
     if pool.dp_attention > 1:
@@ -63,6 +64,15 @@ def server_args(plan: Plan, pool: Pool, placement_file: str | None, node_flags: 
         args += ["--nnodes", str(pool.nodes_per_instance), "--node-rank", "${NODE_RANK}",
                  "--dist-init-addr", "${HEAD_ADDR}:5000"]
     return args
+
+
+def chunked_prefill_size(pool: Pool) -> int:
+    """The prompt tokens of one prefill batch over all attention-DP ranks (SGLang divides it among them), as
+    the cost model prices them per rank: an aggregated pool's SGLang default for its GPU
+    (`prefill_first_budget`), a prefill pool's `FILL_CHUNK_TOKENS` per rank (a decode pool prefills nothing)."""
+    if pool.engine_role == "aggregated":
+        return int(prefill_first_budget(pool.hbm_bytes, 1))
+    return FILL_CHUNK_TOKENS * pool.dp_attention
 
 
 def placement_json(plan: Plan, pool: Pool) -> dict[str, list[list[int]]] | None:

@@ -199,6 +199,22 @@ def test_uneven_tp_is_attention_dp(tmp_path: Path) -> None:
     assert (pool["tp"], pool["dp_attention"], pool["moe_ep"], pool["batch"]) == (1, 36, 36, 72)
 
 
+def test_expert_tp_that_cannot_split_the_experts_is_expert_parallel(tmp_path: Path) -> None:
+    """TRT-LLM's GB200 rows at tp 52, moe_tp 52: no engine shards DeepSeek's 2048-wide expert intermediate 52
+    ways, so the experts are placed whole over the 52 attention-DP ranks (wide EP); a moe_tp that divides the
+    intermediate (8) is kept."""
+    row = AGG_ROW | {"id": "w", "model_path": "deepseek-ai/DeepSeek-R1", "system": "gb200", "tp_size": "52",
+                     "moe_tp_size": "52", "moe_ep_size": "1", "batch_size": "269"}
+    (m,) = load_measurements(_write_csv(tmp_path, row))
+    pool = m.layout["pools"][0]
+    assert (pool["tp"], pool["dp_attention"], pool["moe_tp"], pool["moe_ep"]) == (1, 52, 1, 52)
+    assert any("does not split the experts' 2048-wide intermediate" in note for note in m.assumptions)
+    kept = AGG_ROW | {"id": "k", "model_path": "deepseek-ai/DeepSeek-R1", "system": "b200_sxm", "tp_size": "8",
+                      "moe_tp_size": "8", "moe_ep_size": "1", "batch_size": "16"}
+    (m,) = load_measurements(_write_csv(tmp_path, kept))
+    assert (m.layout["pools"][0]["moe_tp"], m.layout["pools"][0]["moe_ep"]) == (8, 1)
+
+
 def test_expert_world_squared_is_a_k_gpu_run(tmp_path: Path) -> None:
     """tp 64 / attention DP 64 with moe_tp = moe_ep = 8 on 8-GPU nodes is the 8-GPU run (tp or DP 8, ep 8) the
     CSV repeats under another id with the same figures; a 2 x 2 row within one node is kept as written."""
