@@ -32,6 +32,10 @@ from planner.solvers.base import SolveOptions, SolveReport, SolveStatus
 # erratic on these models (a sessions scenario's sweep of 85 MILPs 2.0-7.2 s over seeds; 1.5-1.8 s at 2^24).
 PRECISION_BITS = 24
 ACTIVITY_BITS = 60  # |coefficient| x |domain| summed over a row stays below 2^60 (CP-SAT needs < 2^63)
+# Deterministic seconds of CP-SAT's default search before the LP search takes over (`CpSatBackend.solve`): the
+# sessions benchmark's models take under 0.01 of it; one two-group model it stalls on (walking a rate's 2^20
+# grid values one branch at a time, 930,000 branches and 10 conflicts) spends about 0.08 per wall second here.
+DEFAULT_SEARCH_BUDGET = 0.05
 
 
 def _scale(steps: Expr, domains: list[float], rhs: float = 0.0) -> float:
@@ -74,27 +78,46 @@ class CpSatBackend:
             var = model.variables[index]
             cp.add_hint(ints[index], min(max(round(value / var.resolution), math.ceil(var.lb / var.resolution)),
                                          math.floor(var.ub / var.resolution)))
+        # Two searches, each fast where the other can stall on these small MILPs (continuous rates on a fine
+        # grid): CP-SAT's default search proves most of them in milliseconds but ran some two-group models
+        # (HiGHS: 0.02 s) for the whole limit; branching on the LP relaxation with its full linearisation
+        # proves those in 0.03-0.2 s but took 2-3 s on models of the sessions benchmark that the default
+        # search proves in 0.01 s. So the default search first, for a deterministic budget (the same switch
+        # on any machine), then the LP search for the rest of the limit, hinted with what the first found.
+        first = min(options.time_limit_s, DEFAULT_SEARCH_BUDGET)
+        solver = self._solver(options, first, deterministic=True, lp_search=False)
+        code = solver.solve(cp)
+        if code not in (cp_model.OPTIMAL, cp_model.INFEASIBLE) and options.time_limit_s > first:
+            if code == cp_model.FEASIBLE:
+                found = [int(solver.value(x)) for x in ints]
+                cp.clear_hints()  # type: ignore[no-untyped-call]
+                for x, value in zip(ints, found, strict=True):
+                    cp.add_hint(x, value)
+            spent = first if options.deterministic else time.perf_counter() - start
+            solver = self._solver(options, options.time_limit_s - spent, deterministic=options.deterministic,
+                                  lp_search=True)
+            code = solver.solve(cp)
+        elapsed = time.perf_counter() - start
+        return self._report(model, solver, code, ints, factor, elapsed)
+
+    @staticmethod
+    def _solver(options: SolveOptions, limit_s: float, deterministic: bool, lp_search: bool) -> cp_model.CpSolver:
         solver = cp_model.CpSolver()
-        if options.deterministic:  # reproducible: the same work whatever the machine's load
-            solver.parameters.max_deterministic_time = max(options.time_limit_s, 0.01)
+        if deterministic:  # reproducible: the same work whatever the machine's load
+            solver.parameters.max_deterministic_time = max(limit_s, 0.01)
         else:
-            solver.parameters.max_time_in_seconds = max(options.time_limit_s, 0.01)
+            solver.parameters.max_time_in_seconds = max(limit_s, 0.01)
         solver.parameters.num_workers = options.threads
         solver.parameters.interleave_search = options.threads > 1  # deterministic with several workers
         solver.parameters.random_seed = options.seed
-        # Small MILPs with continuous rates on a fine grid: branching on the LP relaxation with its full
-        # linearisation proves them where the default single-worker search can stall for the whole limit on
-        # one of a sweep's few hundred models (two-group cluster test without pair screening: MILPs HiGHS
-        # solves in 0.02 s ran 15-60 s, or out of time; with these two 0.05-0.2 s, the test 31 s -> 6-12 s).
-        solver.parameters.search_branching = cp_model.LP_SEARCH
-        solver.parameters.linearization_level = 2
+        if lp_search:
+            solver.parameters.search_branching = cp_model.LP_SEARCH
+            solver.parameters.linearization_level = 2
         solver.parameters.relative_gap_limit = options.relative_gap
         # Ctrl-C belongs to the CLI (planner.interrupt: exit 130, nothing written); CP-SAT's own handler took it
         # for a time limit (a truncated front, exit 0) or left the process hung or aborted.
         solver.parameters.catch_sigint_signal = False
-        code = solver.solve(cp)
-        elapsed = time.perf_counter() - start
-        return self._report(model, solver, code, ints, factor, elapsed)
+        return solver
 
     @staticmethod
     def _variable(cp: cp_model.CpModel, lb: float, ub: float, resolution: float, name: str) -> cp_model.IntVar:
