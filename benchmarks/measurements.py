@@ -70,6 +70,7 @@ from costmodel.layout import Layout
 from costmodel.models import load_model, model_ids
 from costmodel.resolve import check_layout, resolve
 from costmodel.scenario import Scenario
+from costmodel.serving import prefill_first_budget
 
 SHARED_CALIBRATION: Final = Path(__file__).resolve().parents[1].parent / "shared" / "calibration"
 GROUP_KEYS: Final = ("model", "system", "engine", "serving")
@@ -220,6 +221,8 @@ def _measurement(row: _Row) -> Measurement:
         "workload": {"input_tokens": isl, "output_tokens": osl, "concurrency": concurrency},
         "engine": engine,
     }
+    if engine == "sglang" and serving == "aggregated":  # run with SGLang's default chunked prefill
+        scenario["prefill_batch_tokens"] = _sglang_default_batch(system, layout["pools"][0]["dp_attention"])
     _check_semantics(Scenario.model_validate(scenario), layout_model)
     return Measurement(
         id=row.id, model=model, system=system, engine=engine, engine_version=row.text("backend_version"),
@@ -227,6 +230,12 @@ def _measurement(row: _Row) -> Measurement:
         ttft_ms=row.positive("silicon_ttft_ms"), tpot_ms=row.positive("silicon_tpot_ms"),
         assumptions=tuple(notes),
     )
+
+
+def _sglang_default_batch(system: str, dp: int) -> int:
+    """SGLang's default chunked_prefill_size for the GPU, divided among attention-DP ranks as SGLang divides it
+    (`chunked_prefill_size // dp_size`): the rows give no flags, so the defaults are assumed."""
+    return int(prefill_first_budget(load_system(system).hbm_capacity_bytes, 1)) // dp
 
 
 def _check_semantics(scenario: Scenario, layout: Layout) -> None:

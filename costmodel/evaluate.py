@@ -20,7 +20,7 @@ from costmodel.operators import Formats, Parallel
 from costmodel.precision import Dtype, bytes_per_element
 from costmodel.pricing import DirectPricer, Pricer
 from costmodel.resolve import ResolvedScenario, check_session_pools, compute_dtype, layout_warnings
-from costmodel.scenario import Workload
+from costmodel.scenario import Scenario, Workload
 from costmodel.serving import (
     PhaseTime,
     PoolPlan,
@@ -29,6 +29,7 @@ from costmodel.serving import (
     fill_parts,
     plan_pool,
     pool_turns,
+    prefill_first_budget,
     time_pool,
     turn_share,
     with_session_tiers,
@@ -116,11 +117,21 @@ def pool_context(resolved: ResolvedScenario, pool: Pool) -> PoolContext:
         stages=split_stages(resolved.architecture.layers, pool.pp),
         group=pool.group, uplink_share_bytes_per_s=group.uplink_share_bytes_per_s, group_racks=group.racks,
         offload_bytes=pool.cpu_offload_gb * GIB,
-        prefill_first=SCHEDULING.get(scenario.engine) == "prefill_first",
+        prefill_batch_tokens=prefill_batch_tokens(scenario, system),
     )
     if ctx.offload_bytes > 0:
         _check_offload(ctx, pool, scenario.workload.speculative.method == "mtp")
     return ctx
+
+
+def prefill_batch_tokens(scenario: Scenario, system: SystemSpec) -> float | None:
+    """A prefill-first engine's prompt tokens per attention-DP rank in one batch (the scenario's, else SGLang's
+    default for the GPU); None for engines whose prompts ride on decode steps."""
+    if SCHEDULING.get(scenario.engine) != "prefill_first":
+        return None
+    if scenario.prefill_batch_tokens is not None:
+        return float(scenario.prefill_batch_tokens)
+    return prefill_first_budget(system.hbm_capacity_bytes, 1)
 
 
 def check_offload(resolved: ResolvedScenario, layout: Layout) -> None:

@@ -55,7 +55,13 @@ class PoolContext:
     uplink_share_bytes_per_s: float = math.inf  # a GPU's fair share of its rack uplink (inf: not oversubscribed)
     group_racks: int = 1  # racks of the pool's group: a transfer between its domains may leave a rack
     offload_bytes: float = 0.0  # weights each GPU keeps in host DRAM (`Pool.cpu_offload_gb`), streamed every step
-    prefill_first: bool = False  # the engine runs waiting prompts as prefill steps of their own (`SCHEDULING`)
+    # a prefill-first engine (`costmodel.calibration.SCHEDULING`) runs waiting prompts as prefill batches of
+    # their own, this many tokens per attention-DP rank; None: prompts ride on decode steps (piggyback)
+    prefill_batch_tokens: float | None = None
+
+    @property
+    def prefill_first(self) -> bool:
+        return self.prefill_batch_tokens is not None
 
     @functools.cached_property
     def stage_counts(self) -> tuple[tuple[tuple[Layer, int], ...], ...]:

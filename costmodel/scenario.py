@@ -538,4 +538,10 @@ class Scenario(StrictModel):
     slo: Slo = Field(default_factory=Slo, description="Latency targets.")
     search: Search = Field(default_factory=Search, description="Planner options.")
     engine: EngineName = Field("generic", description="Serving engine the plan is for: trtllm, vllm, sglang, generic.")
+    prefill_batch_tokens: int | None = Field(
+        None, ge=1, le=1_048_576,
+        description="Prompt tokens per attention-DP rank in one prefill batch of a prefill-first engine (SGLang: "
+        "its --chunked-prefill-size divided by the attention-DP degree, which `plan export` launches). Default: "
+        "SGLang's default for the GPU per rank, 8192 under 160 GiB of HBM and 16384 from it.",
+    )
     economics: Economics = Field(default_factory=Economics, description="GPU-hour prices, power and PUE.")

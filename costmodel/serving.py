@@ -22,7 +22,7 @@ prefill-carrying step, in the round, fitted the calibration rows worse: README, 
 A prefill pool's fill pays it as well.
 
 Prefill-first engines (SGLang by default: `costmodel.calibration.SCHEDULING`, `PoolContext.prefill_first`)
-run waiting prompts as prefill batches of their own, up to `prefill_first_budget` tokens per rank, while
+run waiting prompts as prefill batches of their own, up to `PoolContext.prefill_batch_tokens` per rank, while
 every decode waits: the prompt steps carry no decode batch and add to the round's decode steps instead of
 riding on them. A staggered request runs its own prompt alone; one of a cohort waits for the batches ahead
 of it and its own, (batches + own steps) / 2 on average; the round holds one batch per chunk of the
@@ -92,7 +92,8 @@ PREFILL_FIRST_TOKENS = {0: 8192, 160 * 2**30: 16384}
 
 
 def prefill_first_budget(hbm_capacity_bytes: float, dp: int) -> float:
-    """Prompt tokens per attention-DP rank in one prefill batch of a prefill-first engine (SGLang defaults)."""
+    """Prompt tokens per attention-DP rank in one prefill batch of SGLang launched with its defaults (the
+    calibration rows; a plan's own launch sets `Scenario.prefill_batch_tokens`, by default this at dp 1)."""
     tokens = max(t for floor, t in PREFILL_FIRST_TOKENS.items() if hbm_capacity_bytes >= floor)
     return tokens / dp
 
@@ -323,8 +324,8 @@ def plan_pool(ctx: PoolContext, pool: Pool, workload: Workload, tiers: TierPlan 
         chunk = min(budget, prompts)
         decodes = decode or []  # each stage's decode step, planned above (merging leaves it as it is)
 
-        if ctx.prefill_first:  # prompts run as prefill steps of their own, with the engine's budget
-            budget = prefill_first_budget(ctx.system.hbm_capacity_bytes, ctx.par.dp)
+        if ctx.prefill_batch_tokens is not None:  # prompts run as prefill batches of their own
+            budget = ctx.prefill_batch_tokens
             chunk = min(budget, prompts)
 
         def carrying(tokens: float) -> list[StepWork]:

@@ -41,7 +41,8 @@ def server_args(plan: Plan, pool: Pool, placement_file: str | None, node_flags: 
     args = ["--model-path", plan.model, "--trust-remote-code",
             "--tp-size", str(pool.gpus_per_stage), "--pp-size", str(pool.pp),
             "--max-running-requests", str(pool.batch), "--context-length", str(context),
-            "--chunked-prefill-size", str(chunked_prefill_size(pool)), "--mem-fraction-static", str(memory_fraction())]
+            "--chunked-prefill-size", str(chunked_prefill_size(plan, pool)),
+            "--mem-fraction-static", str(memory_fraction())]
     if kv_dtype(plan) == "fp8":
         args += ["--kv-cache-dtype", "fp8_e4m3"]
     if pool.dp_attention > 1:
@@ -66,12 +67,14 @@ def server_args(plan: Plan, pool: Pool, placement_file: str | None, node_flags: 
     return args
 
 
-def chunked_prefill_size(pool: Pool) -> int:
+def chunked_prefill_size(plan: Plan, pool: Pool) -> int:
     """The prompt tokens of one prefill batch over all attention-DP ranks (SGLang divides it among them), as
-    the cost model prices them per rank: an aggregated pool's SGLang default for its GPU
-    (`prefill_first_budget`), a prefill pool's `FILL_CHUNK_TOKENS` per rank (a decode pool prefills nothing)."""
+    the cost model prices them per rank: an aggregated pool's `Scenario.prefill_batch_tokens` (by default
+    SGLang's default for the GPU, per rank), a prefill pool's `FILL_CHUNK_TOKENS` per rank (a decode pool
+    prefills nothing)."""
     if pool.engine_role == "aggregated":
-        return int(prefill_first_budget(pool.hbm_bytes, 1))
+        per_rank = plan.resolved.scenario.prefill_batch_tokens or prefill_first_budget(pool.hbm_bytes, 1)
+        return int(per_rank) * pool.dp_attention
     return FILL_CHUNK_TOKENS * pool.dp_attention
 
 

@@ -7,13 +7,16 @@ expert TP, instances over several nodes and a sessions workload with KV tiers.
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
-from costmodel.serving import ENGINE_STEP_TOKENS, prefill_first_budget
+from costmodel.evaluate import pool_context
+from costmodel.layout import Layout
+from costmodel.serving import ENGINE_STEP_TOKENS
 from planner.export import ENGINE_VERSIONS, Plan, export_plan, load_plan
 from planner.export.base import expert_slots, moe_layer_indices
 from tests.export.engine_check import check_args, check_trtllm_options, definitions, flags_of
@@ -185,14 +188,16 @@ def test_cpu_weight_offload_is_passed_where_the_engine_has_it(tmp_path: Path) ->
 
 def test_sglang_prefill_batches_are_what_the_cost_model_prices(plan: Plan) -> None:
     """--chunked-prefill-size, which SGLang divides among attention-DP ranks, gives each rank the prompt
-    tokens per step the cost model prices: an aggregated pool's prefill-first budget (SGLang's default for
-    its GPU), a prefill pool's ENGINE_STEP_TOKENS."""
+    tokens per step the cost model prices: an aggregated pool's prefill batch (`pool_context`), a prefill
+    pool's ENGINE_STEP_TOKENS."""
     commands = export_plan(plan, "sglang").commands
-    for pool in plan.pools:
+    for index, pool in enumerate(plan.pools):
         args = commands[pool.name][0].args
         per_rank = int(args[args.index("--chunked-prefill-size") + 1]) / pool.dp_attention
-        system = (plan.resolved.group_named(None) or plan.resolved.groups[0]).system
-        expected = {"aggregated": prefill_first_budget(system.hbm_capacity_bytes, pool.dp_attention),
-                    "prefill": float(ENGINE_STEP_TOKENS)}.get(pool.engine_role)
+        layout_pool = Layout.model_validate(plan.data["layout"]).pools[index]
+        sglang = plan.resolved.scenario.model_copy(update={"engine": "sglang"})
+        ctx = pool_context(dataclasses.replace(plan.resolved, scenario=sglang), layout_pool)
+        expected = {"aggregated": ctx.prefill_batch_tokens, "prefill": float(ENGINE_STEP_TOKENS)}.get(
+            pool.engine_role)
         if expected is not None:
             assert per_rank == expected

@@ -3,6 +3,8 @@ while every decode waits (`costmodel.serving`, `PoolContext.prefill_first`)."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from costmodel.calibration import Calibration, default_calibration
@@ -46,6 +48,19 @@ def test_the_budget_is_sglangs_default_per_attention_dp_rank() -> None:
     assert prefill_first_budget(80 * gib, 1) == 8192.0  # H100
     assert prefill_first_budget(180 * gib, 1) == 16384.0  # B200
     assert prefill_first_budget(180 * gib, 8) == 2048.0
+
+
+def test_a_plans_batch_is_the_scenarios_or_sglangs_default_per_rank() -> None:
+    """A plan launches its own flag (`plan export`): by default SGLang's default per attention-DP rank, not
+    divided among ranks; the scenario can set it."""
+    candidate = layout(batch=64, tp=1, dp=8, ep=8)
+    for system, tokens in (("h200-sxm", 8192.0), ("b200-sxm", 16384.0)):
+        resolved = _scenario("sglang", system)
+        assert plan_layout(resolved, candidate).pools[0].ctx.prefill_batch_tokens == tokens
+    resolved = _scenario("sglang", "b200-sxm")
+    resolved = dataclasses.replace(resolved, scenario=resolved.scenario.model_copy(
+        update={"prefill_batch_tokens": 2048}))
+    assert plan_layout(resolved, candidate).pools[0].ctx.prefill_batch_tokens == 2048.0
 
 
 def test_only_sglang_schedules_prefill_first() -> None:
