@@ -86,6 +86,8 @@ class CpSatBackend:
         # on any machine), then the LP search for the rest of the limit, hinted with what the first found.
         first = min(options.time_limit_s, DEFAULT_SEARCH_BUDGET)
         solver = self._solver(options, first, deterministic=True, lp_search=False)
+        if not options.deterministic:  # and never past the wall-clock limit
+            solver.parameters.max_time_in_seconds = max(options.time_limit_s, 0.01)
         code = solver.solve(cp)
         if code not in (cp_model.OPTIMAL, cp_model.INFEASIBLE) and options.time_limit_s > first:
             if code == cp_model.FEASIBLE:
