@@ -18,7 +18,16 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 from costmodel.lengths import Lengths, LengthSpec, parse_spec
 
@@ -545,3 +554,12 @@ class Scenario(StrictModel):
         "SGLang's default for the GPU per rank, 8192 under 160 GiB of HBM and 16384 from it.",
     )
     economics: Economics = Field(default_factory=Economics, description="GPU-hour prices, power and PUE.")
+
+    @field_validator("prefill_batch_tokens")
+    @classmethod
+    def _prefill_batch_for_sglang(cls, value: int | None, info: ValidationInfo) -> int | None:
+        engine = info.data.get("engine", "generic")  # declared before, so validated first
+        if value is not None and engine != "sglang":
+            raise ValueError(f"sets SGLang's prefill batch, but engine {engine} runs prompts on decode steps: "
+                             "remove prefill_batch_tokens or set engine: sglang")
+        return value

@@ -15,6 +15,7 @@ from costmodel.modes import midfill_work
 from costmodel.pricing import DirectPricer, price
 from costmodel.resolve import ResolvedScenario
 from costmodel.serving import PoolTiming, prefill_first_budget, time_pool
+from planner.errors import InputError
 from planner.scenario import scenario_from_data
 from tests.unit.test_costmodel import layout
 
@@ -119,3 +120,11 @@ def test_prefill_first_prompts_do_not_ride_on_decode_steps() -> None:
         riding = 0.0 if plan.ctx.prefill_first else plan.mixed_steps
         assert decode_only == pytest.approx((1 + 256 - riding) * timing.decode.max_s, rel=1e-12)
         assert mixed_phase_seconds(timing) == (timing.prompt_s, decode_only)
+
+
+def test_a_prefill_batch_for_an_engine_without_one_is_refused() -> None:
+    data = {"schema_version": 1, "name": "t", "model": "deepseek-v3", "cluster": {"system": "h200-sxm", "gpus": 8},
+            "engine": "trtllm", "prefill_batch_tokens": 4096,
+            "workload": {"input_tokens": 1024, "output_tokens": 128}}
+    with pytest.raises(InputError, match=r"prefill_batch_tokens.*engine trtllm runs prompts on decode steps"):
+        scenario_from_data(data)
