@@ -549,17 +549,18 @@ class Scenario(StrictModel):
     engine: EngineName = Field("generic", description="Serving engine the plan is for: trtllm, vllm, sglang, generic.")
     prefill_batch_tokens: int | None = Field(
         None, ge=1, le=1_048_576,
-        description="Prompt tokens per attention-DP rank in one prefill batch of a prefill-first engine (SGLang: "
-        "its --chunked-prefill-size divided by the attention-DP degree, which `plan export` launches). Default: "
-        "SGLang's default for the GPU per rank, 8192 under 160 GiB of HBM and 16384 from it.",
+        description="Prompt tokens per attention-DP rank in one prefill batch of an aggregated pool of a "
+        "prefill-first engine (SGLang: its --chunked-prefill-size divided by the attention-DP degree, which "
+        "`plan export` launches). Default: SGLang's default for the GPU per rank, 8192 under 160 GiB of HBM and "
+        "16384 from it. Prefill pools of disaggregated serving keep 8192 per rank.",
     )
     economics: Economics = Field(default_factory=Economics, description="GPU-hour prices, power and PUE.")
 
     @field_validator("prefill_batch_tokens")
     @classmethod
     def _prefill_batch_for_sglang(cls, value: int | None, info: ValidationInfo) -> int | None:
-        engine = info.data.get("engine", "generic")  # declared before, so validated first
-        if value is not None and engine != "sglang":
+        engine = info.data.get("engine")  # declared before, so validated first (absent: reported already)
+        if value is not None and engine is not None and engine != "sglang":
             raise ValueError(f"sets SGLang's prefill batch, but engine {engine} runs prompts on decode steps: "
                              "remove prefill_batch_tokens or set engine: sglang")
         return value

@@ -469,13 +469,15 @@ def time_pool(plan: PoolPlan, pricer: Pricer) -> PoolTiming:
     if plan.ctx.prefill_first:
         # Prefill first: a request staggered from the others runs its prompt alone; one of a cohort waits for
         # the prompt batches ahead of it and its own, (batches + own) / 2 on average. Every prompt batch
-        # stalls the decodes, so the round adds them to the decode steps: one batch per chunk for a cohort,
-        # one prompt at a time (its own steps each) for staggered arrivals.
-        alone = seqs_per_rank(plan.pool.batch, plan.ctx.par.dp) * plan.own_steps * t_own
+        # stalls the decodes, so the round adds them to the decode steps (the prompt's step gives the first
+        # token, decode steps the other osl - 1): one batch per chunk for a cohort, one prompt at a time (its
+        # own steps each) for staggered arrivals, every request of the instance (attention-DP ranks step
+        # together, so one rank's prompt stalls them all).
+        alone = plan.in_service * plan.own_steps * t_own
         prompt_s = (1.0 - k) * alone + k * plan.mixed_steps * t_mix
         ttft = (t_decode + (1.0 - k) * t_own * plan.own_steps
                 + k * t_mix * (plan.mixed_steps + plan.own_steps) / 2.0 + first_token)
-        cycle = t_decode + steps * t_decode + prompt_s
+        cycle = t_decode + max(0.0, request.output - 1.0) / request.accepted * t_decode + prompt_s
     else:
         backlog = max(0.0, plan.mixed_steps - plan.own_steps)
         ttft = t_decode + t_own * plan.own_steps + k * t_mix * backlog / 2.0 + first_token
@@ -534,7 +536,11 @@ def _memory_at(ctx: PoolContext, pool: Pool, workload: Workload,
 
     def step_tokens(batch: int) -> float:
         """Activations in flight per step: a full chunk where prefills run, else one decode step's tokens."""
-        return batch / ctx.par.dp * (1 + request.draft) if pool.role == "decode" else float(ENGINE_STEP_TOKENS)
+        if pool.role == "decode":
+            return batch / ctx.par.dp * (1 + request.draft)
+        if pool.role == "mixed" and ctx.prefill_batch_tokens is not None:
+            return ctx.prefill_batch_tokens  # a prefill-first engine's batch, with no decode tokens beside it
+        return float(ENGINE_STEP_TOKENS)
 
     def use(batch: int) -> MemoryUse:
         return memory_use(ctx, batch, reserved(batch), step_tokens(batch), with_mtp)

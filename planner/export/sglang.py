@@ -30,6 +30,7 @@ from planner.export.base import (
 )
 
 PROGRAM = ("python3", "-m", "sglang.launch_server")
+SGLANG_MAX_PREFILL_TOKENS = 16384  # SGLang's default --max-prefill-tokens (server_args.py, 0.5.8)
 DISAGG_BACKEND = "nixl"
 BOOTSTRAP_PORT = 8998
 
@@ -43,6 +44,9 @@ def server_args(plan: Plan, pool: Pool, placement_file: str | None, node_flags: 
             "--max-running-requests", str(pool.batch), "--context-length", str(context),
             "--chunked-prefill-size", str(chunked_prefill_size(plan, pool)),
             "--mem-fraction-static", str(memory_fraction())]
+    per_rank = chunked_prefill_size(plan, pool) // pool.dp_attention
+    if per_rank > SGLANG_MAX_PREFILL_TOKENS:  # a rank's prefill batch is capped by this too
+        args += ["--max-prefill-tokens", str(per_rank)]
     if kv_dtype(plan) == "fp8":
         args += ["--kv-cache-dtype", "fp8_e4m3"]
     if pool.dp_attention > 1:

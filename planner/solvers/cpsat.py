@@ -19,6 +19,7 @@ and a deployment within that of the best one's objective can stand in for it (`R
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 
@@ -36,6 +37,18 @@ ACTIVITY_BITS = 60  # |coefficient| x |domain| summed over a row stays below 2^6
 # sessions benchmark's models take under 0.01 of it; one two-group model it stalls on (walking a rate's 2^20
 # grid values one branch at a time, 930,000 branches and 10 conflicts) spends about 0.08 per wall second here.
 DEFAULT_SEARCH_BUDGET = 0.05
+MIN_SECOND_SEARCH_S = 0.01  # time left below which the first search's outcome stands
+
+
+def _better(first: SolveReport, second: SolveReport) -> SolveReport:
+    """The two searches' outcome: the second's when it proved or found better, else the first's solution;
+    either's bound holds, so the tighter one is reported."""
+    if second.status in (SolveStatus.OPTIMAL, SolveStatus.INFEASIBLE) or not first.status.has_solution:
+        return second
+    best = second if second.status.has_solution and second.objective >= first.objective else first
+    bounds = [r.bound for r in (first, second) if r.status.has_solution and not math.isnan(r.bound)]
+    bound = max(min(bounds), best.objective) if bounds else best.bound
+    return dataclasses.replace(best, status=SolveStatus.FEASIBLE, bound=bound, time_s=second.time_s)
 
 
 def _scale(steps: Expr, domains: list[float], rhs: float = 0.0) -> float:
@@ -89,18 +102,19 @@ class CpSatBackend:
         if not options.deterministic:  # and never past the wall-clock limit
             solver.parameters.max_time_in_seconds = max(options.time_limit_s, 0.01)
         code = solver.solve(cp)
-        if code not in (cp_model.OPTIMAL, cp_model.INFEASIBLE) and options.time_limit_s > first:
-            if code == cp_model.FEASIBLE:
-                found = [int(solver.value(x)) for x in ints]
-                cp.clear_hints()  # type: ignore[no-untyped-call]
-                for x, value in zip(ints, found, strict=True):
-                    cp.add_hint(x, value)
-            spent = first if options.deterministic else time.perf_counter() - start
-            solver = self._solver(options, options.time_limit_s - spent, deterministic=options.deterministic,
-                                  lp_search=True)
-            code = solver.solve(cp)
-        elapsed = time.perf_counter() - start
-        return self._report(model, solver, code, ints, factor, elapsed)
+        report = self._report(model, solver, code, ints, factor, time.perf_counter() - start)
+        left = options.time_limit_s - (first if options.deterministic else time.perf_counter() - start)
+        if code in (cp_model.OPTIMAL, cp_model.INFEASIBLE) or left < MIN_SECOND_SEARCH_S:
+            return report
+        if code == cp_model.FEASIBLE:
+            found = [int(solver.value(x)) for x in ints]
+            cp.clear_hints()  # type: ignore[no-untyped-call]
+            for x, value in zip(ints, found, strict=True):
+                cp.add_hint(x, value)
+        solver = self._solver(options, left, deterministic=options.deterministic, lp_search=True)
+        code = solver.solve(cp)
+        second = self._report(model, solver, code, ints, factor, time.perf_counter() - start)
+        return _better(report, second)
 
     @staticmethod
     def _solver(options: SolveOptions, limit_s: float, deterministic: bool, lp_search: bool) -> cp_model.CpSolver:

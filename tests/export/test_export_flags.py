@@ -201,3 +201,17 @@ def test_sglang_prefill_batches_are_what_the_cost_model_prices(plan: Plan) -> No
             pool.engine_role)
         if expected is not None:
             assert per_rank == expected
+
+
+def test_a_prefill_batch_beyond_sglangs_admission_cap_raises_it() -> None:
+    """SGLang also caps a rank's prefill batch at --max-prefill-tokens (16384 by default): a larger
+    `prefill_batch_tokens` raises it, so the launch runs the batch the model prices."""
+    plan = load_plan(Path(__file__).parent / "plans" / "gpt-oss-120b-8xb200-plan-24.yaml")
+    scenario = plan.resolved.scenario.model_copy(update={"engine": "sglang", "prefill_batch_tokens": 32768})
+    plan = dataclasses.replace(plan, resolved=dataclasses.replace(plan.resolved, scenario=scenario))
+    for pool in plan.pools:
+        args = export_plan(plan, "sglang").commands[pool.name][0].args
+        assert check_args(args, flags_of("sglang")) == []
+        if pool.engine_role == "aggregated":
+            assert args[args.index("--max-prefill-tokens") + 1] == "32768"
+            assert args[args.index("--chunked-prefill-size") + 1] == str(32768 * pool.dp_attention)

@@ -14,7 +14,7 @@ from costmodel.layout import Layout
 from costmodel.modes import midfill_work
 from costmodel.pricing import DirectPricer, price
 from costmodel.resolve import ResolvedScenario
-from costmodel.serving import PoolTiming, prefill_first_budget, time_pool
+from costmodel.serving import PoolTiming, admitted_plan, prefill_first_budget, time_pool
 from planner.errors import InputError
 from planner.scenario import scenario_from_data
 from tests.unit.test_costmodel import layout
@@ -93,7 +93,8 @@ def test_a_cohort_waits_for_the_batches_ahead_and_stalls_every_decode(input_toke
     assert plan.mixed_steps == pytest.approx(batches)
     assert plan.own_steps == pytest.approx(max(1.0, input_tokens / 8192))
     assert timing.ttft_s == pytest.approx(t_decode + t_batch * (batches + plan.own_steps) / 2.0, rel=1e-12)
-    assert timing.cycle_s == pytest.approx(t_decode + 256 * t_decode + batches * t_batch, rel=1e-12)
+    # the prompt's step gives the first token: 255 decode steps
+    assert timing.cycle_s == pytest.approx(t_decode + 255 * t_decode + batches * t_batch, rel=1e-12)
     assert timing.tpot_s == pytest.approx((timing.cycle_s - timing.ttft_s) / 255, rel=1e-12)
 
 
@@ -117,8 +118,8 @@ def test_prefill_first_prompts_do_not_ride_on_decode_steps() -> None:
         plan = timing.plan
         assert timing.decode is not None
         decode_only = timing.cycle_s - timing.prompt_s
-        riding = 0.0 if plan.ctx.prefill_first else plan.mixed_steps
-        assert decode_only == pytest.approx((1 + 256 - riding) * timing.decode.max_s, rel=1e-12)
+        decode_steps = 255.0 if plan.ctx.prefill_first else 256.0 - plan.mixed_steps
+        assert decode_only == pytest.approx((1 + decode_steps) * timing.decode.max_s, rel=1e-12)
         assert mixed_phase_seconds(timing) == (timing.prompt_s, decode_only)
 
 
@@ -128,3 +129,25 @@ def test_a_prefill_batch_for_an_engine_without_one_is_refused() -> None:
             "workload": {"input_tokens": 1024, "output_tokens": 128}}
     with pytest.raises(InputError, match=r"prefill_batch_tokens.*engine trtllm runs prompts on decode steps"):
         scenario_from_data(data)
+
+
+def test_an_admitted_batch_sets_the_staggered_prompts() -> None:
+    """A batch beyond HBM runs as the largest batch that fits, the rest queued: the round's staggered prompt
+    steps are those of the requests in service, whatever batch was asked for."""
+    resolved = _scenario("sglang")
+    plans = [admitted_plan(plan_layout(resolved, layout(batch=batch, tp=1, dp=8, ep=8)).pools[0],
+                           resolved.scenario.workload) for batch in (20_000, 100_000)]
+    timings = [time_pool(plan, DirectPricer(resolved.system, _calibration(0.0), "sglang")) for plan in plans]
+    assert timings[0].plan.admitted is not None and timings[0].plan.admitted == timings[1].plan.admitted
+    assert timings[0].cycle_s == timings[1].cycle_s and timings[0].tpot_s == timings[1].tpot_s
+
+
+def test_the_prefill_batch_sets_the_workspace() -> None:
+    """Activations in flight are the prefill batch's tokens: a larger batch leaves room for fewer sequences."""
+    resolved = _scenario("sglang")
+    fits = []
+    for tokens in (1024, 65536):
+        scenario = resolved.scenario.model_copy(update={"prefill_batch_tokens": tokens})
+        plan = plan_layout(dataclasses.replace(resolved, scenario=scenario), layout(batch=64, tp=8, dp=1, ep=8))
+        fits.append((plan.pools[0].memory.total, plan.pools[0].max_batch))
+    assert fits[0][0] < fits[1][0] and fits[0][1] > fits[1][1]
