@@ -471,9 +471,10 @@ def time_pool(plan: PoolPlan, pricer: Pricer) -> PoolTiming:
         # the prompt batches ahead of it and its own, (batches + own) / 2 on average. Every prompt batch
         # stalls the decodes, so the round adds them to the decode steps (the prompt's step gives the first
         # token, decode steps the other osl - 1): one batch per chunk for a cohort, one prompt at a time (its
-        # own steps each) for staggered arrivals, every request of the instance (attention-DP ranks step
-        # together, so one rank's prompt stalls them all).
-        alone = plan.in_service * plan.own_steps * t_own
+        # own steps each) for staggered arrivals, those of the busiest rank (attention-DP ranks step together;
+        # their staggered prompts are assumed to share steps: counting every request of the instance apart,
+        # as if none did, fitted the calibration rows worse, in sample TTFT 23.5% -> 23.8%).
+        alone = seqs_per_rank(plan.in_service, plan.ctx.par.dp) * plan.own_steps * t_own
         prompt_s = (1.0 - k) * alone + k * plan.mixed_steps * t_mix
         ttft = (t_decode + (1.0 - k) * t_own * plan.own_steps
                 + k * t_mix * (plan.mixed_steps + plan.own_steps) / 2.0 + first_token)
