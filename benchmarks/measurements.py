@@ -70,7 +70,7 @@ from costmodel.layout import Layout
 from costmodel.models import load_model, model_ids
 from costmodel.resolve import check_layout, resolve
 from costmodel.scenario import Scenario
-from costmodel.serving import prefill_first_budget
+from costmodel.serving import sglang_chunked_prefill
 
 SHARED_CALIBRATION: Final = Path(__file__).resolve().parents[1].parent / "shared" / "calibration"
 GROUP_KEYS: Final = ("model", "system", "engine", "serving")
@@ -235,7 +235,7 @@ def _measurement(row: _Row) -> Measurement:
 def _sglang_default_batch(system: str, dp: int) -> int:
     """SGLang's default chunked_prefill_size for the GPU, divided among attention-DP ranks as SGLang divides it
     (`chunked_prefill_size // dp_size`): the rows give no flags, so the defaults are assumed."""
-    return int(prefill_first_budget(load_system(system).hbm_capacity_bytes, 1)) // dp
+    return sglang_chunked_prefill(load_system(system).hbm_capacity_bytes) // dp
 
 
 def _check_semantics(scenario: Scenario, layout: Layout) -> None:

@@ -29,7 +29,7 @@ from costmodel.serving import (
     fill_parts,
     plan_pool,
     pool_turns,
-    prefill_first_budget,
+    prefill_batch,
     time_pool,
     turn_share,
     with_session_tiers,
@@ -129,9 +129,7 @@ def prefill_batch_tokens(scenario: Scenario, system: SystemSpec) -> float | None
     default for the GPU); None for engines whose prompts ride on decode steps."""
     if SCHEDULING.get(scenario.engine) != "prefill_first":
         return None
-    if scenario.prefill_batch_tokens is not None:
-        return float(scenario.prefill_batch_tokens)
-    return prefill_first_budget(system.hbm_capacity_bytes, 1)
+    return prefill_batch(scenario.prefill_batch_tokens, system.hbm_capacity_bytes)
 
 
 def check_offload(resolved: ResolvedScenario, layout: Layout) -> None:

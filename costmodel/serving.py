@@ -91,11 +91,15 @@ ENGINE_STEP_TOKENS = 8192
 PREFILL_FIRST_TOKENS = {0: 8192, 160 * 2**30: 16384}
 
 
-def prefill_first_budget(hbm_capacity_bytes: float, dp: int) -> float:
-    """Prompt tokens per attention-DP rank in one prefill batch of SGLang launched with its defaults (the
-    calibration rows; a plan's own launch sets `Scenario.prefill_batch_tokens`, by default this at dp 1)."""
-    tokens = max(t for floor, t in PREFILL_FIRST_TOKENS.items() if hbm_capacity_bytes >= floor)
-    return tokens / dp
+def sglang_chunked_prefill(hbm_capacity_bytes: float) -> int:
+    """SGLang's default chunked_prefill_size on a GPU of this HBM (SGLang divides it among attention-DP ranks)."""
+    return max(t for floor, t in PREFILL_FIRST_TOKENS.items() if hbm_capacity_bytes >= floor)
+
+
+def prefill_batch(requested: int | None, hbm_capacity_bytes: float) -> float:
+    """Prompt tokens per attention-DP rank in one prefill batch of a plan's prefill-first pool: the scenario's
+    `prefill_batch_tokens`, else SGLang's default for the GPU per rank (what `plan export` launches, times DP)."""
+    return float(requested if requested is not None else sglang_chunked_prefill(hbm_capacity_bytes))
 
 # Which turns of multi-turn sessions a pool's requests are: all of them (one fill pool), or, with a
 # separate midfill pool, the first turns (prefill pool) or the turns after a gap (midfill pool).
@@ -319,24 +323,21 @@ def plan_pool(ctx: PoolContext, pool: Pool, workload: Workload, tiers: TierPlan 
     if pool.role in ("mixed", "decode"):
         decode = _stages(ctx, lambda s: _decode_stage(ctx, s, seqs / ctx.par.pp, request, context, active))
     if pool.role == "mixed":
-        budget = max(ENGINE_STEP_TOKENS - seqs * (1 + request.draft), ENGINE_STEP_TOKENS / 4)
+        # prefill first: the engine's prefill batch; else what the decode tokens leave of the step's budget
+        budget = (ctx.prefill_batch_tokens if ctx.prefill_batch_tokens is not None
+                  else max(ENGINE_STEP_TOKENS - seqs * (1 + request.draft), ENGINE_STEP_TOKENS / 4))
         prompts = request.slowest_new(seqs, active)
         chunk = min(budget, prompts)
         decodes = decode or []  # each stage's decode step, planned above (merging leaves it as it is)
-
-        if ctx.prefill_batch_tokens is not None:  # prompts run as prefill batches of their own
-            budget = ctx.prefill_batch_tokens
-            chunk = min(budget, prompts)
 
         def carrying(tokens: float) -> list[StepWork]:
             """Each stage's decode step with `tokens` prompt tokens per rank riding on it (prefill first: the
             prompt tokens alone)."""
             per_seq = tokens / new / ctx.par.pp
-            if ctx.prefill_first:
-                return _stages(ctx, lambda s: midfill_work(ctx, s, per_seq, new, request.cached, request.fetch,
-                                                           active))
-            return _stages(ctx, lambda s: merged_work(
-                decodes[s], midfill_work(ctx, s, per_seq, new, request.cached, request.fetch, active)))
+
+            def prompt(s: int) -> StepWork:
+                return midfill_work(ctx, s, per_seq, new, request.cached, request.fetch, active)
+            return _stages(ctx, prompt if ctx.prefill_first else lambda s: merged_work(decodes[s], prompt(s)))
 
         mixed = carrying(chunk)
         mixed_steps = prompts / chunk

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import math
 
-from costmodel.serving import prefill_first_budget
+from costmodel.serving import prefill_batch
 from planner.export.base import (
     FILL_CHUNK_TOKENS,
     HOST,
@@ -73,12 +73,10 @@ def server_args(plan: Plan, pool: Pool, placement_file: str | None, node_flags: 
 
 def chunked_prefill_size(plan: Plan, pool: Pool) -> int:
     """The prompt tokens of one prefill batch over all attention-DP ranks (SGLang divides it among them), as
-    the cost model prices them per rank: an aggregated pool's `Scenario.prefill_batch_tokens` (by default
-    SGLang's default for the GPU, per rank), a prefill pool's `FILL_CHUNK_TOKENS` per rank (a decode pool
-    prefills nothing)."""
+    the cost model prices them per rank: an aggregated pool's prefill batch (`costmodel.serving.prefill_batch`),
+    a prefill pool's `FILL_CHUNK_TOKENS` per rank (a decode pool prefills nothing)."""
     if pool.engine_role == "aggregated":
-        per_rank = plan.resolved.scenario.prefill_batch_tokens or prefill_first_budget(pool.hbm_bytes, 1)
-        return int(per_rank) * pool.dp_attention
+        return int(prefill_batch(plan.resolved.scenario.prefill_batch_tokens, pool.hbm_bytes)) * pool.dp_attention
     return FILL_CHUNK_TOKENS * pool.dp_attention
 
 

@@ -7,6 +7,7 @@ import dataclasses
 
 import pytest
 
+from benchmarks.measurements import _sglang_default_batch
 from costmodel.calibration import Calibration, default_calibration
 from costmodel.economics import mixed_phase_seconds
 from costmodel.evaluate import plan_layout
@@ -14,7 +15,7 @@ from costmodel.layout import Layout
 from costmodel.modes import midfill_work
 from costmodel.pricing import DirectPricer, price
 from costmodel.resolve import ResolvedScenario
-from costmodel.serving import PoolTiming, admitted_plan, prefill_first_budget, time_pool
+from costmodel.serving import PoolTiming, admitted_plan, sglang_chunked_prefill, time_pool
 from planner.errors import InputError
 from planner.scenario import scenario_from_data
 from tests.unit.test_costmodel import layout
@@ -45,10 +46,10 @@ def _timed(engine: str, candidate: Layout, cohort: float, **kwargs: int | str) -
 def test_the_budget_is_sglangs_default_per_attention_dp_rank() -> None:
     """SGLang's chunked_prefill_size: 8192 under 160 GiB of HBM, 16384 from it, divided among DP ranks."""
     gib = 2.0**30
-    assert prefill_first_budget(141e9, 1) == 8192.0  # H200
-    assert prefill_first_budget(80 * gib, 1) == 8192.0  # H100
-    assert prefill_first_budget(180 * gib, 1) == 16384.0  # B200
-    assert prefill_first_budget(180 * gib, 8) == 2048.0
+    assert sglang_chunked_prefill(141e9) == 8192  # H200
+    assert sglang_chunked_prefill(80 * gib) == 8192  # H100
+    assert sglang_chunked_prefill(180 * gib) == 16384  # B200
+    assert _sglang_default_batch("b200-sxm", 8) == 2048  # the calibration rows' batch per rank
 
 
 def test_a_plans_batch_is_the_scenarios_or_sglangs_default_per_rank() -> None:
