@@ -7,7 +7,8 @@ What is fitted (nothing per model or per row):
 - scale-up and scale-out collective efficiencies and the fixed latency of one collective step;
 - the share of a grouped GEMM's (MoE routed experts') weight load not hidden behind its multiplies
   (`costmodel.pricing.grouped_gemm_share`), one factor for every GPU;
-- per engine present in the data: fixed overhead per layer, per step and per sequence per step, the share
+- per engine present in the data: fixed overhead per layer, per routed-expert layer, per step and per sequence
+  per step, the share
   of the expert all-to-all hidden behind compute, the first-token latency per layer, and the cohort fraction
   of closed-loop arrivals (see `costmodel.serving`).
 Generations absent from the training rows keep their priors; engines absent from them (and `generic`),
@@ -63,8 +64,8 @@ GENERATION_FIELDS = ("attention_efficiency", "hbm_efficiency")
 COLLECTIVE_FIELDS = ("collectives.allreduce.efficiency", "collectives.allreduce.latency_s",
                      "collectives.alltoall.efficiency", "collectives.alltoall.latency_s", "nic_efficiency")
 GROUPED_FIELD = "grouped_gemm_load_exposed"  # fitted when the rows run routed experts (MoE models)
-ENGINE_FIELDS = ("layer_overhead_s", "step_overhead_s", "seq_overhead_s", "alltoall_overlap", "prefill_layer_latency_s",
-                 "cohort_fraction")
+ENGINE_FIELDS = ("layer_overhead_s", "moe_layer_overhead_s", "step_overhead_s", "seq_overhead_s", "alltoall_overlap",
+                 "prefill_layer_latency_s", "cohort_fraction")
 LOSS_SCALE = 0.25
 # Weak pull of each factor towards its kernel-microbenchmark prior (on the fit's logit scale): two logit units
 # away costs about what one row off by 25% costs. It decides only where the rows leave directions flat (a
@@ -216,7 +217,8 @@ def _assign(data: dict[str, object], name: str, value: float) -> None:
 #   the NIC from 0.5: RDMA transfers of MB-sized KV pages and expert payloads reach most of the line rate
 #   (DeepEP RDMA 43-58 of 50 GB/s, K01); with the first-token latency in the model the fit would take the
 #   NIC to 0.12-0.21 to lengthen disaggregated TTFTs, a slowness that would steer plans away from NICs;
-# - fixed overheads: up to 100 us per layer, 20 ms per step and 50 us per sequence per step (vLLM V0's
+# - fixed overheads: up to 100 us per layer and 100 us more per routed-expert layer (5-7 extra kernels at
+#   up to 15 us each when launched eagerly), 20 ms per step and 50 us per sequence per step (vLLM V0's
 #   Python scheduler and sampler at its slowest); cohort fraction 0 to 1; all-to-all
 #   hidden behind compute 0 to 0.9 (two-batch overlap hides most of it at best, E07/E08);
 # - first-token latency per layer: 0 to 2 ms, what dispatching an eager (no CUDA graph) context layer of
@@ -230,7 +232,8 @@ BOUNDS: dict[str, tuple[float, float]] = {
     "bf16": (0.25, 0.9), "fp8": (0.25, 0.9), "fp4": (0.25, 0.9), "int4": (0.25, 0.9),
     "attention_efficiency": (0.15, 0.85), "hbm_efficiency": (0.5, 0.95),
     "efficiency": (0.4, 0.95), "nic_efficiency": (0.5, 0.95), "latency_s": (2e-6, 2e-4),
-    "layer_overhead_s": (0.0, 1e-4), "step_overhead_s": (0.0, 2e-2), "seq_overhead_s": (0.0, 5e-5),
+    "layer_overhead_s": (0.0, 1e-4), "moe_layer_overhead_s": (0.0, 1e-4), "step_overhead_s": (0.0, 2e-2),
+    "seq_overhead_s": (0.0, 5e-5),
     "cohort_fraction": (0.0, 1.0), "prefill_layer_latency_s": (0.0, 2e-3),
     "alltoall_overlap": (0.0, 0.9),
     GROUPED_FIELD: (0.0, 2.0),

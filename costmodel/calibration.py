@@ -57,6 +57,10 @@ class CollectiveFactors(_Frozen):
 
 class EngineFactors(_Frozen):
     layer_overhead_s: float = Field(ge=0, description="Fixed time per layer per step (launches, syncs), s.")
+    moe_layer_overhead_s: float = Field(
+        0.0, ge=0, description="Fixed time per routed-expert layer per step beyond `layer_overhead_s` (routing, "
+        "token permutation and the MoE's other small kernels), s.",
+    )
     step_overhead_s: float = Field(ge=0, description="Fixed time per step (scheduling, sampling), s.")
     seq_overhead_s: float = Field(
         0.0, ge=0, description="CPU time per sequence per step (scheduling, input preparation, sampling), s."

@@ -158,6 +158,7 @@ def layer_work(ctx: PoolContext, layer: Layer, shape: StepShape) -> StepWork:
     work.transfers += all_reduce("tp_allreduce", par.tp, payload, ctx.system)  # after attention
     work.transfers += all_reduce("tp_allreduce", par.tp, payload, ctx.system)  # after the FFN
     if layer.ffn.kind == "moe":
+        work.moe_layers = 1
         group_tokens = shape.group_tokens(par.dp)
         imbalance = load_imbalance(layer.ffn.num_experts, layer.ffn.top_k, par.moe_ep, group_tokens,
                                    ctx.skew, ctx.redundant_experts)
@@ -198,6 +199,7 @@ def _stage_work(ctx: PoolContext, stage: int, shape: StepShape) -> StepWork:
         work.ops += _scaled_ops(one.ops, count)
         work.transfers += _scaled_transfers(one.transfers, count)
         work.layers += count
+        work.moe_layers += count * one.moe_layers
     if ctx.offload_bytes > 0:  # offloaded weights cross the host link once per step (vLLM reads them in place
         # from pinned host memory through unified addressing; SGLang's offloader copies each layer in before use)
         work.transfers.append(Transfer(OFFLOAD_TRANSFER, "host", ctx.offload_bytes, 1.0, "p2p"))
@@ -230,7 +232,7 @@ def midfill_work(ctx: PoolContext, stage: int, seqs: float, new_tokens: float, c
     if not fetch:
         return work
     fetched = [t for tier, tokens in fetch for t in cache_fetch(ctx, stage, seqs * tokens, tier)]
-    return StepWork(list(work.ops), work.transfers + fetched, work.layers, work.seqs)
+    return StepWork(list(work.ops), work.transfers + fetched, work.layers, work.seqs, work.moe_layers)
 
 
 def cache_fetch(ctx: PoolContext, stage: int, tokens: float, tier: CacheTier) -> list[Transfer]:
@@ -258,7 +260,7 @@ def merged_work(first: StepWork, second: StepWork) -> StepWork:
     # offloaded weights, like the others, are read once for both batches
     second_transfers = [t for t in second.transfers if t.name != OFFLOAD_TRANSFER]
     merged = StepWork(layers=max(first.layers, second.layers), transfers=first.transfers + second_transfers,
-                      seqs=first.seqs + second.seqs)
+                      seqs=first.seqs + second.seqs, moe_layers=max(first.moe_layers, second.moe_layers))
     common = min(len(first.ops), len(second.ops))
     ops = merged.ops
     for (name, kind, flops, hbm, peak, dtype, element), b in zip(first.ops[:common], second.ops[:common], strict=True):

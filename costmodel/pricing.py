@@ -124,6 +124,7 @@ class WorkTable:
         nvls = np.array([s.vendor == "nvidia" and s.scaleup_topology == "switch" for s in distinct], dtype=bool)
         self.tr_nvls = nvls[system_index[self.tr_work]] if transfers else np.zeros(0, dtype=bool)
         self.layers = np.array([work.layers for work in self.works], dtype=float)
+        self.moe_layers = np.array([work.moe_layers for work in self.works], dtype=float)
         self.seqs = np.array([work.seqs for work in self.works], dtype=float)
         self.hbm_bw = np.array([s.hbm_bandwidth_bytes_per_s for s in distinct], dtype=float)[system_index]
         # a grouped GEMM's ridge point in rows: peak x bytes per weight / (2 x HBM bytes/s) (`grouped_gemm_share`)
@@ -190,6 +191,7 @@ class WorkTable:
             mask = self.tr_tier == tier
             terms[:, column] = np.bincount(self.tr_work[mask], moved[mask], minlength=n)
         terms[:, 6] = (self.layers * _per_engine(calibration, self.engines, lambda e: e.layer_overhead_s)
+                       + self.moe_layers * _per_engine(calibration, self.engines, lambda e: e.moe_layer_overhead_s)
                        + _per_engine(calibration, self.engines, lambda e: e.step_overhead_s)
                        + self.seqs * _per_engine(calibration, self.engines, lambda e: e.seq_overhead_s))
         return terms, seconds, moved

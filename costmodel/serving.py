@@ -395,7 +395,8 @@ def _decode_stage(ctx: PoolContext, stage: int, seqs: float, request: RequestSha
     """One decode step of `seqs` sequences of `context` tokens on average (the slowest rank's)."""
     work = decode_work(ctx, stage, seqs, context, 1.0 + request.draft, active)
     if request.draft and stage == len(ctx.stages) - 1 and ctx.arch.mtp_layer is not None:
-        work = StepWork(list(work.ops), list(work.transfers), work.layers, work.seqs)  # the cached step is shared
+        # the cached step is shared: drafting adds to a copy
+        work = StepWork(list(work.ops), list(work.transfers), work.layers, work.seqs, work.moe_layers)
         for _ in range(request.draft):  # sequential MTP drafting passes, one token each
             shape = StepShape("decode", seqs, 1.0, context, active)
             work.extend(layer_work(ctx, ctx.arch.mtp_layer, shape))

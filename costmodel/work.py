@@ -10,8 +10,9 @@ Overlap rules (stated once, applied everywhere):
 - communication does not overlap computation, except the share `alltoall_overlap` of an engine's expert
   all-to-all that two-batch overlap hides behind the step's compute and HBM time (`costmodel.pricing`);
 - each collective call pays a fixed latency on top of its bytes over bandwidth;
-- each layer pays a fixed launch/sync overhead, each step a fixed scheduling overhead, and each sequence
-  in the step a fixed CPU cost (scheduling, input preparation, sampling).
+- each layer pays a fixed launch/sync overhead (a routed-expert layer a second one, for the small kernels
+  of routing and token permutation), each step a fixed scheduling overhead, and each sequence in the step a
+  fixed CPU cost (scheduling, input preparation, sampling).
 """
 
 from __future__ import annotations
@@ -64,12 +65,14 @@ class StepWork:
     transfers: list[Transfer] = field(default_factory=list)
     layers: int = 0
     seqs: float = 0.0  # sequences the step advances on this GPU (per-sequence scheduling and sampling)
+    moe_layers: int = 0  # of `layers`: those with routed experts
 
     def extend(self, other: StepWork) -> None:
         self.ops.extend(other.ops)
         self.transfers.extend(other.transfers)
         self.layers += other.layers
         self.seqs += other.seqs
+        self.moe_layers += other.moe_layers
 
     @property
     def flops(self) -> float:
