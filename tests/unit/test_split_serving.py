@@ -71,7 +71,8 @@ def test_one_pool_split_in_proportion_is_the_same_pool() -> None:
 
 LAYOUT = {"serving": "disaggregated", "pools": [
     {"role": "prefill", "replicas": 1, "tp": 2, "moe_ep": 2, "batch": 1},
-    {"role": "midfill", "replicas": 1, "tp": 1, "batch": 1, "kv_store": True},
+    # tiers sized for 80% of the midfill rate: the idle contexts of its full rate need 2.2 TB of the 2 TB store
+    {"role": "midfill", "replicas": 1, "tp": 1, "batch": 1, "kv_store": True, "tier_load": 0.8},
     {"role": "decode", "replicas": 1, "tp": 2, "moe_tp": 2, "batch": 1}]}
 
 
