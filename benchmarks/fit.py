@@ -43,6 +43,7 @@ from scipy.optimize import least_squares
 
 from benchmarks.measurements import Measurement, default_measurements_path, load_measurements
 from costmodel.calibration import (
+    HOLDS_PROMPTS_UNDER_DP,
     POLICY_COHORT,
     SCHEDULING,
     Calibration,
@@ -65,7 +66,7 @@ COLLECTIVE_FIELDS = ("collectives.allreduce.efficiency", "collectives.allreduce.
                      "collectives.alltoall.efficiency", "collectives.alltoall.latency_s", "nic_efficiency")
 GROUPED_FIELD = "grouped_gemm_load_exposed"  # fitted when the rows run routed experts (MoE models)
 ENGINE_FIELDS = ("layer_overhead_s", "moe_layer_overhead_s", "step_overhead_s", "seq_overhead_s", "alltoall_overlap",
-                 "prefill_layer_latency_s", "cohort_fraction")
+                 "prefill_layer_latency_s", "dp_wait_steps", "cohort_fraction")
 LOSS_SCALE = 0.25
 # Weak pull of each factor towards its kernel-microbenchmark prior (on the fit's logit scale): two logit units
 # away costs about what one row off by 25% costs. It decides only where the rows leave directions flat (a
@@ -159,7 +160,8 @@ class ParameterSpace:
         names += [f"generations.{g}.{f}" for g in self.generations for f in GENERATION_FIELDS]
         names += list(COLLECTIVE_FIELDS)
         names += [GROUPED_FIELD] if self.grouped else []
-        return names + [f"engines.{e}.{f}" for e in self.engines for f in ENGINE_FIELDS]
+        return names + [f"engines.{e}.{f}" for e in self.engines for f in ENGINE_FIELDS
+                        if f != "dp_wait_steps" or e in HOLDS_PROMPTS_UNDER_DP]
 
     def initial(self) -> np.ndarray:
         data = self.prior.model_dump()
@@ -175,6 +177,8 @@ class ParameterSpace:
                 _assign(data, name, _from_free(name, float(value), floor))
         fitted = {e: EngineFactors.model_validate(data["engines"][e]) for e in self.engines}
         mean = {f: float(np.mean([getattr(e, f) for e in fitted.values()])) for f in ENGINE_FIELDS}
+        holding = [e.dp_wait_steps for name, e in fitted.items() if name in HOLDS_PROMPTS_UNDER_DP]
+        hold = float(np.mean(holding)) if holding else None
         for engine in set(data["engines"]) - set(self.engines):
             # The cohort fraction of the fitted engines that schedule prompts as this one does, where there are
             # any (`costmodel.calibration.SCHEDULING`), else what its policy implies (`POLICY_COHORT`); the
@@ -183,7 +187,11 @@ class ParameterSpace:
             alike = [e.cohort_fraction for name, e in fitted.items()
                      if policy is not None and SCHEDULING.get(name) == policy]
             cohort = float(np.mean(alike)) if alike else POLICY_COHORT.get(policy or "")
-            data["engines"][engine] = mean | ({"cohort_fraction": cohort} if cohort is not None else {})
+            # an engine holding prompts under attention DP waits as the fitted ones that do (else its prior);
+            # the others not at all
+            own = self.prior.engine(engine).dp_wait_steps if hold is None else hold
+            wait = {"dp_wait_steps": own if engine in HOLDS_PROMPTS_UNDER_DP else 0.0}
+            data["engines"][engine] = mean | wait | ({"cohort_fraction": cohort} if cohort is not None else {})
         data["fitted_on"] = fitted_on
         return Calibration.model_validate(data)
 
@@ -237,7 +245,7 @@ BOUNDS: dict[str, tuple[float, float]] = {
     "attention_efficiency": (0.15, 0.85), "hbm_efficiency": (0.5, 0.95),
     "efficiency": (0.4, 0.95), "nic_efficiency": (0.5, 0.95), "latency_s": (2e-6, 2e-4),
     "layer_overhead_s": (0.0, 1e-4), "moe_layer_overhead_s": (0.0, 1e-4), "step_overhead_s": (0.0, 2e-2),
-    "seq_overhead_s": (0.0, 5e-5),
+    "seq_overhead_s": (0.0, 5e-5), "dp_wait_steps": (0.0, 100.0),
     "cohort_fraction": (0.0, 1.0), "prefill_layer_latency_s": (0.0, 2e-3),
     "alltoall_overlap": (0.0, 0.9),
     GROUPED_FIELD: (0.7, 2.0),

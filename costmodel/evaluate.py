@@ -306,7 +306,8 @@ def _aggregated(timing: PoolTiming) -> tuple[float, float, float, dict[str, floa
     slots = pool.replicas * timing.plan.in_service
     rate = pool.replicas * timing.requests_per_s
     queue = (pool.replicas * pool.batch - slots) / rate
-    parts = fill_parts(timing.ttft_s, timing.first_token_s, timing.step_wait_s) | ({"queue": queue} if queue else {})
+    parts = (fill_parts(timing.ttft_s, timing.first_token_s, timing.step_wait_s, timing.dp_wait_s)
+             | ({"queue": queue} if queue else {}))
     return timing.ttft_s + queue, timing.tpot_s, rate, parts
 
 

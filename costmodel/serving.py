@@ -19,7 +19,10 @@ graphs, per-request setup, host synchronisations, the first token's trip through
 per request and overlapped with other sequences' steps, so it lengthens TTFT but not the round (TPOT,
 (round - TTFT) / (osl - 1), then leaves it out of the decode share; a form with the latency inside every
 prefill-carrying step, in the round, fitted the calibration rows worse: README, "Calibration and accuracy").
-A prefill pool's fill pays it as well.
+A prefill pool's fill pays it as well. An engine that balances context requests across attention-DP ranks
+(TRT-LLM: `costmodel.calibration.HOLDS_PROMPTS_UNDER_DP`) holds a prompt back for its fitted `dp_wait_steps`
+decode steps in a mixed pool with attention DP; the request and its slot wait, so TTFT and the round grow
+alike (`PoolTiming.dp_wait_s`).
 
 Prefill-first engines (SGLang by default: `costmodel.calibration.SCHEDULING`, `PoolContext.prefill_first`)
 run waiting prompts as prefill batches of their own, up to `PoolContext.prefill_batch_tokens` per rank, while
@@ -436,6 +439,7 @@ class PoolTiming:
     cycle_s: float  # mixed: one round of the batch; prefill: pipelined time per fill of the batch; decode: a step
     first_token_s: float = 0.0  # of ttft_s: the engine's first-token latency (layers x prefill_layer_latency_s)
     step_wait_s: float = 0.0  # of ttft_s (mixed pools): the decode step under way when the request arrives
+    dp_wait_s: float = 0.0  # of ttft_s and cycle_s (mixed pools under attention DP): the prompt held back
     prompt_s: float = 0.0  # of cycle_s (mixed pools): the steps that carry prompts; the rest are decode-only
 
     @property
@@ -488,19 +492,26 @@ def time_pool(plan: PoolPlan, pricer: Pricer) -> PoolTiming:
         # their own
         prompt_s = plan.mixed_steps * t_mix
         cycle = t_decode + prompt_s + max(0.0, steps - plan.mixed_steps) * t_decode
+    # Under attention DP an engine may hold a prompt back for some decode steps (TRT-LLM balances context
+    # requests across the ranks); the request and its slot wait, so the round grows by as much.
+    dp_wait = engine.dp_wait_steps * t_decode if plan.ctx.par.dp > 1 else 0.0
+    ttft, cycle = ttft + dp_wait, cycle + dp_wait
     # Closed loop: a request's end-to-end time is the round, so its TPOT is what the round leaves after its
     # first token, (round - TTFT) / (osl - 1), as benchmarks measure it; never below a decode-only step.
     tpot = t_decode / request.accepted
     if request.output > 1:
         tpot = max(tpot, (cycle - ttft) / (request.output - 1))
-    return PoolTiming(plan, None, decode, mixed, ttft, tpot, cycle, first_token, t_decode, prompt_s)
+    return PoolTiming(plan, None, decode, mixed, ttft, tpot, cycle, first_token, t_decode, dp_wait, prompt_s)
 
 
-def fill_parts(fill_s: float, first_token_s: float, step_wait_s: float = 0.0) -> dict[str, float]:
+def fill_parts(fill_s: float, first_token_s: float, step_wait_s: float = 0.0,
+               dp_wait_s: float = 0.0) -> dict[str, float]:
     """A fill's share of TTFT, as reports name it: the decode step a mixed pool's arrival waits out
-    (`PoolTiming.step_wait_s`), the fill's steps and, where the engine adds one, its first-token latency
-    (`PoolTiming.first_token_s`)."""
-    return (({"step_under_way": step_wait_s} if step_wait_s else {}) | {"fill": fill_s - first_token_s - step_wait_s}
+    (`PoolTiming.step_wait_s`), the steps an engine holds it back under attention DP (`PoolTiming.dp_wait_s`),
+    the fill's steps and, where the engine adds one, its first-token latency (`PoolTiming.first_token_s`)."""
+    return (({"step_under_way": step_wait_s} if step_wait_s else {})
+            | ({"attention_dp_wait": dp_wait_s} if dp_wait_s else {})
+            | {"fill": fill_s - first_token_s - step_wait_s - dp_wait_s}
             | ({"first_token_latency": first_token_s} if first_token_s else {}))
 
 
