@@ -4,6 +4,12 @@ TensorRT-LLM's `tensor_parallel_size` is the GPU count of one pipeline stage; `e
 attention data-parallel over all of them (attention TP 1), experts split as `moe_expert_parallel_size` x
 `moe_tensor_parallel_size`. The initial expert assignment is the WIDEEP backend's `load_balancer` file:
 `num_slots` and, per MoE layer, the logical expert of every slot, rank by rank.
+
+Not exported: `attention_dp_config` (context-request balancing across attention-DP ranks). The cost model
+prices the prompt hold-back the calibration rows show under attention DP (`EngineFactors.dp_wait_steps`, fitted
+on benchmark runs whose settings are not recorded; NVIDIA's DeepSeek throughput configurations enable the
+balancing); a launch with TensorRT-LLM's defaults may hold prompts less, and such a plan's TTFT is then a
+conservative figure.
 """
 
 from __future__ import annotations
