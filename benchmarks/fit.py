@@ -228,7 +228,9 @@ def _assign(data: dict[str, object], name: str, value: float) -> None:
 # - fixed overheads: up to 100 us per layer and 100 us more per routed-expert layer (5-7 extra kernels at
 #   up to 15 us each when launched eagerly), 20 ms per step and 50 us per sequence per step (vLLM V0's
 #   Python scheduler and sampler at its slowest); cohort fraction 0 to 1; all-to-all
-#   hidden behind compute 0 to 0.9 (two-batch overlap hides most of it at best, E07/E08);
+#   hidden behind compute 0 to 0.9 (two-batch overlap hides most of it at best, E07/E08); a prompt held
+#   under attention DP 0 to 100 decode steps (TRT-LLM's attention_dp_config waits up to timeout_iters; the
+#   configurations seen use tens of iterations: twice that as the ceiling is an assumption);
 # - first-token latency per layer: 0 to 2 ms, what dispatching an eager (no CUDA graph) context layer of
 #   about 40 kernels can cost the host at up to 50 us per PyTorch op: 120 ms a request for a 61-layer model;
 #   the data would go further (DeepSeek-R1/V3 at concurrency 4 measure 156-365 ms where their prefill kernels
@@ -236,10 +238,11 @@ def _assign(data: dict[str, object], name: str, value: float) -> None:
 # - grouped GEMMs: 0.7 to 2 of the expert-weight load at peak HBM bandwidth exposed
 #   (`costmodel.pricing.grouped_gemm_share`): 1 is the load not overlapped at all, 1 / HBM efficiency (at most
 #   2, its 0.5 floor) the same at the bandwidth streaming kernels reach; 0.7 is the best a measured kernel
-#   hides (DeepGEMM's grouped FP8 GEMMs on H800, K06: 0.7-1.0), and no engine's MoE kernel hides more. Free
+#   hides (DeepGEMM's grouped FP8 GEMMs on H800, K06: 0.7-1.0), assuming the engines' MoE kernels (CUTLASS,
+#   Triton fused_moe, DeepGEMM itself) hide no more than DeepGEMM measured does. Free
 #   down to 0, the fit took it to 0.38 once routed-expert layers paid their own fixed cost, and lowered
 #   Blackwell's GEMM efficiencies to match (fp8 0.42, fp4 0.49: a B200 fp8 GEMM 1.16x an H100's against
-#   2.3x in peak), to lengthen Blackwell MoE prefills; bounded, 0.95 and fp8 0.61, fp4 0.80.
+#   2.3x in peak), to lengthen Blackwell MoE prefills; bounded, 0.92 and fp8 0.63, fp4 0.84 (default.yaml).
 BOUNDS: dict[str, tuple[float, float]] = {
     "bf16": (0.25, 0.9), "fp8": (0.25, 0.9), "fp4": (0.25, 0.9), "int4": (0.25, 0.9),
     "attention_efficiency": (0.15, 0.85), "hbm_efficiency": (0.5, 0.95),
@@ -369,7 +372,8 @@ def calibration_yaml(calibration: Calibration, rows: Sequence[Measurement]) -> s
                  f"fitted on all {len(rows)} rows ({moe} of MoE models)")
     lines.append("engines:")
     for engine, factors in data["engines"].items():
-        note = notes.get(engine, "not in the data: mean of the fitted engines")
+        note = notes.get(engine, "not in the data: mean of the fitted engines (cohort fraction by scheduling policy, "
+                         "prompt hold under attention DP only for engines that balance)")
         values = ", ".join(f"{name}: {value:.6g}" for name, value in factors.items())
         lines.append(f"  {engine}: {{{values}}}  # {note}")
     return "\n".join(lines) + "\n"

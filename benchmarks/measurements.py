@@ -49,7 +49,11 @@ Mapping rules, CSV -> our schemas:
   way no engine default explains, and rows that `costmodel.resolve` rejects. None in the shared CSV today.
 - Scenario: {schema_version: 1, name: row id, model, precision, cluster: {system, gpus}, workload:
   {input_tokens: isl, output_tokens: osl, concurrency}, engine}; gpus = the layout's GPUs rounded up to
-  whole nodes (`gpus_per_node`), or the exact count below one node.
+  whole nodes (`gpus_per_node`), or the exact count below one node. SGLang aggregated rows get SGLang's
+  default prefill batch (`prefill_batch_tokens`); TRT-LLM rows `attention_dp_balance: true` (assumption: the
+  benchmarks ran NVIDIA's throughput configurations, which balance context requests across attention-DP
+  ranks; the flags are not in the CSV, and its 43 aggregated attention-DP rows' TTFTs, 3.2x the model's
+  without the hold, say so).
 
 Every scenario and layout is validated with the pydantic models here, and resolved against the catalogs
 (`resolve`, `check_layout`); a pydantic failure is a bug in this mapping and raises.
@@ -221,6 +225,8 @@ def _measurement(row: _Row) -> Measurement:
         "workload": {"input_tokens": isl, "output_tokens": osl, "concurrency": concurrency},
         "engine": engine,
     }
+    if engine == "trtllm":  # assumption: benchmarked as NVIDIA configures it, balancing attention-DP contexts
+        scenario["attention_dp_balance"] = True
     if engine == "sglang" and serving == "aggregated":  # run with SGLang's default chunked prefill
         scenario["prefill_batch_tokens"] = _sglang_default_batch(system, layout["pools"][0]["dp_attention"])
     _check_semantics(Scenario.model_validate(scenario), layout_model)

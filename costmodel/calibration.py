@@ -106,7 +106,7 @@ HOLDS_PROMPTS_UNDER_DP: frozenset[str] = frozenset({"trtllm"})
 #   generation requests in the same iteration (TensorRT-LLM docs, In-flight Batching);
 # - prefill_first: waiting prompts run as a prefill batch of their own while decodes wait; SGLang mixes them
 #   only with `--enable-mixed-chunk`, off by default (SGLang server arguments).
-# The fitted values agree (default.yaml: TRT-LLM 0.22, vLLM 0.20, SGLang 0.75).
+# The fitted values agree (default.yaml: TRT-LLM 0.20, vLLM 0.19, SGLang 0.76).
 SCHEDULING: dict[str, Literal["piggyback", "prefill_first"]] = {
     "trtllm": "piggyback", "vllm": "piggyback", "sglang": "prefill_first",
 }

@@ -144,7 +144,8 @@ def _phase_share(phase: PhaseTime, system: SystemSpec) -> float:
 
 def mixed_phase_seconds(timing: PoolTiming) -> tuple[float, float]:
     """(seconds in prompt-carrying steps, seconds in decode-only steps) of one round of a mixed pool
-    (`PoolTiming.prompt_s`; the decode-only part includes the decode step each arrival waits out). The two
+    (`PoolTiming.prompt_s`; the decode-only part includes the decode step each arrival waits out and any
+    attention-DP hold, `PoolTiming.dp_wait_s`, during which the other sequences decode). The two
     add up to the round, `timing.cycle_s`."""
     return timing.prompt_s, timing.cycle_s - timing.prompt_s
 

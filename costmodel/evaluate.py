@@ -118,6 +118,7 @@ def pool_context(resolved: ResolvedScenario, pool: Pool) -> PoolContext:
         group=pool.group, uplink_share_bytes_per_s=group.uplink_share_bytes_per_s, group_racks=group.racks,
         offload_bytes=pool.cpu_offload_gb * GIB,
         prefill_batch_tokens=prefill_batch_tokens(scenario, system),
+        holds_prompts=scenario.attention_dp_balance,
     )
     if ctx.offload_bytes > 0:
         _check_offload(ctx, pool, scenario.workload.speculative.method == "mtp")

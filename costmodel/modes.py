@@ -58,6 +58,8 @@ class PoolContext:
     # a prefill-first engine (`costmodel.calibration.SCHEDULING`) runs waiting prompts as prefill batches of
     # their own, this many tokens per attention-DP rank; None: prompts ride on decode steps (piggyback)
     prefill_batch_tokens: float | None = None
+    # the engine holds prompts back under attention DP (`Scenario.attention_dp_balance`, TRT-LLM only)
+    holds_prompts: bool = False
 
     @property
     def prefill_first(self) -> bool:
@@ -232,7 +234,7 @@ def midfill_work(ctx: PoolContext, stage: int, seqs: float, new_tokens: float, c
     if not fetch:
         return work
     fetched = [t for tier, tokens in fetch for t in cache_fetch(ctx, stage, seqs * tokens, tier)]
-    return StepWork(list(work.ops), work.transfers + fetched, work.layers, work.seqs, work.moe_layers)
+    return work.copy(fetched)
 
 
 def cache_fetch(ctx: PoolContext, stage: int, tokens: float, tier: CacheTier) -> list[Transfer]:

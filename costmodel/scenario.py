@@ -29,6 +29,7 @@ from pydantic import (
     model_validator,
 )
 
+from costmodel.calibration import HOLDS_PROMPTS_UNDER_DP
 from costmodel.lengths import Lengths, LengthSpec, parse_spec
 
 DtypeName = Literal["bf16", "fp8", "fp4", "int4"]
@@ -554,7 +555,23 @@ class Scenario(StrictModel):
         "`plan export` launches). Default: SGLang's default for the GPU per rank, 8192 under 160 GiB of HBM and "
         "16384 from it. Prefill pools of disaggregated serving keep 8192 per rank.",
     )
+    attention_dp_balance: bool = Field(
+        False,
+        description="TensorRT-LLM: the launch balances context requests across attention-DP ranks "
+        "(attention_dp_config enable_balance, as NVIDIA's DeepSeek throughput configurations set it), so a prompt "
+        "in an aggregated pool with attention DP is held back for the fitted number of decode steps. `plan export` "
+        "does not write attention_dp_config: add it to the launch when setting this.",
+    )
     economics: Economics = Field(default_factory=Economics, description="GPU-hour prices, power and PUE.")
+
+    @field_validator("attention_dp_balance")
+    @classmethod
+    def _balance_for_trtllm(cls, value: bool, info: ValidationInfo) -> bool:
+        engine = info.data.get("engine")  # declared before, so validated first (absent: reported already)
+        if value and engine is not None and engine not in HOLDS_PROMPTS_UNDER_DP:
+            raise ValueError(f"is TensorRT-LLM's context balancing, but engine {engine} dispatches each request "
+                             "to a rank at once: remove attention_dp_balance or set engine: trtllm")
+        return value
 
     @field_validator("prefill_batch_tokens")
     @classmethod

@@ -398,8 +398,7 @@ def _decode_stage(ctx: PoolContext, stage: int, seqs: float, request: RequestSha
     """One decode step of `seqs` sequences of `context` tokens on average (the slowest rank's)."""
     work = decode_work(ctx, stage, seqs, context, 1.0 + request.draft, active)
     if request.draft and stage == len(ctx.stages) - 1 and ctx.arch.mtp_layer is not None:
-        # the cached step is shared: drafting adds to a copy
-        work = StepWork(list(work.ops), list(work.transfers), work.layers, work.seqs, work.moe_layers)
+        work = work.copy()  # the cached step is shared: drafting adds to a copy
         for _ in range(request.draft):  # sequential MTP drafting passes, one token each
             shape = StepShape("decode", seqs, 1.0, context, active)
             work.extend(layer_work(ctx, ctx.arch.mtp_layer, shape))
@@ -493,8 +492,9 @@ def time_pool(plan: PoolPlan, pricer: Pricer) -> PoolTiming:
         prompt_s = plan.mixed_steps * t_mix
         cycle = t_decode + prompt_s + max(0.0, steps - plan.mixed_steps) * t_decode
     # Under attention DP an engine may hold a prompt back for some decode steps (TRT-LLM balances context
-    # requests across the ranks); the request and its slot wait, so the round grows by as much.
-    dp_wait = engine.dp_wait_steps * t_decode if plan.ctx.par.dp > 1 else 0.0
+    # requests across the ranks when the launch enables it: `Scenario.attention_dp_balance`); the request and
+    # its slot wait, so the round grows by as much.
+    dp_wait = engine.dp_wait_steps * t_decode if plan.ctx.holds_prompts and plan.ctx.par.dp > 1 else 0.0
     ttft, cycle = ttft + dp_wait, cycle + dp_wait
     # Closed loop: a request's end-to-end time is the round, so its TPOT is what the round leaves after its
     # first token, (round - TTFT) / (osl - 1), as benchmarks measure it; never below a decode-only step.

@@ -17,7 +17,8 @@ Overlap rules (stated once, applied everywhere):
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
 from typing import Literal, NamedTuple
 
 from costmodel.hardware import SystemSpec
@@ -66,6 +67,10 @@ class StepWork:
     layers: int = 0
     seqs: float = 0.0  # sequences the step advances on this GPU (per-sequence scheduling and sampling)
     moe_layers: int = 0  # of `layers`: those with routed experts
+
+    def copy(self, extra_transfers: Sequence[Transfer] = ()) -> StepWork:
+        """A copy to add to (a cached step is shared), every field kept; `extra_transfers` appended."""
+        return replace(self, ops=list(self.ops), transfers=[*self.transfers, *extra_transfers])
 
     def extend(self, other: StepWork) -> None:
         self.ops.extend(other.ops)

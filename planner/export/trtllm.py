@@ -5,11 +5,10 @@ attention data-parallel over all of them (attention TP 1), experts split as `moe
 `moe_tensor_parallel_size`. The initial expert assignment is the WIDEEP backend's `load_balancer` file:
 `num_slots` and, per MoE layer, the logical expert of every slot, rank by rank.
 
-Not exported: `attention_dp_config` (context-request balancing across attention-DP ranks). The cost model
-prices the prompt hold-back the calibration rows show under attention DP (`EngineFactors.dp_wait_steps`, fitted
-on benchmark runs whose settings are not recorded; NVIDIA's DeepSeek throughput configurations enable the
-balancing); a launch with TensorRT-LLM's defaults may hold prompts less, and such a plan's TTFT is then a
-conservative figure.
+Not exported: `attention_dp_config` (context-request balancing across attention-DP ranks; its keys are not in
+the TensorRT-LLM definitions `tests/export/engine_args/trtllm.json` checks against). The cost model prices the
+prompt hold-back it causes only when the scenario says the launch balances (`attention_dp_balance`, default
+off, as exported); whoever sets it adds the balancing to the launch.
 """
 
 from __future__ import annotations

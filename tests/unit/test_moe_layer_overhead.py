@@ -1,13 +1,15 @@
 """A routed-expert layer's fixed cost per step (`EngineFactors.moe_layer_overhead_s`): counted once per MoE
-layer of a step, whatever the batch; dense layers and dense models do not pay it; copies and merges of a
-step's work keep the count."""
+layer of a step, whatever the batch; dense layers and dense models do not pay it; MTP drafting passes add
+theirs; copies (drafting, fetching midfills) and merges of a step's work keep the count."""
 
 from __future__ import annotations
+
+from dataclasses import fields
 
 import pytest
 
 from costmodel.calibration import default_calibration
-from costmodel.evaluate import pool_context
+from costmodel.evaluate import plan_layout, pool_context
 from costmodel.hardware import load_system
 from costmodel.layout import Layout
 from costmodel.modes import decode_work, merged_work, midfill_work, prefill_work
@@ -16,12 +18,14 @@ from costmodel.resolve import ResolvedScenario
 from costmodel.work import StepWork
 from planner.scenario import scenario_from_data
 
+MTP = {"method": "mtp", "draft_tokens": 2, "acceptance_rate": 0.7}
 
-def _scenario(model: str) -> ResolvedScenario:
+
+def _scenario(model: str, **workload: object) -> ResolvedScenario:
     return scenario_from_data({
         "schema_version": 1, "name": "t", "model": model, "precision": {"weights": "fp8"},
-        "cluster": {"system": "h200-sxm", "gpus": 8}, "workload": {"input_tokens": 2048, "output_tokens": 512},
-        "engine": "trtllm"})
+        "cluster": {"system": "h200-sxm", "gpus": 8},
+        "workload": {"input_tokens": 2048, "output_tokens": 512, **workload}, "engine": "trtllm"})
 
 
 def _pool(pp: int = 1) -> Layout:
@@ -37,6 +41,31 @@ def test_a_step_counts_its_routed_expert_layers() -> None:
         assert (work.layers, work.moe_layers) == (61, 58)
     merged = merged_work(decode_work(ctx, 0, 16, 2048), prefill_work(ctx, 0, 1, 2048))
     assert (merged.layers, merged.moe_layers) == (61, 58)  # one pass over the layers, not two
+
+
+def test_mtp_drafting_passes_and_fetching_midfills_keep_the_count() -> None:
+    resolved = _scenario("deepseek-v3", speculative=MTP)
+    decode = plan_layout(resolved, _pool()).pools[0].decode
+    assert decode is not None and resolved.architecture.mtp_layer is not None
+    assert resolved.architecture.mtp_layer.ffn.kind == "moe"  # DeepSeek-V3's MTP block has routed experts
+    assert (decode[-1].layers, decode[-1].moe_layers) == (61 + 2, 58 + 2)  # two drafting passes
+    ctx = pool_context(resolved, _pool().pools[0])
+    fetched = midfill_work(ctx, 0, 2, 512, 2048, fetch=(("host_dram", 1024.0),))
+    assert fetched.transfers != midfill_work(ctx, 0, 2, 512, 2048).transfers
+    assert (fetched.layers, fetched.moe_layers) == (61, 58)
+
+
+def test_a_merged_step_counts_its_larger_work() -> None:
+    drafted = StepWork(layers=63, seqs=16.0, moe_layers=60)
+    plain = StepWork(layers=61, seqs=1.0, moe_layers=58)
+    assert merged_work(plain, drafted).moe_layers == merged_work(drafted, plain).moe_layers == 60
+
+
+def test_a_copy_keeps_every_field() -> None:
+    work = StepWork(layers=61, seqs=16.0, moe_layers=58)
+    copy = work.copy()
+    assert copy == work and copy.ops is not work.ops and copy.transfers is not work.transfers
+    assert {f.name for f in fields(StepWork)} == {"ops", "transfers", "layers", "seqs", "moe_layers"}
 
 
 def test_pipeline_stages_split_the_count() -> None:
