@@ -221,7 +221,14 @@ def _assign(data: dict[str, object], name: str, value: float) -> None:
 #   above 0.9 is not a GEMM but a missing term;
 # - attention: 0.15 (sparse FP8 decode, 350 TF of 2250 on B200, K05) to 0.85;
 # - HBM streaming: 0.5 to 0.95 (FlashMLA decode 3000 of 3350 GB/s, K05);
-# - collectives: 0.1 (small all-to-all messages, DeepEP LL) to 0.95 of link bandwidth, 2-200 us per call;
+# - collectives: 0.4 to 0.95 of link bandwidth (DeepEP and NCCL reach 0.75-0.8 of NVLink, K01, and TRT-LLM's
+#   one-sided all-to-all 0.8 on NVL72, K04; small messages pay their latency, fitted apart), 2-200 us per call.
+#   The all-to-all fits at its 0.4 floor (0.40 in default.yaml): a term is missing there, not established
+#   which. Candidates: the busiest receiving rank (real routing puts 2.56x the mean on it without EPLB, K07;
+#   the model applies load imbalance to the experts' compute, not to dispatch and combine: on the synthetic
+#   benchmark tokens its sampling share is 1.0-1.2, too little alone), DeepEP low-latency mode's per-token
+#   cost (K02: 77-194 us to dispatch 128 tokens at EP 8-256, far above bytes over bandwidth), and the ranks'
+#   synchronisation at every dispatch;
 #   the NIC from 0.5: RDMA transfers of MB-sized KV pages and expert payloads reach most of the line rate
 #   (DeepEP RDMA 43-58 of 50 GB/s, K01); with the first-token latency in the model the fit would take the
 #   NIC to 0.12-0.21 to lengthen disaggregated TTFTs, a slowness that would steer plans away from NICs;
