@@ -236,8 +236,8 @@ def _assign(data: dict[str, object], name: str, value: float) -> None:
 #   up to 15 us each when launched eagerly), 20 ms per step and 50 us per sequence per step (vLLM V0's
 #   Python scheduler and sampler at its slowest); cohort fraction 0 to 1; all-to-all
 #   hidden behind compute 0 to 0.9 (two-batch overlap hides most of it at best, E07/E08); a prompt held
-#   under attention DP 0 to 100 decode steps (TRT-LLM's attention_dp_config waits up to timeout_iters; the
-#   configurations seen use tens of iterations: twice that as the ceiling is an assumption);
+#   under attention DP 0 to 100 decode steps (TRT-LLM's attention_dp_config waits up to timeout_iters, whose
+#   values the calibration rows do not record: 100 is an assumption, about twice the fitted 47.5);
 # - first-token latency per layer: 0 to 2 ms, what dispatching an eager (no CUDA graph) context layer of
 #   about 40 kernels can cost the host at up to 50 us per PyTorch op: 120 ms a request for a 61-layer model;
 #   the data would go further (DeepSeek-R1/V3 at concurrency 4 measure 156-365 ms where their prefill kernels

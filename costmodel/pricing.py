@@ -91,6 +91,10 @@ class WorkTable:
         self.systems = list(systems)
         self.index = {id(work): i for i, work in enumerate(self.works)}
         self.engines = list(engines)
+        # engine factors are looked up once per distinct engine and spread by this index (`_per_engine`)
+        self.engine_names = sorted(set(self.engines))
+        positions = {name: i for i, name in enumerate(self.engine_names)}
+        self.engine_of = np.fromiter(map(positions.__getitem__, self.engines), dtype=np.int64, count=len(self.engines))
         # a table's works run on a few systems: what depends on the system only is looked up once per system
         system_index = _first_seen(self.systems)
         distinct = list({id(system): system for system in self.systems}.values())
@@ -170,10 +174,15 @@ class WorkTable:
         moved = self.transfer_seconds(calibration)
         alltoall = self.tr_kind == _KINDS.index("alltoall")
         total = np.bincount(self.tr_work[alltoall], moved[alltoall], minlength=len(self.works))
-        overlap = _per_engine(calibration, self.engines, lambda e: e.alltoall_overlap)
+        overlap = self._per_engine(calibration, lambda e: e.alltoall_overlap)
         hidden = overlap * np.minimum(total, busy)
         keep = 1.0 - hidden / np.where(total > 0, total, 1.0)
         return np.asarray(np.where(alltoall, moved * keep[self.tr_work], moved))
+
+    def _per_engine(self, calibration: Calibration, factor: Callable[[EngineFactors], float]) -> np.ndarray:
+        """One engine factor of each work, looked up once per distinct engine."""
+        values = np.array([factor(calibration.engine(name)) for name in self.engine_names], dtype=float)
+        return values[self.engine_of]
 
     def price(self, calibration: Calibration) -> np.ndarray:
         """Seconds per term (columns in TERMS order) for every work."""
@@ -190,10 +199,10 @@ class WorkTable:
         for tier, column in enumerate(_TIER_TERM):
             mask = self.tr_tier == tier
             terms[:, column] = np.bincount(self.tr_work[mask], moved[mask], minlength=n)
-        terms[:, 6] = (self.layers * _per_engine(calibration, self.engines, lambda e: e.layer_overhead_s)
-                       + self.moe_layers * _per_engine(calibration, self.engines, lambda e: e.moe_layer_overhead_s)
-                       + _per_engine(calibration, self.engines, lambda e: e.step_overhead_s)
-                       + self.seqs * _per_engine(calibration, self.engines, lambda e: e.seq_overhead_s))
+        terms[:, 6] = (self.layers * self._per_engine(calibration, lambda e: e.layer_overhead_s)
+                       + self.moe_layers * self._per_engine(calibration, lambda e: e.moe_layer_overhead_s)
+                       + self._per_engine(calibration, lambda e: e.step_overhead_s)
+                       + self.seqs * self._per_engine(calibration, lambda e: e.seq_overhead_s))
         return terms, seconds, moved
 
 
@@ -201,15 +210,6 @@ def _first_seen(items: Sequence[object]) -> np.ndarray:
     """Each item's index among the distinct items (by identity), in order of first appearance."""
     seen: dict[int, int] = {}
     return np.fromiter((seen.setdefault(id(item), len(seen)) for item in items), dtype=np.int64, count=len(items))
-
-
-def _per_engine(calibration: Calibration, engines: Sequence[str],
-                factor: Callable[[EngineFactors], float]) -> np.ndarray:
-    """One engine factor of each work, looked up once per distinct engine."""
-    names = sorted(set(engines))
-    values = np.array([factor(calibration.engine(name)) for name in names], dtype=float)
-    index = {name: i for i, name in enumerate(names)}
-    return values[np.fromiter(map(index.__getitem__, engines), dtype=np.int64, count=len(engines))]
 
 
 def _tier_bandwidths(system: SystemSpec) -> tuple[float, float, float, float]:

@@ -16,6 +16,7 @@ MAX_TOKENS tokens in one request (the model's own context is checked too), a yea
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -567,17 +568,23 @@ class Scenario(StrictModel):
     @field_validator("attention_dp_balance")
     @classmethod
     def _balance_for_trtllm(cls, value: bool, info: ValidationInfo) -> bool:
-        engine = info.data.get("engine")  # declared before, so validated first (absent: reported already)
-        if value and engine is not None and engine not in HOLDS_PROMPTS_UNDER_DP:
-            raise ValueError(f"is TensorRT-LLM's context balancing, but engine {engine} dispatches each request "
-                             "to a rank at once: remove attention_dp_balance or set engine: trtllm")
+        _engine_option(value, info, HOLDS_PROMPTS_UNDER_DP, "is TensorRT-LLM's context balancing",
+                       "dispatches each request to a rank at once", "trtllm")
         return value
 
     @field_validator("prefill_batch_tokens")
     @classmethod
     def _prefill_batch_for_sglang(cls, value: int | None, info: ValidationInfo) -> int | None:
-        engine = info.data.get("engine")  # declared before, so validated first (absent: reported already)
-        if value is not None and engine is not None and engine != "sglang":
-            raise ValueError(f"sets SGLang's prefill batch, but engine {engine} runs prompts on decode steps: "
-                             "remove prefill_batch_tokens or set engine: sglang")
+        _engine_option(value is not None, info, {"sglang"}, "sets SGLang's prefill batch",
+                       "runs prompts on decode steps", "sglang")
         return value
+
+
+def _engine_option(used: object, info: ValidationInfo, engines: Collection[str], what: str, instead: str,
+                   engine_to_set: str) -> None:
+    """A top-level option one engine's launch has: refused, naming the field, for any other engine (the engine
+    field is declared before the options, so validated first; absent, it is reported already)."""
+    engine = info.data.get("engine")
+    if used and engine is not None and engine not in engines:
+        raise ValueError(f"{what}, but engine {engine} {instead}: remove {info.field_name} or set engine: "
+                         f"{engine_to_set}")

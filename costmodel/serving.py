@@ -458,7 +458,8 @@ def time_pool(plan: PoolPlan, pricer: Pricer) -> PoolTiming:
     first_token = engine.prefill_layer_latency_s * sum(len(stage) for stage in plan.ctx.stages)
     if fill is not None:  # prefill pool
         latency = fill.sum_s + (plan.fill_chunks - 1.0) * fill.max_s + first_token
-        return PoolTiming(plan, fill, None, None, latency, 0.0, plan.fill_chunks * fill.max_s, first_token)
+        return PoolTiming(plan, fill, None, None, latency, 0.0, plan.fill_chunks * fill.max_s,
+                          first_token_s=first_token)
     assert decode is not None
     t_decode = pp * decode.max_s
     if mixed is None:  # decode pool
@@ -501,7 +502,8 @@ def time_pool(plan: PoolPlan, pricer: Pricer) -> PoolTiming:
     tpot = t_decode / request.accepted
     if request.output > 1:
         tpot = max(tpot, (cycle - ttft) / (request.output - 1))
-    return PoolTiming(plan, None, decode, mixed, ttft, tpot, cycle, first_token, t_decode, dp_wait, prompt_s)
+    return PoolTiming(plan, None, decode, mixed, ttft, tpot, cycle, first_token_s=first_token, step_wait_s=t_decode,
+                      dp_wait_s=dp_wait, prompt_s=prompt_s)
 
 
 def fill_parts(fill_s: float, first_token_s: float, step_wait_s: float = 0.0,
