@@ -4,14 +4,16 @@ What is fitted (nothing per model or per row):
 - per GPU generation present in the data: GEMM efficiency per compute format, attention and HBM
   efficiencies (fractions of peak), each bounded below by its predecessor generation's achieved rate
   (`_generation_floor`);
-- scale-up and scale-out collective efficiencies and the fixed latency of one collective step;
+- scale-up and scale-out collective efficiencies, the fixed latency of one collective step, and what a step
+  across the NIC pays beyond it;
 - the share of a grouped GEMM's (MoE routed experts') weight load not hidden behind its multiplies
   (`costmodel.pricing.grouped_gemm_share`), one factor for every GPU;
 - per engine present in the data: fixed overhead per layer, per routed-expert layer, per step and per sequence
   per step, the share
   of the expert all-to-all hidden behind compute, the first-token latency per layer, and the cohort fraction
   of closed-loop arrivals (see `costmodel.serving`).
-Generations absent from the training rows keep their priors; engines absent from them (and `generic`),
+Generations absent from the training rows, or with fewer than `MIN_GENERATION_ROWS` of them, keep their
+priors; engines absent from them (and `generic`),
 or with fewer than `MIN_ENGINE_ROWS` of them, take the mean of the fitted engines, which is how a held-out
 engine is predicted; but their cohort fraction is that of the fitted engines that schedule prompts as they do,
 where there are any (`costmodel.calibration.SCHEDULING`: vLLM and TRT-LLM piggyback prompts on decode steps,
@@ -63,7 +65,8 @@ from costmodel.work import StepWork
 
 GENERATION_FIELDS = ("attention_efficiency", "hbm_efficiency")
 COLLECTIVE_FIELDS = ("collectives.allreduce.efficiency", "collectives.allreduce.latency_s",
-                     "collectives.alltoall.efficiency", "collectives.alltoall.latency_s", "nic_efficiency")
+                     "collectives.alltoall.efficiency", "collectives.alltoall.latency_s", "nic_efficiency",
+                     "nic_latency_s")
 GROUPED_FIELD = "grouped_gemm_load_exposed"  # fitted when the rows run routed experts (MoE models)
 ENGINE_FIELDS = ("layer_overhead_s", "moe_layer_overhead_s", "step_overhead_s", "seq_overhead_s", "alltoall_overlap",
                  "prefill_layer_latency_s", "dp_wait_steps", "cohort_fraction")
@@ -82,6 +85,12 @@ FIT_TOLERANCE = 1e-4
 # serving leaves vLLM one disaggregated row, from which its cohort fraction fitted to 0.82 (0.16 on all rows)
 # and its aggregated TTFT held out was over-predicted 2-3x.
 MIN_ENGINE_ROWS = 20
+# Fewest training rows from which a GPU generation's factors (its GEMM formats, attention and HBM) are fitted;
+# with fewer it keeps its priors. It decides one fold today: holding out aggregated serving left 13 Hopper rows
+# (five of them one cross-node TP16 DeepSeek-V3 layout), from which Hopper's fp8 GEMMs fitted to 0.34 of peak
+# and its HBM to 0.55 (0.71 and 0.80 on all rows), and aggregated TPOT held out was over-predicted on every
+# Hopper group (22.2% median; 15.8% with this rule).
+MIN_GENERATION_ROWS = 20
 
 
 def layout_was_guessed(measurement: Measurement) -> bool:
@@ -149,7 +158,9 @@ class ParameterSpace:
         formats = {(table.generations[w], str(tuple(Dtype)[d])) for w, d, gemm in
                    zip(table.op_work.tolist(), table.op_dtype.tolist(), table.op_gemm.tolist(), strict=True)
                    if gemm and w in planned.work_ids}
-        generations = sorted({generation_of(load_system(m.system)) for m in planned.rows})
+        rows_per_generation = Counter(generation_of(load_system(m.system)) for m in planned.rows)
+        generations = sorted(g for g, n in rows_per_generation.items() if n >= MIN_GENERATION_ROWS)
+        formats = {(g, d) for g, d in formats if g in generations}
         rows_per_engine = Counter(m.engine for m in planned.rows)
         engines = sorted(e for e, n in rows_per_engine.items() if n >= MIN_ENGINE_ROWS) or sorted(rows_per_engine)
         grouped = bool(np.any((table.op_group_rows > 0) & np.isin(table.op_work, list(planned.work_ids))))
@@ -229,6 +240,8 @@ def _assign(data: dict[str, object], name: str, value: float) -> None:
 #   benchmark tokens its sampling share is 1.0-1.2, too little alone), DeepEP low-latency mode's per-token
 #   cost (K02: 77-194 us to dispatch 128 tokens at EP 8-256, far above bytes over bandwidth), and the ranks'
 #   synchronisation at every dispatch;
+#   a step across the NIC 0 to 200 us beyond its scale-up latency (RDMA through the NIC and the library's
+#   proxy; DeepEP's low-latency dispatch of 128 tokens takes 77 us at EP 8 and 118-194 us at EP 16-256, K02);
 #   the NIC from 0.5: RDMA transfers of MB-sized KV pages and expert payloads reach most of the line rate
 #   (DeepEP RDMA 43-58 of 50 GB/s, K01); with the first-token latency in the model the fit would take the
 #   NIC to 0.12-0.21 to lengthen disaggregated TTFTs, a slowness that would steer plans away from NICs;
@@ -254,6 +267,7 @@ BOUNDS: dict[str, tuple[float, float]] = {
     "bf16": (0.25, 0.9), "fp8": (0.25, 0.9), "fp4": (0.25, 0.9), "int4": (0.25, 0.9),
     "attention_efficiency": (0.15, 0.85), "hbm_efficiency": (0.5, 0.95),
     "efficiency": (0.4, 0.95), "nic_efficiency": (0.5, 0.95), "latency_s": (2e-6, 2e-4),
+    "nic_latency_s": (0.0, 2e-4),
     "layer_overhead_s": (0.0, 1e-4), "moe_layer_overhead_s": (0.0, 1e-4), "step_overhead_s": (0.0, 2e-2),
     "seq_overhead_s": (0.0, 5e-5), "dp_wait_steps": (0.0, 100.0),
     "cohort_fraction": (0.0, 1.0), "prefill_layer_latency_s": (0.0, 2e-3),
@@ -373,6 +387,7 @@ def calibration_yaml(calibration: Calibration, rows: Sequence[Measurement]) -> s
     for kind, factors in data["collectives"].items():
         lines.append(f"  {kind}: {{efficiency: {factors['efficiency']:.6g}, latency_s: {factors['latency_s']:.6g}}}")
     lines.append(f"nic_efficiency: {data['nic_efficiency']:.6g}  # fitted on all {len(rows)} rows")
+    lines.append(f"nic_latency_s: {data['nic_latency_s']:.6g}  # fitted on all {len(rows)} rows")
     moe_models = {name for name in {m.model for m in rows} if load_model(name).moe_layers > 0}
     moe = sum(1 for m in rows if m.model in moe_models)
     lines.append(f"{GROUPED_FIELD}: {data[GROUPED_FIELD]:.6g}  # share of expert-weight loads exposed; "

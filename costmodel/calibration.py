@@ -124,6 +124,11 @@ class Calibration(_Frozen):
     generations: dict[Generation, GenerationFactors]
     collectives: dict[Literal["allreduce", "alltoall", "p2p"], CollectiveFactors]
     nic_efficiency: float = Field(gt=0, le=1, description="Fraction of NIC (and host-link) bandwidth reached.")
+    nic_latency_s: float = Field(
+        0.0, ge=0,
+        description="Latency a collective call pays per step across the NIC beyond its scale-up latency "
+        "(RDMA through the NIC and the collective library's proxy).",
+    )
     grouped_gemm_load_exposed: float = Field(
         0.0, ge=0,
         description="Share of a grouped GEMM's expert-weight load (at peak HBM bandwidth) not hidden behind its "

@@ -156,6 +156,7 @@ class WorkTable:
         efficiency = np.where(self.tr_tier == 0, scaleup, calibration.nic_efficiency)
         latency = np.array([k.latency_s for k in kinds])[self.tr_kind]
         bandwidth = self.tier_bw[self.tr_work, self.tr_tier] * efficiency
+        latency = latency + np.where(self.tr_tier == _TIER_INDEX["nic"], calibration.nic_latency_s, 0.0)
         seconds = self.tr_bytes / bandwidth + self.tr_calls * latency
         grouped = self.tr_ranks > 1
         if grouped.any():

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from pathlib import Path
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
 
-from benchmarks.fit import BOUNDS, ParameterSpace, PlannedRows, fit, layout_was_guessed
+from benchmarks.fit import BOUNDS, MIN_GENERATION_ROWS, ParameterSpace, PlannedRows, fit, layout_was_guessed
 from benchmarks.measurements import load_measurements
 from costmodel.calibration import Calibration, default_calibration, prior_calibration
 
@@ -85,3 +86,26 @@ def test_an_unfitted_engine_no_fitted_engine_schedules_like_takes_its_policy_coh
     assert calibration.engine("generic").cohort_fraction == pytest.approx(
         (trtllm.cohort_fraction + vllm.cohort_fraction) / 2)  # no known scheduling: the mean
     assert sglang.step_overhead_s == pytest.approx((trtllm.step_overhead_s + vllm.step_overhead_s) / 2)
+
+
+class _RowsOn:
+    """The part of `PlannedRows` the parameter space reads: each row's engine and system, no operators."""
+
+    def __init__(self, systems: list[str]) -> None:
+        self.rows = [SimpleNamespace(engine="trtllm", system=s) for s in systems]
+        self.table = SimpleNamespace(op_work=np.zeros(0, dtype=int), op_dtype=np.zeros(0, dtype=int),
+                                     op_gemm=np.zeros(0, dtype=bool), op_group_rows=np.zeros(0), generations=[])
+        self.work_ids: set[int] = set()
+
+
+def test_a_generation_with_few_training_rows_keeps_its_priors() -> None:
+    """Holding out aggregated serving left 13 Hopper rows (five of them one cross-node TP16 layout), from
+    which Hopper's fp8 GEMMs fitted to 0.34 and its HBM to 0.55 of peak: a generation needs
+    `MIN_GENERATION_ROWS` training rows for its factors to be fitted."""
+    few = ["h100-sxm"] * (MIN_GENERATION_ROWS - 1) + ["b200-sxm"] * MIN_GENERATION_ROWS
+    space = ParameterSpace.for_rows(_RowsOn(few), prior_calibration())  # type: ignore[arg-type]
+    assert space.generations == ("blackwell",)
+    assert not any(name.startswith("generations.hopper") for name in space.names())
+    assert space.calibration(space.initial(), "t").generations["hopper"] == prior_calibration().generations["hopper"]
+    enough = ParameterSpace.for_rows(_RowsOn([*few, "h200-sxm"]), prior_calibration())  # type: ignore[arg-type]
+    assert enough.generations == ("blackwell", "hopper")
