@@ -33,21 +33,23 @@ class FastModel:
 
     planned: PlannedRows
     index: dict[str, int]
-    _cache: dict[int, np.ndarray]
+    # The calibration last predicted with and its predictions. The cache holds the calibration itself: keyed
+    # by id() alone, a fold's calibration freed after its fold could hand its id, and its predictions, to the
+    # next fold's (it did: the serving fold's figures changed from one run to the next).
+    _cache: tuple[Calibration, np.ndarray] | None = None
 
     @staticmethod
     def build(rows: Sequence[Measurement]) -> FastModel:
         planned = PlannedRows.build(rows)
-        return FastModel(planned, {m.id: i for i, m in enumerate(rows)}, {})
+        return FastModel(planned, {m.id: i for i, m in enumerate(rows)})
 
     def fit(self, rows: Sequence[Measurement]) -> Calibration:
         return fit(self.planned.subset([self.index[m.id] for m in rows]))
 
     def predict(self, calibration: Calibration, row: Measurement) -> tuple[float, float]:
-        key = id(calibration)
-        if key not in self._cache:
-            self._cache = {key: self.planned.predict(calibration)}  # one calibration at a time
-        ttft, tpot = self._cache[key][self.index[row.id]]
+        if self._cache is None or self._cache[0] is not calibration:
+            self._cache = (calibration, self.planned.predict(calibration))  # one calibration at a time
+        ttft, tpot = self._cache[1][self.index[row.id]]
         return float(ttft), float(tpot)
 
 

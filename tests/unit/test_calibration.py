@@ -109,3 +109,17 @@ def test_a_generation_with_few_training_rows_keeps_its_priors() -> None:
     assert space.calibration(space.initial(), "t").generations["hopper"] == prior_calibration().generations["hopper"]
     enough = ParameterSpace.for_rows(_RowsOn([*few, "h200-sxm"]), prior_calibration())  # type: ignore[arg-type]
     assert enough.generations == ("blackwell", "hopper")
+
+
+def test_accuracy_predictions_follow_the_calibration_object_not_its_id(sample: PlannedRows) -> None:
+    """The accuracy harness caches one calibration's predictions; a later fold's calibration (which may reuse
+    a freed one's id) gets its own."""
+    from benchmarks.accuracy import FastModel
+
+    model = FastModel(sample, {m.id: i for i, m in enumerate(sample.rows)})
+    row = sample.rows[0]
+    prior, fitted = prior_calibration(), default_calibration()
+    assert model.predict(prior, row) == tuple(sample.predict(prior)[0])
+    assert model.predict(fitted, row) == tuple(sample.predict(fitted)[0]) != model.predict(prior, row)
+    stale = model._cache
+    assert stale is not None and stale[0] is prior  # the cached calibration is held, so its id stays taken
