@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -36,7 +36,7 @@ class FastModel:
     # The calibration last predicted with and its predictions. The cache holds the calibration itself: keyed
     # by id() alone, a fold's calibration freed after its fold could hand its id, and its predictions, to the
     # next fold's (it did: the serving fold's figures changed from one run to the next).
-    _cache: tuple[Calibration, np.ndarray] | None = None
+    _cache: tuple[Calibration, np.ndarray] | None = field(default=None, init=False, repr=False)
 
     @staticmethod
     def build(rows: Sequence[Measurement]) -> FastModel:

@@ -114,7 +114,7 @@ SCHEDULING: dict[str, Literal["piggyback", "prefill_first"]] = {
 # prompt batch stalls every decode, so requests that start together stay in step to the end: one cohort (1).
 # Piggyback has no such limit (how staggered arrivals become depends on the run), so it takes the mean.
 # Measured: SGLang held out (fitted on TRT-LLM and vLLM rows) TTFT 58.6% at the mean (0.19, log bias -0.88)
-# against 45.3% at 1 (bias -0.09); its own fitted value is 0.73.
+# against 45.3% at 1 (bias -0.09); its own fitted value was 0.73 (0.85 in session 13's fit).
 POLICY_COHORT: dict[str, float] = {"prefill_first": 1.0}
 
 
@@ -126,8 +126,8 @@ class Calibration(_Frozen):
     nic_efficiency: float = Field(gt=0, le=1, description="Fraction of NIC (and host-link) bandwidth reached.")
     nic_latency_s: float = Field(
         0.0, ge=0,
-        description="Latency a collective call pays per step across the NIC beyond its scale-up latency "
-        "(RDMA through the NIC and the collective library's proxy).",
+        description="Latency each call of a transfer across the NIC pays beyond its kind's latency_s "
+        "(an RDMA hop through PCIe, the NIC and the collective library's proxy).",
     )
     grouped_gemm_load_exposed: float = Field(
         0.0, ge=0,

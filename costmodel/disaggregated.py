@@ -26,7 +26,8 @@ def kv_transfer_s(prefill: PoolContext, decode: PoolContext, request: RequestSha
     nic_path = kv_link_bandwidth(prefill, decode, calibration)  # each stream: one sending, one receiving GPU
     link = prefill.system.scaleup_bandwidth_bytes_per_s * p2p.efficiency if nic_path is None else min(nic_path)
     streams = min(prefill.par.instance_gpus, decode.par.instance_gpus)
-    return size / (streams * link) + p2p.latency_s
+    latency = p2p.latency_s + (0.0 if nic_path is None else calibration.nic_latency_s)  # as every NIC transfer
+    return size / (streams * link) + latency
 
 
 def kv_link_bandwidth(prefill: PoolContext, decode: PoolContext,

@@ -153,9 +153,10 @@ class WorkTable:
     def transfer_seconds(self, calibration: Calibration) -> np.ndarray:
         kinds = [calibration.collectives[k] for k in _KINDS]
         scaleup = np.array([k.efficiency for k in kinds])[self.tr_kind]
-        efficiency = np.where(self.tr_tier == 0, scaleup, calibration.nic_efficiency)
+        efficiency = np.where(self.tr_tier == _TIER_INDEX["scaleup"], scaleup, calibration.nic_efficiency)
         latency = np.array([k.latency_s for k in kinds])[self.tr_kind]
         bandwidth = self.tier_bw[self.tr_work, self.tr_tier] * efficiency
+        # every call across the NIC pays the RDMA hop beyond its kind's latency (host and storage links do not)
         latency = latency + np.where(self.tr_tier == _TIER_INDEX["nic"], calibration.nic_latency_s, 0.0)
         seconds = self.tr_bytes / bandwidth + self.tr_calls * latency
         grouped = self.tr_ranks > 1

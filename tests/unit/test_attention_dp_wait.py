@@ -5,10 +5,8 @@ attention DP of a scenario whose launch balances wait; the fit gives the factor 
 
 from __future__ import annotations
 
-from types import SimpleNamespace
 from typing import Any
 
-import numpy as np
 import pytest
 
 from benchmarks.fit import ParameterSpace
@@ -20,6 +18,7 @@ from costmodel.resolve import ResolvedScenario
 from costmodel.serving import PoolTiming, time_pool
 from planner.errors import InputError
 from planner.scenario import scenario_from_data
+from tests.fit_rows import RowsStub
 from tests.unit.test_costmodel import disaggregated, layout
 
 
@@ -83,22 +82,12 @@ def test_only_trtllm_balances() -> None:
         assert calibration.engine(engine).dp_wait_steps == 0.0
 
 
-class _Rows:
-    """The part of `PlannedRows` the parameter space reads, for engines alone."""
-
-    def __init__(self, engines: list[str]) -> None:
-        self.rows = [SimpleNamespace(engine=e, system="h200-sxm") for e in engines]
-        self.table = SimpleNamespace(op_work=np.zeros(0, dtype=int), op_dtype=np.zeros(0, dtype=int),
-                                     op_gemm=np.zeros(0, dtype=bool), op_group_rows=np.zeros(0), generations=[])
-        self.work_ids: set[int] = set()
-
-
 def test_the_fit_gives_the_wait_to_trtllm_alone() -> None:
-    space = ParameterSpace.for_rows(_Rows(["trtllm"] * 20 + ["vllm"] * 20), prior_calibration())  # type: ignore[arg-type]
+    space = ParameterSpace.for_rows(RowsStub(["trtllm"] * 20 + ["vllm"] * 20), prior_calibration())  # type: ignore[arg-type]
     waits = [name for name in space.names() if name.endswith("dp_wait_steps")]
     assert waits == ["engines.trtllm.dp_wait_steps"]
     fitted = space.calibration(space.initial(), "t")
     assert fitted.engine("sglang").dp_wait_steps == 0.0  # held out, dispatches at once
-    held_out = ParameterSpace.for_rows(_Rows(["vllm"] * 20 + ["sglang"] * 20), prior_calibration())  # type: ignore[arg-type]
+    held_out = ParameterSpace.for_rows(RowsStub(["vllm"] * 20 + ["sglang"] * 20), prior_calibration())  # type: ignore[arg-type]
     trtllm = held_out.calibration(held_out.initial(), "t").engine("trtllm")
     assert trtllm.dp_wait_steps == pytest.approx(prior_calibration().engine("trtllm").dp_wait_steps)

@@ -185,13 +185,14 @@ def test_unrecorded_worker_counts_are_bounded() -> None:
     assert 1 <= prefill["replicas"] <= 8
 
 
-
 def test_a_collective_across_the_nic_pays_the_nic_latency_on_each_call() -> None:
     """Cross-node calls (RDMA through the NIC and the library's proxy) pay `nic_latency_s` beyond the kind's
     scale-up latency, on every call; calls inside the scale-up domain do not."""
     spec = load_system("h100-sxm")
     work = StepWork(transfers=[Transfer("tp_allreduce", "nic", 1e6, 3.0, "allreduce"),
-                               Transfer("tp_allreduce", "scaleup", 1e6, 3.0, "allreduce")])
+                               Transfer("tp_allreduce", "scaleup", 1e6, 3.0, "allreduce"),
+                               Transfer("tp_allreduce", "scaleup", 1e6, 1.0, "allreduce", 8),
+                               Transfer("weight_offload", "host", 1e6, 2.0, "p2p")])
     base = default_calibration()
 
     def seconds(nic_latency: float) -> dict[str, float]:
@@ -200,3 +201,4 @@ def test_a_collective_across_the_nic_pays_the_nic_latency_on_each_call() -> None
     without, slow = seconds(0.0), seconds(1e-4)
     assert slow["scaleout_network"] - without["scaleout_network"] == pytest.approx(3 * 1e-4)
     assert slow["scaleup_network"] == without["scaleup_network"]
+    assert slow["host_link"] == without["host_link"]
