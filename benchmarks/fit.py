@@ -379,7 +379,8 @@ def provenance(rows: Sequence[Measurement]) -> dict[str, str]:
     notes = {}
     for generation, systems in by_generation.items():
         count = sum(1 for m in rows if m.system in systems)
-        notes[generation] = f"fitted on {count} rows of {', '.join(sorted(systems))}"
+        notes[generation] = (f"fitted on {count} rows of {', '.join(sorted(systems))}" if count >= MIN_GENERATION_ROWS
+                             else f"{count} rows of {', '.join(sorted(systems))}, too few to fit: priors")
     fitted = {e for e, count in by_engine.items() if count >= MIN_ENGINE_ROWS} or set(by_engine)
     for engine, count in by_engine.items():
         notes[engine] = (f"fitted on {count} rows served by {engine}" if engine in fitted

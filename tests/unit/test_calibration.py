@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from benchmarks.fit import BOUNDS, MIN_GENERATION_ROWS, ParameterSpace, PlannedRows, fit, layout_was_guessed
+from benchmarks.fit import BOUNDS, MIN_GENERATION_ROWS, ParameterSpace, PlannedRows, fit, layout_was_guessed, provenance
 from benchmarks.measurements import load_measurements
 from costmodel.calibration import Calibration, default_calibration, prior_calibration
 from tests.fit_rows import RowsStub
@@ -101,6 +101,8 @@ def test_a_generation_with_few_training_rows_keeps_its_priors() -> None:
     more = RowsStub(["trtllm"] * (len(few) + 1), [*few, "h200-sxm"])
     enough = ParameterSpace.for_rows(more, prior_calibration())  # type: ignore[arg-type]
     assert enough.generations == ("blackwell", "hopper")
+    notes = provenance(rows.rows)  # type: ignore[arg-type]
+    assert notes["hopper"].endswith("too few to fit: priors") and notes["blackwell"].startswith("fitted on 20 rows")
 
 
 def test_accuracy_predictions_follow_the_calibration_object_not_its_id(
