@@ -105,6 +105,18 @@ MIN_ENGINE_ROWS = 20
 MIN_GENERATION_ROWS = 20
 
 
+def fitted_generations(rows: Sequence[Measurement]) -> list[str]:
+    """GPU generations with enough training rows for their factors to be fitted (`MIN_GENERATION_ROWS`)."""
+    counts = Counter(generation_of(load_system(m.system)) for m in rows)
+    return sorted(g for g, n in counts.items() if n >= MIN_GENERATION_ROWS)
+
+
+def fitted_engines(rows: Sequence[Measurement]) -> list[str]:
+    """Engines with enough training rows for their own factors (`MIN_ENGINE_ROWS`); all of them when none has."""
+    counts = Counter(m.engine for m in rows)
+    return sorted(e for e, n in counts.items() if n >= MIN_ENGINE_ROWS) or sorted(counts)
+
+
 def layout_was_guessed(measurement: Measurement) -> bool:
     return any("num_workers" in note for note in measurement.assumptions)
 
@@ -170,11 +182,9 @@ class ParameterSpace:
         formats = {(table.generations[w], str(tuple(Dtype)[d])) for w, d, gemm in
                    zip(table.op_work.tolist(), table.op_dtype.tolist(), table.op_gemm.tolist(), strict=True)
                    if gemm and w in planned.work_ids}
-        rows_per_generation = Counter(generation_of(load_system(m.system)) for m in planned.rows)
-        generations = sorted(g for g, n in rows_per_generation.items() if n >= MIN_GENERATION_ROWS)
+        generations = fitted_generations(planned.rows)
         formats = {(g, d) for g, d in formats if g in generations}
-        rows_per_engine = Counter(m.engine for m in planned.rows)
-        engines = sorted(e for e, n in rows_per_engine.items() if n >= MIN_ENGINE_ROWS) or sorted(rows_per_engine)
+        engines = fitted_engines(planned.rows)
         grouped = bool(np.any((table.op_group_rows > 0) & np.isin(table.op_work, list(planned.work_ids))))
         return ParameterSpace(tuple(generations), tuple(sorted(formats)), tuple(engines), prior, grouped)
 
@@ -377,13 +387,13 @@ def provenance(rows: Sequence[Measurement]) -> dict[str, str]:
         by_generation.setdefault(generation_of(load_system(m.system)), set()).add(m.system)
         by_engine[m.engine] = by_engine.get(m.engine, 0) + 1
     notes = {}
+    generations, engines = set(fitted_generations(rows)), set(fitted_engines(rows))
     for generation, systems in by_generation.items():
         count = sum(1 for m in rows if m.system in systems)
-        notes[generation] = (f"fitted on {count} rows of {', '.join(sorted(systems))}" if count >= MIN_GENERATION_ROWS
+        notes[generation] = (f"fitted on {count} rows of {', '.join(sorted(systems))}" if generation in generations
                              else f"{count} rows of {', '.join(sorted(systems))}, too few to fit: priors")
-    fitted = {e for e, count in by_engine.items() if count >= MIN_ENGINE_ROWS} or set(by_engine)
     for engine, count in by_engine.items():
-        notes[engine] = (f"fitted on {count} rows served by {engine}" if engine in fitted
+        notes[engine] = (f"fitted on {count} rows served by {engine}" if engine in engines
                          else f"{count} rows served by {engine}, too few to fit: mean of the fitted engines "
                               "(cohort fraction: of those that schedule alike)")
     return notes
