@@ -1,5 +1,5 @@
-"""`python -m benchmarks <command>`: fit (calibration), accuracy (held-out cost-model error), published
-(against published figures), speed,
+"""`python -m benchmarks <command>`: fit (calibration), accuracy (held-out cost-model error), ceiling (the
+held-out-engine error with the engine's own factors), published (against published figures), speed,
 solver (front quality and time against a baseline), scaling (time and memory against size)."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from benchmarks import accuracy, fit, published, scaling, solver, speed
+from benchmarks import accuracy, ceiling, fit, published, scaling, solver, speed
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -19,6 +19,9 @@ def main(argv: list[str] | None = None) -> int:
     accuracy_parser = commands.add_parser("accuracy", help="leave-group-out error of TTFT and TPOT")
     accuracy_parser.add_argument("--json", type=Path, help="also write the figures as JSON here")
     accuracy_parser.add_argument("--markdown", action="store_true", help="also print markdown tables")
+    ceiling_parser = commands.add_parser("ceiling", help="held-out-engine error with its own factors of some kinds")
+    ceiling_parser.add_argument("--factors", default=",".join(ceiling.TTFT_FIELDS),
+                                help="engine factors the held-out engine keeps (comma-separated)")
     commands.add_parser("published", help="the calibration against published serving figures (never fitted)")
     speed_parser = commands.add_parser("speed", help="cost-model evaluations per second")
     speed_parser.add_argument("--count", type=int, default=10_000)
@@ -50,6 +53,8 @@ def main(argv: list[str] | None = None) -> int:
         return scaling.main(args.time_limit, args.jobs)
     if args.command == "speed":
         return speed.main(args.count)
+    if args.command == "ceiling":
+        return ceiling.main(tuple(f for f in args.factors.split(",") if f))
     if args.command == "published":
         return published.main()
     if args.command == "fit":
