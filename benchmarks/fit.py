@@ -17,7 +17,9 @@ priors; engines absent from them (and `generic`),
 or with fewer than `MIN_ENGINE_ROWS` of them, take the mean of the fitted engines, which is how a held-out
 engine is predicted; but their cohort fraction is that of the fitted engines that schedule prompts as they do,
 where there are any (`costmodel.calibration.SCHEDULING`: vLLM and TRT-LLM piggyback prompts on decode steps,
-SGLang runs them first), else the one their policy implies (`POLICY_COHORT`: prefill first keeps a cohort).
+SGLang runs them first), else the one their policy implies (`POLICY_COHORT`: prefill first keeps a cohort),
+and their first-token latency that of the fitted engines that run prefills as they do, where there are any
+(`costmodel.calibration.PREFILL_EXECUTION`: vLLM compiled, SGLang and TRT-LLM eager).
 Averaged over all engines, a held-out vLLM or TRT-LLM took SGLang's bunching into its
 mean (cohort fraction 0.38-0.39 against their own 0.18-0.20 then) and its TTFT held out was over-predicted 1.3-2.4x.
 
@@ -36,7 +38,7 @@ from __future__ import annotations
 import json
 import math
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -47,6 +49,7 @@ from benchmarks.measurements import Measurement, default_measurements_path, load
 from costmodel.calibration import (
     HOLDS_PROMPTS_UNDER_DP,
     POLICY_COHORT,
+    PREFILL_EXECUTION,
     SCHEDULING,
     Calibration,
     EngineFactors,
@@ -215,18 +218,26 @@ class ParameterSpace:
         for engine in set(data["engines"]) - set(self.engines):
             # The cohort fraction of the fitted engines that schedule prompts as this one does, where there are
             # any (`costmodel.calibration.SCHEDULING`), else what its policy implies (`POLICY_COHORT`); the
-            # other factors, and engines of no known scheduling, the mean of the fitted engines.
-            policy = SCHEDULING.get(engine)
-            alike = [e.cohort_fraction for name, e in fitted.items()
-                     if policy is not None and SCHEDULING.get(name) == policy]
-            cohort = float(np.mean(alike)) if alike else POLICY_COHORT.get(policy or "")
+            # first-token latency of those that run prefills as it does (`PREFILL_EXECUTION`); the other
+            # factors, and engines of no known policy, the mean of the fitted engines.
+            cohort = _alike_mean(fitted, SCHEDULING, engine, "cohort_fraction")
+            cohort = cohort if cohort is not None else POLICY_COHORT.get(SCHEDULING.get(engine, ""))
+            first = _alike_mean(fitted, PREFILL_EXECUTION, engine, "prefill_layer_latency_s")
             # an engine holding prompts under attention DP waits as the fitted ones that do (else its prior);
             # the others not at all
             own = self.prior.engine(engine).dp_wait_steps if hold is None else hold
             wait = {"dp_wait_steps": own if engine in HOLDS_PROMPTS_UNDER_DP else 0.0}
-            data["engines"][engine] = mean | wait | ({"cohort_fraction": cohort} if cohort is not None else {})
+            data["engines"][engine] = (mean | wait | ({"cohort_fraction": cohort} if cohort is not None else {})
+                                       | ({"prefill_layer_latency_s": first} if first is not None else {}))
         data["fitted_on"] = fitted_on
         return Calibration.model_validate(data)
+
+
+def _alike_mean(fitted: dict[str, EngineFactors], policies: Mapping[str, str], engine: str, field: str) -> float | None:
+    """Mean `field` of the fitted engines whose policy (in `policies`) is `engine`'s; None where there are none."""
+    policy = policies.get(engine)
+    alike = [getattr(e, field) for name, e in fitted.items() if policy is not None and policies.get(name) == policy]
+    return float(np.mean(alike)) if alike else None
 
 
 def _lookup(data: dict[str, object], name: str) -> float:
@@ -395,7 +406,8 @@ def provenance(rows: Sequence[Measurement]) -> dict[str, str]:
     for engine, count in by_engine.items():
         notes[engine] = (f"fitted on {count} rows served by {engine}" if engine in engines
                          else f"{count} rows served by {engine}, too few to fit: mean of the fitted engines "
-                              "(cohort fraction: of those that schedule alike)")
+                              "(cohort fraction: of those that schedule alike; first-token latency: of those that "
+                              "prefill alike)")
     return notes
 
 
@@ -428,7 +440,8 @@ def calibration_yaml(calibration: Calibration, rows: Sequence[Measurement]) -> s
     lines.append("engines:")
     for engine, factors in data["engines"].items():
         note = notes.get(engine, "not in the data: mean of the fitted engines (cohort fraction by scheduling policy, "
-                         "prompt hold under attention DP only for engines that balance)")
+                         "first-token latency by prefill execution, where known; prompt hold under attention DP "
+                         "only for engines that balance)")
         values = ", ".join(f"{name}: {value:.6g}" for name, value in factors.items())
         lines.append(f"  {engine}: {{{values}}}  # {note}")
     return "\n".join(lines) + "\n"

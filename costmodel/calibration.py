@@ -118,6 +118,22 @@ SCHEDULING: dict[str, Literal["piggyback", "prefill_first"]] = {
 POLICY_COHORT: dict[str, float] = {"prefill_first": 1.0}
 
 
+# How each engine runs a prefill by default, which sets how much host time a request's first token waits
+# beyond its kernels (the first-token latency per layer): an engine without fitted factors takes the
+# first-token latency of the fitted engines that run prefills as it does (`benchmarks.fit`).
+# - compiled: vLLM V1 compiles every forward pass with torch.compile by default (fused kernels, few launches)
+#   and replays piecewise CUDA graphs for small batches (vLLM docs, torch.compile integration);
+# - eager: SGLang captures CUDA graphs for decode batches only (`cuda_graph_max_bs`) and leaves torch.compile
+#   off (`--enable-torch-compile`); TensorRT-LLM's PyTorch backend captures generation-only batches
+#   (`cuda_graph_config`) and runs context phases eagerly (`torch_compile_config` off by default).
+# The fitted values agree (default.yaml: vLLM 0.85 ms per layer, TRT-LLM 1.91, SGLang 1.77). Measured: TRT-LLM
+# held out took the mean with vLLM's (1.31 ms) and its TTFT held out was 34.4% (30.1% with SGLang's);
+# `python -m benchmarks ceiling` gives the bound with each engine's own value (README).
+PREFILL_EXECUTION: dict[str, Literal["compiled", "eager"]] = {
+    "vllm": "compiled", "sglang": "eager", "trtllm": "eager",
+}
+
+
 class Calibration(_Frozen):
     schema_version: Literal[1] = 1
     fitted_on: str = Field(description="What data the factors were fitted on.")

@@ -88,6 +88,36 @@ def test_an_unfitted_engine_no_fitted_engine_schedules_like_takes_its_policy_coh
     assert sglang.step_overhead_s == pytest.approx((trtllm.step_overhead_s + vllm.step_overhead_s) / 2)
 
 
+@pytest.mark.parametrize(("held_out", "alike"), [("trtllm", "sglang"), ("sglang", "trtllm")])
+def test_an_unfitted_engine_takes_the_first_token_latency_of_engines_that_prefill_alike(held_out: str,
+                                                                                       alike: str) -> None:
+    """TRT-LLM or SGLang held out: the first-token latency of the other (both run prefills eagerly), not the
+    mean with vLLM's (compiled); `generic`, of no known prefill execution, the mean."""
+    fitted = tuple(sorted({"trtllm", "sglang", "vllm"} - {held_out}))
+    space = ParameterSpace(("hopper",), (("hopper", "fp8"),), fitted, prior_calibration(), False)
+    names = space.names()
+    vector = space.initial()
+    vector[names.index(f"engines.{alike}.prefill_layer_latency_s")] = 2.0
+    vector[names.index("engines.vllm.prefill_layer_latency_s")] = -2.0
+    calibration = space.calibration(vector, "test")
+    eager, compiled = (calibration.engine(e).prefill_layer_latency_s for e in (alike, "vllm"))
+    assert compiled < 5e-4 < 1.5e-3 < eager
+    assert calibration.engine(held_out).prefill_layer_latency_s == eager
+    assert calibration.engine("generic").prefill_layer_latency_s == pytest.approx((eager + compiled) / 2)
+
+
+def test_vllm_held_out_takes_the_mean_first_token_latency_where_no_fitted_engine_compiles() -> None:
+    """vLLM held out (compiled prefills, and neither fitted engine compiles): the fitted engines' mean."""
+    space = ParameterSpace(("hopper",), (("hopper", "fp8"),), ("sglang", "trtllm"), prior_calibration(), False)
+    names = space.names()
+    vector = space.initial()
+    vector[names.index("engines.sglang.prefill_layer_latency_s")] = 2.0
+    vector[names.index("engines.trtllm.prefill_layer_latency_s")] = -2.0
+    calibration = space.calibration(vector, "test")
+    sglang, trtllm, vllm = (calibration.engine(e).prefill_layer_latency_s for e in ("sglang", "trtllm", "vllm"))
+    assert trtllm < 5e-4 < 1.5e-3 < sglang and vllm == pytest.approx((sglang + trtllm) / 2)
+
+
 def test_a_generation_with_few_training_rows_keeps_its_priors() -> None:
     """Holding out aggregated serving left 12 Hopper rows (five of them H100 TRT-LLM decode at TP16 across two
     nodes), from which Hopper's fp8 GEMMs fitted to 0.34 and its HBM to 0.55 of peak: a generation needs
