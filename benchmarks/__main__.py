@@ -54,7 +54,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "speed":
         return speed.main(args.count)
     if args.command == "ceiling":
-        return ceiling.main(tuple(f for f in args.factors.split(",") if f))
+        try:
+            fields = ceiling.check_fields(args.factors.split(","))
+        except ValueError as error:
+            parser.error(f"--factors: {error}")  # exit code 2, before any fitting
+        return ceiling.main(fields)
     if args.command == "published":
         return published.main()
     if args.command == "fit":

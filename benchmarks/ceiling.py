@@ -1,12 +1,14 @@
-"""`python -m benchmarks ceiling`: how much of the held-out-engine error a better guess of its factors could remove.
+"""`python -m benchmarks ceiling`: the held-out-engine error with the engine's own values of some of its factors.
 
-A held-out engine is predicted with factors taken from the other engines (`benchmarks.fit`: their mean, its
-cohort fraction from those that schedule alike). Here each engine is held out in turn as in `python -m
-benchmarks accuracy`, and its rows are predicted twice from the same fold's fit: as the accuracy benchmark
-does, and with the engine's own values (from the fit on every row) of the named factors. The second is the
-best any rule that guesses those factors from the other engines could do with today's cost model, so it says
-whether a fold's shortfall lies in those factors or elsewhere (the factors the fold fits without the engine's
-rows: GEMM, attention, HBM, collectives). The guessing rule itself is what `accuracy` measures.
+A held-out engine is predicted with factors taken from the other engines (`benchmarks.fit`: their mean; its
+cohort fraction from those that schedule alike, its first-token latency from those that run prefills alike).
+Here each engine is held out in turn as in `python -m benchmarks accuracy`, and its rows are predicted twice
+from the same fold's fit: as the accuracy benchmark does, and with the engine's own values (from the fit on
+every row) of the named factors. The second is a reference, not a bound (the own values were fitted beside
+the full fit's shared factors and for its loss, so another guess could do better on a fold): it says whether
+a fold's shortfall lies mostly in how those factors are guessed or elsewhere (the factors the fold fits
+without the engine's rows: GEMM, attention, HBM, collectives). The guessing rule itself is what `accuracy`
+measures.
 """
 
 from __future__ import annotations
@@ -19,30 +21,46 @@ from benchmarks.fit import ENGINE_FIELDS, layout_was_guessed
 from benchmarks.measurements import Measurement, default_measurements_path, load_measurements
 from costmodel.calibration import Calibration
 
-# The factors that shape TTFT alone (`costmodel.serving`): first-token latency, arrival bunching, the
-# prompt hold under attention DP.
+# The factors that chiefly shape TTFT (`costmodel.serving`): first-token latency, arrival bunching, the prompt
+# hold under attention DP. TPOT sees the bunching too, through the closed-loop round ((round - TTFT) / (osl - 1)).
 TTFT_FIELDS = ("prefill_layer_latency_s", "cohort_fraction", "dp_wait_steps")
+
+
+def check_fields(fields: Sequence[str]) -> tuple[str, ...]:
+    """The named engine factors, stripped; ValueError naming any that is not one (or none at all)."""
+    names = tuple(f.strip() for f in fields if f.strip())
+    unknown = sorted(set(names) - set(ENGINE_FIELDS))
+    if unknown or not names:
+        raise ValueError(f"not engine factors: {', '.join(unknown) or '(none given)'}; "
+                         f"use some of {', '.join(ENGINE_FIELDS)}")
+    return names
 
 
 def with_own_factors(fold: Calibration, full: Calibration, engines: Iterable[str],
                      fields: Sequence[str]) -> Calibration:
-    """`fold` with each of `engines` taking `full`'s values of `fields` (the rest of its factors as `fold` has them)."""
-    unknown = sorted(set(fields) - set(ENGINE_FIELDS))
-    if unknown:
-        raise ValueError(f"not engine factors: {', '.join(unknown)}; use some of {', '.join(ENGINE_FIELDS)}")
-    own = {engine: fold.engine(engine).model_copy(update={f: getattr(full.engine(engine), f) for f in fields})
+    """`fold` with each of `engines` taking `full`'s values of `fields`; its other factors as `fold` predicts it
+    (`generic`'s where `fold` has no entry for it). ValueError where `full` has no entry for an engine."""
+    fields = check_fields(fields)
+    missing = sorted(set(engines) - set(full.engines))
+    if missing:
+        raise ValueError(f"the full calibration has no factors of {', '.join(missing)}")
+    own = {engine: fold.engine(engine).model_copy(update={f: getattr(full.engines[engine], f) for f in fields})
            for engine in engines}
     return fold.model_copy(update={"engines": fold.engines | own})
 
 
 def held_out_predictions(rows: Sequence[Measurement], fields: Sequence[str]
                          ) -> tuple[list[HeldOutPrediction], list[HeldOutPrediction]]:
-    """Per held-out engine's rows: (as `accuracy` predicts them, with the engine's own `fields`)."""
+    """Per held-out engine's rows: (as `accuracy` predicts them, with the engine's own `fields`); the folds are
+    `benchmarks.crossval.leave_group_out`'s by engine (sorted, the rest of the rows in their order)."""
+    engines = sorted({m.engine for m in rows})
+    if len(engines) < 2:
+        raise ValueError(f"holding an engine out needs at least two engines, found {engines}")
     model = FastModel.build(rows)
     full = model.fit(rows)
     plain: list[HeldOutPrediction] = []
     own: list[HeldOutPrediction] = []
-    for engine in sorted({m.engine for m in rows}):
+    for engine in engines:
         fold = model.fit([m for m in rows if m.engine != engine])
         ceiling = with_own_factors(fold, full, [engine], fields)
         for calibration, out in ((fold, plain), (ceiling, own)):
@@ -52,6 +70,7 @@ def held_out_predictions(rows: Sequence[Measurement], fields: Sequence[str]
 
 
 def main(fields: Sequence[str] = TTFT_FIELDS) -> int:
+    fields = check_fields(fields)  # before minutes of fitting
     rows = [m for m in load_measurements(default_measurements_path()) if not layout_was_guessed(m)]
     plain, own = held_out_predictions(rows, fields)
     print(format_table(error_table(plain, ("engine",)), "held out by engine (as `accuracy`)"))

@@ -94,11 +94,12 @@ PRIOR_WEIGHT = 0.1
 # Stop when an iteration improves the loss, or moves the factors, by less than 0.01% (relative): further
 # digits change no reported figure and cost minutes per fit.
 FIT_TOLERANCE = 1e-4
-# Fewest training rows from which an engine's own factors are fitted: six factors (ENGINE_FIELDS) need at
-# least three or four rows each, spread over batch and lengths, to be told apart. An engine with fewer rows takes the
-# mean of the fitted engines, as a held-out engine does. It decides one fold today: holding out aggregated
-# serving leaves vLLM one disaggregated row, from which its cohort fraction fitted to 0.82 (0.16 on all rows then)
-# and its aggregated TTFT held out was over-predicted 2-3x.
+# Fewest training rows from which an engine's own factors are fitted: its seven or eight factors (ENGINE_FIELDS;
+# the prompt hold only for TRT-LLM) need about three rows each, spread over batch and lengths, to be told
+# apart. An engine with fewer rows is predicted as a held-out engine is (the fitted engines' mean, or the
+# alike engines' for the cohort fraction and first-token latency). It decides one fold today: holding out
+# aggregated serving leaves vLLM one disaggregated row, from which its cohort fraction fitted to 0.82 (0.16 on
+# all rows then) and its aggregated TTFT held out was over-predicted 2-3x.
 MIN_ENGINE_ROWS = 20
 # Fewest training rows from which a GPU generation's factors (its GEMM formats, attention and HBM) are fitted;
 # with fewer it keeps its priors. It decides one fold today: holding out aggregated serving left 12 Hopper rows

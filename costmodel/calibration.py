@@ -106,7 +106,7 @@ HOLDS_PROMPTS_UNDER_DP: frozenset[str] = frozenset({"trtllm"})
 #   generation requests in the same iteration (TensorRT-LLM docs, In-flight Batching);
 # - prefill_first: waiting prompts run as a prefill batch of their own while decodes wait; SGLang mixes them
 #   only with `--enable-mixed-chunk`, off by default (SGLang server arguments).
-# The fitted values agree (default.yaml: TRT-LLM 0.20, vLLM 0.19, SGLang 0.76).
+# The fitted values agree (default.yaml: TRT-LLM 0.16, vLLM 0.19, SGLang 0.85).
 SCHEDULING: dict[str, Literal["piggyback", "prefill_first"]] = {
     "trtllm": "piggyback", "vllm": "piggyback", "sglang": "prefill_first",
 }
@@ -128,7 +128,7 @@ POLICY_COHORT: dict[str, float] = {"prefill_first": 1.0}
 #   (`cuda_graph_config`) and runs context phases eagerly (`torch_compile_config` off by default).
 # The fitted values agree (default.yaml: vLLM 0.85 ms per layer, TRT-LLM 1.91, SGLang 1.77). Measured: TRT-LLM
 # held out took the mean with vLLM's (1.31 ms) and its TTFT held out was 34.4% (30.1% with SGLang's);
-# `python -m benchmarks ceiling` gives the bound with each engine's own value (README).
+# `python -m benchmarks ceiling` gives the figures with each engine's own value, for reference (README).
 PREFILL_EXECUTION: dict[str, Literal["compiled", "eager"]] = {
     "vllm": "compiled", "sglang": "eager", "trtllm": "eager",
 }
