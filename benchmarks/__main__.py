@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 from benchmarks import accuracy, ceiling, fit, published, scaling, solver, speed
+from benchmarks.measurements import GROUP_KEYS
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -19,9 +20,10 @@ def main(argv: list[str] | None = None) -> int:
     accuracy_parser = commands.add_parser("accuracy", help="leave-group-out error of TTFT and TPOT")
     accuracy_parser.add_argument("--json", type=Path, help="also write the figures as JSON here")
     accuracy_parser.add_argument("--markdown", action="store_true", help="also print markdown tables")
-    ceiling_parser = commands.add_parser("ceiling", help="held-out-engine error with its own factors of some kinds")
+    ceiling_parser = commands.add_parser("ceiling", help="held-out error with the engines' own values of some factors")
     ceiling_parser.add_argument("--factors", default=",".join(ceiling.TTFT_FIELDS),
-                                help="engine factors the held-out engine keeps (comma-separated)")
+                                help="engine factors the held-out rows' engines keep (comma-separated)")
+    ceiling_parser.add_argument("--key", choices=GROUP_KEYS, default="engine", help="what is held out in turn")
     commands.add_parser("published", help="the calibration against published serving figures (never fitted)")
     speed_parser = commands.add_parser("speed", help="cost-model evaluations per second")
     speed_parser.add_argument("--count", type=int, default=10_000)
@@ -58,7 +60,7 @@ def main(argv: list[str] | None = None) -> int:
             fields = ceiling.check_fields(args.factors.split(","))
         except ValueError as error:
             parser.error(f"--factors: {error}")  # exit code 2, before any fitting
-        return ceiling.main(fields)
+        return ceiling.main(fields, args.key)
     if args.command == "published":
         return published.main()
     if args.command == "fit":

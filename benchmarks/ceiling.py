@@ -1,14 +1,15 @@
-"""`python -m benchmarks ceiling`: the held-out-engine error with the engine's own values of some of its factors.
+"""`python -m benchmarks ceiling`: held-out error with the engines' own values of some of their factors.
 
 A held-out engine is predicted with factors taken from the other engines (`benchmarks.fit`: their mean; its
-cohort fraction from those that schedule alike, its first-token latency from those that run prefills alike).
-Here each engine is held out in turn as in `python -m benchmarks accuracy`, and its rows are predicted twice
-from the same fold's fit: as the accuracy benchmark does, and with the engine's own values (from the fit on
-every row) of the named factors. The second is a reference, not a bound (the own values were fitted beside
-the full fit's shared factors and for its loss, so another guess could do better on a fold): it says whether
-a fold's shortfall lies mostly in how those factors are guessed or elsewhere (the factors the fold fits
-without the engine's rows: GEMM, attention, HBM, collectives). The guessing rule itself is what `accuracy`
-measures.
+cohort fraction from those that schedule alike, its first-token latency from those that run prefills alike);
+in the other folds an engine's factors are fitted without the held-out rows (with aggregated serving held
+out, from disaggregated rows alone). Here each group of a key (engine by default) is held out in turn as in
+`python -m benchmarks accuracy`, and its rows are predicted twice from the same fold's fit: as the accuracy
+benchmark does, and with their engines' own values (from the fit on every row) of the named factors. The
+second is a reference, not a bound (the own values were fitted beside the full fit's shared factors and for
+its loss, so another guess could do better on a fold): it says whether a fold's shortfall lies mostly in those
+engine factors or elsewhere (the factors the fold fits without the held-out rows: GEMM, attention, HBM,
+collectives). How the fold guesses or fits them is what `accuracy` measures.
 """
 
 from __future__ import annotations
@@ -49,30 +50,30 @@ def with_own_factors(fold: Calibration, full: Calibration, engines: Iterable[str
     return fold.model_copy(update={"engines": fold.engines | own})
 
 
-def held_out_predictions(rows: Sequence[Measurement], fields: Sequence[str]
+def held_out_predictions(rows: Sequence[Measurement], fields: Sequence[str], key: str = "engine"
                          ) -> tuple[list[HeldOutPrediction], list[HeldOutPrediction]]:
-    """Per held-out engine's rows: (as `accuracy` predicts them, with the engine's own `fields`); the folds are
-    `benchmarks.crossval.leave_group_out`'s by engine (sorted, the rest of the rows in their order)."""
-    engines = sorted({m.engine for m in rows})
-    if len(engines) < 2:
-        raise ValueError(f"holding an engine out needs at least two engines, found {engines}")
+    """Per held-out group of `key`: its rows as `accuracy` predicts them, and with their engines' own `fields`;
+    the folds are `benchmarks.crossval.leave_group_out`'s (groups sorted, the rest of the rows in their order)."""
+    groups = sorted({m.group(key) for m in rows})
+    if len(groups) < 2:
+        raise ValueError(f"leave-group-out by {key!r} needs at least two groups, found {groups}")
     model = FastModel.build(rows)
     full = model.fit(rows)
     plain: list[HeldOutPrediction] = []
     own: list[HeldOutPrediction] = []
-    for engine in engines:
-        fold = model.fit([m for m in rows if m.engine != engine])
-        ceiling = with_own_factors(fold, full, [engine], fields)
+    for group in groups:
+        held = [m for m in rows if m.group(key) == group]
+        fold = model.fit([m for m in rows if m.group(key) != group])
+        ceiling = with_own_factors(fold, full, sorted({m.engine for m in held}), fields)
         for calibration, out in ((fold, plain), (ceiling, own)):
-            out.extend(HeldOutPrediction(m, "engine", engine, *model.predict(calibration, m))
-                       for m in rows if m.engine == engine)
+            out.extend(HeldOutPrediction(m, key, group, *model.predict(calibration, m)) for m in held)
     return plain, own
 
 
-def main(fields: Sequence[str] = TTFT_FIELDS) -> int:
+def main(fields: Sequence[str] = TTFT_FIELDS, key: str = "engine") -> int:
     fields = check_fields(fields)  # before minutes of fitting
     rows = [m for m in load_measurements(default_measurements_path()) if not layout_was_guessed(m)]
-    plain, own = held_out_predictions(rows, fields)
-    print(format_table(error_table(plain, ("engine",)), "held out by engine (as `accuracy`)"))
-    print(format_table(error_table(own, ("engine",)), f"held out by engine, own {', '.join(fields)}"))
+    plain, own = held_out_predictions(rows, fields, key)
+    print(format_table(error_table(plain, (key,)), f"held out by {key} (as `accuracy`)"))
+    print(format_table(error_table(own, (key,)), f"held out by {key}, own {', '.join(fields)}"))
     return 0

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import ClassVar
+
 import pytest
 
 from benchmarks.__main__ import main as benchmarks_main
-from benchmarks.ceiling import TTFT_FIELDS, check_fields, with_own_factors
+from benchmarks.ceiling import TTFT_FIELDS, check_fields, held_out_predictions, with_own_factors
+from benchmarks.measurements import Measurement
 from costmodel.calibration import Calibration, default_calibration
 
 
@@ -50,3 +54,47 @@ def test_the_command_refuses_unknown_factors_with_exit_code_2_before_fitting() -
     with pytest.raises(SystemExit) as exit_info:
         benchmarks_main(["ceiling", "--factors", "hbm_efficiency"])
     assert exit_info.value.code == 2
+
+
+class _FakeModel:
+    """Stands in for `benchmarks.accuracy.FastModel`: a fit is the default calibration with each training
+    engine's first-token latency set to its row count (ms), and a prediction reads the row's engine's latency."""
+
+    fits: ClassVar[list[list[str]]] = []  # the training rows' ids of every fit, in order
+
+    def __init__(self, rows: Sequence[Measurement]) -> None:
+        self.rows = rows
+
+    @staticmethod
+    def build(rows: Sequence[Measurement]) -> _FakeModel:
+        return _FakeModel(rows)
+
+    def fit(self, rows: Sequence[Measurement]) -> Calibration:
+        _FakeModel.fits.append(sorted(m.id for m in rows))
+        base = default_calibration()
+        counts = {e: sum(m.engine == e for m in rows) for e in {m.engine for m in rows}}
+        engines = {e: base.engine(e).model_copy(update={"prefill_layer_latency_s": n * 1e-3})
+                   for e, n in counts.items()}
+        return base.model_copy(update={"engines": base.engines | engines})
+
+    def predict(self, calibration: Calibration, row: Measurement) -> tuple[float, float]:
+        return calibration.engine(row.engine).prefill_layer_latency_s * 1e3, 1.0
+
+
+def _row(row_id: str, engine: str, serving: str) -> Measurement:
+    return Measurement(id=row_id, model="m", system="h200-sxm", engine=engine, engine_version="", serving=serving,
+                       isl=1, osl=1, concurrency=1, scenario={}, layout={}, ttft_ms=1.0, tpot_ms=1.0, assumptions=())
+
+
+def test_each_group_is_predicted_from_a_fold_without_it_and_again_with_its_engines_own_factors(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    rows = [_row("t1", "trtllm", "aggregated"), _row("t2", "trtllm", "aggregated"),
+            _row("t3", "trtllm", "disaggregated"), _row("v1", "vllm", "aggregated")]
+    monkeypatch.setattr("benchmarks.ceiling.FastModel", _FakeModel)
+    _FakeModel.fits = []
+    plain, own = held_out_predictions(rows, ["prefill_layer_latency_s"], key="serving")
+    assert _FakeModel.fits == [["t1", "t2", "t3", "v1"], ["t3"], ["t1", "t2", "v1"]]  # full, then each fold
+    assert [p.measurement.id for p in plain] == [p.measurement.id for p in own] == ["t1", "t2", "v1", "t3"]
+    # aggregated held out: the fold saw one trtllm row (1 ms); own: the full fit's (3 trtllm rows, 1 vllm row)
+    assert [p.ttft_pred_ms for p in own] == [3.0, 3.0, 1.0, 3.0]
+    assert plain[0].ttft_pred_ms == 1.0 and plain[3].ttft_pred_ms == 2.0
