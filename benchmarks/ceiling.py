@@ -2,14 +2,16 @@
 
 A held-out engine is predicted with factors taken from the other engines (`benchmarks.fit`: their mean; its
 cohort fraction from those that schedule alike, its first-token latency from those that run prefills alike);
-in the other folds an engine's factors are fitted without the held-out rows (with aggregated serving held
-out, from disaggregated rows alone). Here each group of a key (engine by default) is held out in turn as in
-`python -m benchmarks accuracy`, and its rows are predicted twice from the same fold's fit: as the accuracy
-benchmark does, and with their engines' own values (from the fit on every row) of the named factors. The
-second is a reference, not a bound (the own values were fitted beside the full fit's shared factors and for
-its loss, so another guess could do better on a fold): it says whether a fold's shortfall lies mostly in those
-engine factors or elsewhere (the factors the fold fits without the held-out rows: GEMM, attention, HBM,
-collectives). How the fold guesses or fits them is what `accuracy` measures.
+in the other folds an engine's factors are fitted without the held-out rows where `MIN_ENGINE_ROWS` remain
+(with aggregated serving held out, from disaggregated rows alone), else guessed as a held-out engine's are
+(vLLM, one disaggregated row, when aggregated serving is held out). Here each group of a key (engine by
+default) is held out in turn as in `python -m benchmarks accuracy`, and its rows are predicted twice from the
+same fold's fit: as the accuracy benchmark does, and with their engines' own values (from the fit on every
+row) of the named factors. The second is a reference, not a bound (the own values were fitted beside the
+full fit's shared factors and for its loss, so another guess could do better on a fold): it says whether a
+fold's shortfall lies mostly in those engine factors or elsewhere (what the fold fits without the held-out
+rows: GEMM, attention and HBM efficiencies, collectives, the NIC, the grouped-GEMM share, and the engine
+factors not named). How the fold guesses or fits them is what `accuracy` measures.
 """
 
 from __future__ import annotations

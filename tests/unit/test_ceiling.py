@@ -1,4 +1,5 @@
-"""The held-out-engine ceiling: a fold's calibration with one engine's own values of some factors."""
+"""The ceiling reference: a fold's calibration with the held-out rows' engines taking their own values of some
+factors, the folds as the accuracy benchmark's, the factor names checked before any fitting."""
 
 from __future__ import annotations
 
@@ -58,7 +59,8 @@ def test_the_command_refuses_unknown_factors_with_exit_code_2_before_fitting() -
 
 class _FakeModel:
     """Stands in for `benchmarks.accuracy.FastModel`: a fit is the default calibration with each training
-    engine's first-token latency set to its row count (ms), and a prediction reads the row's engine's latency."""
+    engine's first-token latency set to its row count (ms) and its step overhead to the count of all training
+    rows (ms); a prediction reads the row's engine's latency as TTFT and its step overhead as TPOT."""
 
     fits: ClassVar[list[list[str]]] = []  # the training rows' ids of every fit, in order
 
@@ -70,15 +72,17 @@ class _FakeModel:
         return _FakeModel(rows)
 
     def fit(self, rows: Sequence[Measurement]) -> Calibration:
-        _FakeModel.fits.append(sorted(m.id for m in rows))
+        _FakeModel.fits.append([m.id for m in rows])
         base = default_calibration()
         counts = {e: sum(m.engine == e for m in rows) for e in {m.engine for m in rows}}
-        engines = {e: base.engine(e).model_copy(update={"prefill_layer_latency_s": n * 1e-3})
+        engines = {e: base.engine(e).model_copy(update={"prefill_layer_latency_s": n * 1e-3,
+                                                        "step_overhead_s": len(rows) * 1e-3})
                    for e, n in counts.items()}
         return base.model_copy(update={"engines": base.engines | engines})
 
     def predict(self, calibration: Calibration, row: Measurement) -> tuple[float, float]:
-        return calibration.engine(row.engine).prefill_layer_latency_s * 1e3, 1.0
+        engine = calibration.engine(row.engine)
+        return engine.prefill_layer_latency_s * 1e3, engine.step_overhead_s * 1e3
 
 
 def _row(row_id: str, engine: str, serving: str) -> Measurement:
@@ -88,13 +92,24 @@ def _row(row_id: str, engine: str, serving: str) -> Measurement:
 
 def test_each_group_is_predicted_from_a_fold_without_it_and_again_with_its_engines_own_factors(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    rows = [_row("t1", "trtllm", "aggregated"), _row("t2", "trtllm", "aggregated"),
-            _row("t3", "trtllm", "disaggregated"), _row("v1", "vllm", "aggregated")]
+    rows = [_row("v1", "vllm", "aggregated"), _row("t3", "trtllm", "disaggregated"),
+            _row("t1", "trtllm", "aggregated"), _row("t2", "trtllm", "aggregated")]
     monkeypatch.setattr("benchmarks.ceiling.FastModel", _FakeModel)
-    _FakeModel.fits = []
+    monkeypatch.setattr(_FakeModel, "fits", [])
     plain, own = held_out_predictions(rows, ["prefill_layer_latency_s"], key="serving")
-    assert _FakeModel.fits == [["t1", "t2", "t3", "v1"], ["t3"], ["t1", "t2", "v1"]]  # full, then each fold
-    assert [p.measurement.id for p in plain] == [p.measurement.id for p in own] == ["t1", "t2", "v1", "t3"]
+    # the full fit, then each group's fold in sorted order, the other rows in their input order
+    assert _FakeModel.fits == [["v1", "t3", "t1", "t2"], ["t3"], ["v1", "t1", "t2"]]
+    assert [p.measurement.id for p in plain] == [p.measurement.id for p in own] == ["v1", "t1", "t2", "t3"]
+    assert {(p.fold_key, p.fold_value) for p in own} == {("serving", "aggregated"), ("serving", "disaggregated")}
     # aggregated held out: the fold saw one trtllm row (1 ms); own: the full fit's (3 trtllm rows, 1 vllm row)
-    assert [p.ttft_pred_ms for p in own] == [3.0, 3.0, 1.0, 3.0]
-    assert plain[0].ttft_pred_ms == 1.0 and plain[3].ttft_pred_ms == 2.0
+    assert [p.ttft_pred_ms for p in own] == [1.0, 3.0, 3.0, 3.0]
+    assert [p.ttft_pred_ms for p in plain][1:] == [1.0, 1.0, 2.0]
+    # the factors not named stay the fold's (its training row count), not the full fit's (4)
+    assert [p.tpot_pred_ms for p in own][1:] == [p.tpot_pred_ms for p in plain][1:] == [1.0, 1.0, 3.0]
+
+
+def test_the_command_passes_its_factors_and_key_through(monkeypatch: pytest.MonkeyPatch) -> None:
+    called: list[tuple[tuple[str, ...], str]] = []
+    monkeypatch.setattr("benchmarks.ceiling.main", lambda fields, key: called.append((tuple(fields), key)) or 0)
+    assert benchmarks_main(["ceiling", "--factors", "cohort_fraction, dp_wait_steps", "--key", "serving"]) == 0
+    assert called == [(("cohort_fraction", "dp_wait_steps"), "serving")]
