@@ -214,8 +214,6 @@ class ParameterSpace:
                 _assign(data, name, _from_free(name, float(value), floor))
         fitted = {e: EngineFactors.model_validate(data["engines"][e]) for e in self.engines}
         mean = {f: float(np.mean([getattr(e, f) for e in fitted.values()])) for f in ENGINE_FIELDS}
-        holding = [e.dp_wait_steps for name, e in fitted.items() if name in HOLDS_PROMPTS_UNDER_DP]
-        hold = float(np.mean(holding)) if holding else None
         for engine in set(data["engines"]) - set(self.engines):
             # The cohort fraction of the fitted engines that schedule prompts as this one does, where there are
             # any (`costmodel.calibration.SCHEDULING`), else what its policy implies (`POLICY_COHORT`); the
@@ -226,12 +224,16 @@ class ParameterSpace:
             first = _alike_mean(fitted, PREFILL_EXECUTION, engine, "prefill_layer_latency_s")
             # an engine holding prompts under attention DP waits as the fitted ones that do (else its prior);
             # the others not at all
-            own = self.prior.engine(engine).dp_wait_steps if hold is None else hold
-            wait = {"dp_wait_steps": own if engine in HOLDS_PROMPTS_UNDER_DP else 0.0}
+            hold = _alike_mean(fitted, _HOLDING, engine, "dp_wait_steps")
+            hold = hold if hold is not None else self.prior.engine(engine).dp_wait_steps
+            wait = {"dp_wait_steps": hold if engine in HOLDS_PROMPTS_UNDER_DP else 0.0}
             data["engines"][engine] = (mean | wait | ({"cohort_fraction": cohort} if cohort is not None else {})
                                        | ({"prefill_layer_latency_s": first} if first is not None else {}))
         data["fitted_on"] = fitted_on
         return Calibration.model_validate(data)
+
+
+_HOLDING = dict.fromkeys(HOLDS_PROMPTS_UNDER_DP, "holds")  # one policy: holds prompts under attention DP
 
 
 def _alike_mean(fitted: dict[str, EngineFactors], policies: Mapping[str, str], engine: str, field: str) -> float | None:
