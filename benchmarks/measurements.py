@@ -45,6 +45,8 @@ Mapping rules, CSV -> our schemas:
   repeats under other ids with the same measured figures (recorded; `_expert_world_squared` gives the
   evidence); a 2 x 2 row, within one node, is kept as written.
 - A batch below attention_dp is kept (recorded): the idle ranks join only the expert layers.
+- Speculative decoding (recorded): the CSV has no column for it; the rows whose TPOT, against the same
+  layout at the same build elsewhere in the CSV, shows it get DeepSeek's MTP (`speculative_runs`).
 - Skipped, with the reason (`load_measurements_with_skips`): rows whose degrees contradict each other in a
   way no engine default explains, and rows that `costmodel.resolve` rejects. None in the shared CSV today.
 - Scenario: {schema_version: 1, name: row id, model, precision, cluster: {system, gpus}, workload:
@@ -68,6 +70,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
+from benchmarks.speculative_runs import speculative_setting
 from costmodel.errors import CatalogError, ScenarioError
 from costmodel.hardware import load_system
 from costmodel.layout import Layout
@@ -225,6 +228,10 @@ def _measurement(row: _Row) -> Measurement:
         "workload": {"input_tokens": isl, "output_tokens": osl, "concurrency": concurrency},
         "engine": engine,
     }
+    speculative = speculative_setting(row.id, engine, row.text("backend_version"), model)
+    if speculative is not None:
+        scenario["workload"]["speculative"] = speculative
+        notes.append(f"speculative decoding assumed: {speculative} (benchmarks/speculative_runs.py)")
     if engine == "trtllm":  # assumption: benchmarked as NVIDIA configures it, balancing attention-DP contexts
         scenario["attention_dp_balance"] = True
     if engine == "sglang" and serving == "aggregated":  # run with SGLang's default chunked prefill

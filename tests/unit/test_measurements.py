@@ -234,6 +234,21 @@ def test_expert_world_squared_is_a_k_gpu_run(tmp_path: Path) -> None:
     assert kept.assumptions == ()
 
 
+def test_campaign_rows_of_the_mtp_builds_run_mtp(tmp_path: Path) -> None:
+    """TRT-LLM DeepSeek-R1 rows of the 2026 campaigns on builds 1.1.0rc2.post2 / 1.2.0rc6.post3 ran one MTP
+    draft token (benchmarks/speculative_runs.py); another build, another campaign or another engine did not."""
+    base = AGG_ROW | {"model_path": "deepseek-ai/DeepSeek-R1", "system": "b200_sxm", "tp_size": "8",
+                      "moe_tp_size": "1", "moe_ep_size": "8", "backend_version": "1.2.0rc6.post3"}
+    rows = (base | {"id": "2026_04_06_dsr1_a"}, base | {"id": "2026_03_25_dsr1_b", "backend_version": "1.1.0rc2.post2"},
+            base | {"id": "2026_04_06_dsr1_c", "backend_version": "1.2.0rc6.post2"},
+            base | {"id": "dsr1_b200_trtllm_cfg1"}, base | {"id": "2026_04_06_dsr1_d", "backend": "sglang"})
+    tagged = [m.scenario["workload"].get("speculative") for m in load_measurements(_write_csv(tmp_path, *rows))]
+    mtp = {"method": "mtp", "draft_tokens": 1, "acceptance_rate": 0.85}
+    assert tagged == [mtp, mtp, None, None, None]
+    (m,) = load_measurements(_write_csv(tmp_path, rows[0]))
+    assert any(note.startswith("speculative decoding assumed") for note in m.assumptions)
+
+
 def test_missing_concurrency_and_node_rounding(tmp_path: Path) -> None:
     row = AGG_ROW | {"model_path": "meta-llama/Llama-3.1-8B-Instruct", "concurrency": "", "tp_size": "4",
                      "attention_dp_size": "3", "moe_tp_size": "12", "moe_ep_size": "1", "batch_size": "5",
