@@ -270,7 +270,7 @@ def _assign(data: dict[str, object], name: str, value: float) -> None:
 # - HBM streaming: 0.5 to 0.95 (FlashMLA decode 3000 of 3350 GB/s, K05);
 # - collectives: 0.4 to 0.95 of link bandwidth (DeepEP and NCCL reach 0.75-0.8 of NVLink, K01, and TRT-LLM's
 #   one-sided all-to-all 0.8 on NVL72, K04; small messages pay their latency, fitted apart), 2-200 us per call.
-#   The all-to-all fits at its 0.4 floor (0.40 in default.yaml): a term is missing there, not established
+#   The all-to-all fits at or near its 0.4 floor (0.42 in default.yaml): a term is missing there, not established
 #   which. Candidates: the busiest receiving rank (real routing puts 2.56x the mean on it without EPLB, K07;
 #   the model applies load imbalance to the experts' compute, not to dispatch and combine: on the synthetic
 #   benchmark tokens its sampling share is 1.0-1.2, too little alone), DeepEP low-latency mode's per-token
