@@ -286,7 +286,7 @@ def _assign(data: dict[str, object], name: str, value: float) -> None:
 #   Python scheduler and sampler at its slowest); cohort fraction 0 to 1; all-to-all
 #   hidden behind compute 0 to 0.9 (two-batch overlap hides most of it at best, E07/E08); a prompt held
 #   under attention DP 0 to 100 decode steps (TRT-LLM's attention_dp_config waits up to timeout_iters, whose
-#   values the calibration rows do not record: 100 is an assumption, about twice the fitted 46);
+#   values the calibration rows do not record: 100 is an assumption, about twice the fitted 41);
 # - first-token latency per layer: 0 to 2 ms, what dispatching an eager (no CUDA graph) context layer of
 #   about 40 kernels can cost the host at up to 50 us per PyTorch op: 120 ms a request for a 61-layer model;
 #   the data would go further (DeepSeek-R1/V3 at concurrency 4 measure 156-365 ms where their prefill kernels
@@ -299,7 +299,7 @@ def _assign(data: dict[str, object], name: str, value: float) -> None:
 #   down to 0, the fit took it to 0.38 once routed-expert layers paid their own fixed cost, and lowered
 #   Blackwell's GEMM efficiencies to match (fp8 0.42, fp4 0.49: a B200 fp8 GEMM 1.16x an H100's against
 #   2.3x in peak), to lengthen Blackwell MoE prefills; bounded, 0.92 and fp8 0.63, fp4 0.84 then (session
-#   12; with the bounded loss 0.73, fp8 0.56, fp4 0.75: default.yaml).
+#   12; with the bounded loss 0.73, fp8 0.56, fp4 0.75; session 15's refit 0.76, fp8 0.54, fp4 0.72: default.yaml).
 BOUNDS: dict[str, tuple[float, float]] = {
     "bf16": (0.25, 0.9), "fp8": (0.25, 0.9), "fp4": (0.25, 0.9), "int4": (0.25, 0.9),
     "attention_efficiency": (0.15, 0.85), "hbm_efficiency": (0.5, 0.95),

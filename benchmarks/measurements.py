@@ -45,17 +45,18 @@ Mapping rules, CSV -> our schemas:
   repeats under other ids with the same measured figures (recorded; `_expert_world_squared` gives the
   evidence); a 2 x 2 row, within one node, is kept as written.
 - A batch below attention_dp is kept (recorded): the idle ranks join only the expert layers.
-- Speculative decoding (recorded): the CSV has no column for it; the rows whose TPOT, against the same
-  layout at the same build elsewhere in the CSV, shows it get DeepSeek's MTP (`speculative_runs`).
+- Speculative decoding (recorded): the CSV has no column for it; the TRT-LLM DeepSeek-R1 builds and campaigns
+  whose rows' TPOT, against the same layouts elsewhere in the CSV, shows it get DeepSeek's MTP
+  (`speculative_runs`: `workload.speculative`).
 - Skipped, with the reason (`load_measurements_with_skips`): rows whose degrees contradict each other in a
   way no engine default explains, and rows that `costmodel.resolve` rejects. None in the shared CSV today.
 - Scenario: {schema_version: 1, name: row id, model, precision, cluster: {system, gpus}, workload:
-  {input_tokens: isl, output_tokens: osl, concurrency}, engine}; gpus = the layout's GPUs rounded up to
-  whole nodes (`gpus_per_node`), or the exact count below one node. SGLang aggregated rows get SGLang's
-  default prefill batch (`prefill_batch_tokens`); TRT-LLM rows `attention_dp_balance: true` (assumption: the
-  benchmarks ran NVIDIA's throughput configurations, which balance context requests across attention-DP
-  ranks; the flags are not in the CSV, and its 43 aggregated attention-DP rows' TTFTs, 3.2x the model's
-  without the hold, say so).
+  {input_tokens: isl, output_tokens: osl, concurrency, speculative where assumed}, engine}; gpus = the
+  layout's GPUs rounded up to whole nodes (`gpus_per_node`), or the exact count below one node. SGLang
+  aggregated rows get SGLang's default prefill batch (`prefill_batch_tokens`); TRT-LLM rows
+  `attention_dp_balance: true` (assumption: the benchmarks ran NVIDIA's throughput configurations, which
+  balance context requests across attention-DP ranks; the flags are not in the CSV, and its 43 aggregated
+  attention-DP rows' TTFTs, 3.2x the model's without the hold, say so).
 
 Every scenario and layout is validated with the pydantic models here, and resolved against the catalogs
 (`resolve`, `check_layout`); a pydantic failure is a bug in this mapping and raises.
@@ -228,10 +229,11 @@ def _measurement(row: _Row) -> Measurement:
         "workload": {"input_tokens": isl, "output_tokens": osl, "concurrency": concurrency},
         "engine": engine,
     }
-    speculative = speculative_setting(row.id, engine, row.text("backend_version"), model)
+    speculative = speculative_setting(row_id=row.id, engine=engine, version=row.text("backend_version"), model=model)
     if speculative is not None:
         scenario["workload"]["speculative"] = speculative
-        notes.append(f"speculative decoding assumed: {speculative} (benchmarks/speculative_runs.py)")
+        notes.append(f"speculative decoding assumed: MTP, {speculative['draft_tokens']} draft token(s) accepted "
+                     f"with probability {speculative['acceptance_rate']} (benchmarks/speculative_runs.py)")
     if engine == "trtllm":  # assumption: benchmarked as NVIDIA configures it, balancing attention-DP contexts
         scenario["attention_dp_balance"] = True
     if engine == "sglang" and serving == "aggregated":  # run with SGLang's default chunked prefill

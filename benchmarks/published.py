@@ -16,7 +16,8 @@ from costmodel.layout import Layout
 from planner.scenario import scenario_from_data
 
 # DeepSeek-V3 report (arXiv 2412.19437, section 5.4.3): the second token's acceptance is 85-90%; TRT-LLM's
-# MTP3 runs accept about 2.7 tokens per step at 0.75 per draft (1 + 0.75 + 0.56 + 0.42). Assumption: 0.75.
+# MTP3 runs accept about 2.7 tokens per step at 0.75 per draft (1 + 0.75 + 0.56 + 0.42). Assumption: 0.75 for
+# these three-draft runs; the calibration rows that ran MTP take one draft at 0.85 (`speculative_runs`).
 MTP_ACCEPTANCE = 0.75
 
 

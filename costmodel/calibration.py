@@ -126,8 +126,8 @@ POLICY_COHORT: dict[str, float] = {"prefill_first": 1.0}
 # - eager: SGLang captures CUDA graphs for decode batches only (`cuda_graph_max_bs`) and leaves torch.compile
 #   off (`--enable-torch-compile`); TensorRT-LLM's PyTorch backend captures generation-only batches
 #   (`cuda_graph_config`) and runs context phases eagerly (`torch_compile_config` off by default).
-# The fitted values agree (default.yaml: vLLM 0.85 ms per layer, TRT-LLM 1.91, SGLang 1.77). Measured: TRT-LLM
-# held out took the mean with vLLM's (1.31 ms) and its TTFT held out was 34.4% (30.1% with SGLang's);
+# The fitted values agree (default.yaml: vLLM 0.83 ms per layer, TRT-LLM 1.90, SGLang 1.75). Measured (session
+# 14): TRT-LLM held out took the mean with vLLM's (1.31 ms) and its TTFT held out was 34.4% (30.1% with SGLang's);
 # `python -m benchmarks ceiling` gives the figures with each engine's own value, for reference (README).
 PREFILL_EXECUTION: dict[str, Literal["compiled", "eager"]] = {
     "vllm": "compiled", "sglang": "eager", "trtllm": "eager",

@@ -113,6 +113,14 @@ def test_row_counts_per_group(loaded: tuple[list[Measurement], list[tuple[str, s
     }
 
 
+def test_mtp_rows_of_the_csv(loaded: tuple[list[Measurement], list[tuple[str, str]]]) -> None:
+    """The rows benchmarks/speculative_runs.py tags: every TRT-LLM DeepSeek-R1 row of the two builds, all
+    aggregated, 64 in all."""
+    tagged = [m for m in loaded[0] if "speculative" in m.scenario["workload"]]
+    assert Counter(m.engine_version for m in tagged) == {"1.1.0rc2.post2": 30, "1.2.0rc6.post3": 34}
+    assert {(m.engine, m.model, m.serving) for m in tagged} == {("trtllm", "deepseek-ai/DeepSeek-R1", "aggregated")}
+
+
 def test_aggregated_row_with_attention_dp(by_id: dict[str, Measurement]) -> None:
     m = by_id["minimaxm2_5_b200_vllm_fp8_agg_1024x1024_c32_cfg691"]
     assert (m.model, m.system, m.engine, m.engine_version, m.serving) == (
@@ -241,10 +249,11 @@ def test_campaign_rows_of_the_mtp_builds_run_mtp(tmp_path: Path) -> None:
                       "moe_tp_size": "1", "moe_ep_size": "8", "backend_version": "1.2.0rc6.post3"}
     rows = (base | {"id": "2026_04_06_dsr1_a"}, base | {"id": "2026_03_25_dsr1_b", "backend_version": "1.1.0rc2.post2"},
             base | {"id": "2026_04_06_dsr1_c", "backend_version": "1.2.0rc6.post2"},
-            base | {"id": "dsr1_b200_trtllm_cfg1"}, base | {"id": "2026_04_06_dsr1_d", "backend": "sglang"})
+            base | {"id": "dsr1_b200_trtllm_cfg1"}, base | {"id": "2026_04_06_dsr1_d", "backend": "sglang"},
+            base | {"id": "2026_04_06_dsv3_e", "model_path": "deepseek-ai/DeepSeek-V3"})
     tagged = [m.scenario["workload"].get("speculative") for m in load_measurements(_write_csv(tmp_path, *rows))]
     mtp = {"method": "mtp", "draft_tokens": 1, "acceptance_rate": 0.85}
-    assert tagged == [mtp, mtp, None, None, None]
+    assert tagged == [mtp, mtp, None, None, None, None]
     (m,) = load_measurements(_write_csv(tmp_path, rows[0]))
     assert any(note.startswith("speculative decoding assumed") for note in m.assumptions)
 
