@@ -134,15 +134,21 @@ def check_every_engine(plan: Any) -> tuple[int, list[str]]:
             for command in commands:
                 problems += check_args(command.args, flags_of(*groups), positionals)
                 checked += sum(1 for word in command.args if word.startswith("--"))
+    # A composite plan exports each deployment into its folder (`deployment<i>/<file>`): names are checked by
+    # their last part.
     for name, data in export_plan(plan, "trtllm").configs.items():
-        if not name.startswith("trtllm-eplb-"):
+        if not name.rpartition("/")[2].startswith("trtllm-eplb-"):
             problems += check_trtllm_options(data)
             checked += len(dotted_keys(data))
     for backend, groups in DYNAMO_WORKER_FLAGS.items():
-        documents = export_plan(plan, "dynamo", backend).configs["dynamo-deployment.yaml"]["documents"]
-        for service in documents[-1]["spec"]["services"].values():
-            args = service["extraPodSpec"]["mainContainer"]["args"]
-            frontend = service["componentType"] == "frontend"
-            problems += check_args(args, flags_of(*(("dynamo:frontend", "dynamo:common") if frontend else groups)))
-            checked += sum(1 for word in args if word.startswith("--"))
+        configs = export_plan(plan, "dynamo", backend).configs
+        manifests = [config for name, config in configs.items() if name.rpartition("/")[2] == "dynamo-deployment.yaml"]
+        if not manifests:
+            problems.append(f"dynamo ({backend}): no dynamo-deployment.yaml among {sorted(configs)}")
+        for manifest in manifests:
+            for service in manifest["documents"][-1]["spec"]["services"].values():
+                args = service["extraPodSpec"]["mainContainer"]["args"]
+                frontend = service["componentType"] == "frontend"
+                problems += check_args(args, flags_of(*(("dynamo:frontend", "dynamo:common") if frontend else groups)))
+                checked += sum(1 for word in args if word.startswith("--"))
     return checked, problems
