@@ -232,8 +232,8 @@ def _measurement(row: _Row) -> Measurement:
     speculative = speculative_setting(row_id=row.id, engine=engine, version=row.text("backend_version"), model=model)
     if speculative is not None:
         scenario["workload"]["speculative"] = speculative
-        notes.append(f"speculative decoding assumed: MTP, {speculative['draft_tokens']} draft token(s) accepted "
-                     f"with probability {speculative['acceptance_rate']} (benchmarks/speculative_runs.py)")
+        notes.append(f"speculative decoding assumed: {speculative['method']}, {speculative['draft_tokens']} draft "
+                     f"token(s) accepted with probability {speculative['acceptance_rate']} (speculative_runs.py)")
     if engine == "trtllm":  # assumption: benchmarked as NVIDIA configures it, balancing attention-DP contexts
         scenario["attention_dp_balance"] = True
     if engine == "sglang" and serving == "aggregated":  # run with SGLang's default chunked prefill

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import re
 from functools import cache
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 HERE = Path(__file__).parent
@@ -136,19 +136,23 @@ def check_every_engine(plan: Any) -> tuple[int, list[str]]:
                 checked += sum(1 for word in command.args if word.startswith("--"))
     # A composite plan exports each deployment into its folder (`deployment<i>/<file>`): names are checked by
     # their last part.
-    for name, data in export_plan(plan, "trtllm").configs.items():
-        if not name.rpartition("/")[2].startswith("trtllm-eplb-"):
-            problems += check_trtllm_options(data)
-            checked += len(dotted_keys(data))
-    for backend, groups in DYNAMO_WORKER_FLAGS.items():
+    trtllm_configs = export_plan(plan, "trtllm").configs
+    options = [data for name, data in trtllm_configs.items() if not PurePosixPath(name).name.startswith("trtllm-eplb-")]
+    if not options:
+        problems.append(f"trtllm: no LLM-API options file among {sorted(trtllm_configs)}")
+    for data in options:
+        problems += check_trtllm_options(data)
+        checked += len(dotted_keys(data))
+    for backend, worker_groups in DYNAMO_WORKER_FLAGS.items():
         configs = export_plan(plan, "dynamo", backend).configs
-        manifests = [config for name, config in configs.items() if name.rpartition("/")[2] == "dynamo-deployment.yaml"]
+        manifests = [config for name, config in configs.items() if PurePosixPath(name).name == "dynamo-deployment.yaml"]
         if not manifests:
             problems.append(f"dynamo ({backend}): no dynamo-deployment.yaml among {sorted(configs)}")
         for manifest in manifests:
             for service in manifest["documents"][-1]["spec"]["services"].values():
                 args = service["extraPodSpec"]["mainContainer"]["args"]
                 frontend = service["componentType"] == "frontend"
-                problems += check_args(args, flags_of(*(("dynamo:frontend", "dynamo:common") if frontend else groups)))
+                flag_groups = ("dynamo:frontend", "dynamo:common") if frontend else worker_groups
+                problems += check_args(args, flags_of(*flag_groups))
                 checked += sum(1 for word in args if word.startswith("--"))
     return checked, problems
