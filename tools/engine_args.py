@@ -76,7 +76,7 @@ def constants(modules: dict[str, ast.Module]) -> dict[str, Any]:
 
 def type_info(node: ast.expr | None, names: dict[str, Any], depth: int = 0) -> dict[str, Any]:
     """What a CLI value of this annotation must be: bool, one of choices, a scalar, a list or JSON."""
-    if node is None or depth > 5:
+    if node is None or depth > 12:  # a recursion guard: vLLM nests Literal aliases four deep (SpeculativeMethod)
         return {"type": "any"}
     if isinstance(node, ast.Constant) and isinstance(node.value, str):  # a string annotation
         try:

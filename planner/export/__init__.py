@@ -13,7 +13,7 @@ from pathlib import Path
 from costmodel.evaluate import evaluate
 from planner.errors import InputError
 from planner.export import dynamo, sglang, trtllm, vllm
-from planner.export.base import ENGINE_VERSIONS, ENGINES, Export, Plan, read_plan
+from planner.export.base import ENGINE_VERSIONS, ENGINES, Export, Plan, draft_model_notes, read_plan
 from planner.plan_output import layout_dict
 from planner.scenario import layout_from_document, load_scenario, scenario_from_data
 from planner.sourcefile import read_document
@@ -50,9 +50,9 @@ def export_plan(plan: Plan, engine: str, backend: str | None = None) -> Export:
         raise InputError.single(None, None, "engine", f"unknown engine '{engine}'; use one of {', '.join(ENGINES)}")
     if plan.serving == "composite":
         return _composite(plan, engine, backend)
-    if engine == "dynamo":
-        return dynamo.export(plan, backend)
-    return _EXPORTERS[engine](plan)
+    out = dynamo.export(plan, backend) if engine == "dynamo" else _EXPORTERS[engine](plan)
+    out.unexpressed += draft_model_notes(plan)
+    return out
 
 
 def _composite(plan: Plan, engine: str, backend: str | None) -> Export:

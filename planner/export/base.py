@@ -244,6 +244,17 @@ def pool_comments(plan: Plan, pool: Pool, operator: bool = False) -> list[str]:
     return lines
 
 
+def draft_model_notes(plan: Plan) -> list[str]:
+    """Speculative decoding with a separate draft model is priced (`workload.speculative.method: draft`), but no
+    scenario field names the draft model, so no engine flag can load it: said, not silently dropped."""
+    spec = plan.resolved.scenario.workload.speculative
+    if spec.method != "draft":
+        return []
+    return [f"speculative decoding with a draft model ({spec.draft_tokens} token(s) per step, acceptance "
+            f"{spec.acceptance_rate:g}) is priced, but the scenario names no draft model: add the engine's "
+            "draft-model flags, or the engine decodes without it (slower than the plan's TPOT)"]
+
+
 def plan_comments(plan: Plan) -> list[str]:
     """Figures and session tiers of the whole plan, for the head of each file."""
     figures = plan.data.get("figures") or {}
@@ -258,7 +269,7 @@ def plan_comments(plan: Plan) -> list[str]:
     midfill = plan.data.get("midfill")
     if isinstance(midfill, dict) and "why" in midfill:
         lines.append(f"midfill: {midfill['why']}")
-    return lines
+    return lines + draft_model_notes(plan)
 
 
 _Dumper: type[yaml.SafeDumper] = getattr(yaml, "CSafeDumper", yaml.SafeDumper)  # libyaml: load balancers are large

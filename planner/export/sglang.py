@@ -49,6 +49,7 @@ def server_args(plan: Plan, pool: Pool, placement_file: str | None, node_flags: 
         args += ["--max-prefill-tokens", str(per_rank)]
     if kv_dtype(plan) == "fp8":
         args += ["--kv-cache-dtype", "fp8_e4m3"]
+    args += speculative_args(plan)
     if pool.dp_attention > 1:
         args += ["--dp-size", str(pool.dp_attention), "--enable-dp-attention"]
     if pool.cpu_offload_gb > 0:  # SGLang takes whole GiB: rounded up, so HBM holds no more than planned
@@ -69,6 +70,18 @@ def server_args(plan: Plan, pool: Pool, placement_file: str | None, node_flags: 
         args += ["--nnodes", str(pool.nodes_per_instance), "--node-rank", "${NODE_RANK}",
                  "--dist-init-addr", "${HEAD_ADDR}:5000"]
     return args
+
+
+def speculative_args(plan: Plan) -> list[str]:
+    """MTP as SGLang runs it: the model's own NextN module through its EAGLE worker, a chain (top-k 1) of
+    `draft_tokens` steps verified with the token before them (sglang 0.5.21 `arg_groups/speculative_hook.py`:
+    NEXTN resolves to EAGLE, and with top-k 1 the verify width is steps + 1). Every pool gets them, as TRT-LLM's
+    options do: each loads the MTP module, whose weights and KV the cost model counts in every pool's memory."""
+    spec = plan.resolved.scenario.workload.speculative
+    if spec.method != "mtp":
+        return []
+    return ["--speculative-algorithm", "NEXTN", "--speculative-num-steps", str(spec.draft_tokens),
+            "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", str(spec.draft_tokens + 1)]
 
 
 def chunked_prefill_size(plan: Plan, pool: Pool) -> int:

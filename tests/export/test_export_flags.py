@@ -19,7 +19,7 @@ from costmodel.layout import Layout
 from costmodel.serving import ENGINE_STEP_TOKENS
 from planner.export import ENGINE_VERSIONS, Plan, export_plan, load_plan
 from planner.export.base import expert_slots, moe_layer_indices
-from tests.export.engine_check import check_args, check_trtllm_options, definitions, flags_of
+from tests.export.engine_check import check_args, check_every_engine, check_trtllm_options, definitions, flags_of
 
 PLANS = sorted((Path(__file__).parent / "plans").glob("*.yaml"))
 DYNAMO_FLAGS = {
@@ -215,3 +215,48 @@ def test_a_prefill_batch_beyond_sglangs_admission_cap_raises_it() -> None:
         if pool.engine_role == "aggregated":
             assert args[args.index("--max-prefill-tokens") + 1] == "32768"
             assert args[args.index("--chunked-prefill-size") + 1] == str(32768 * pool.dp_attention)
+
+
+def _with_speculation(plan: Plan, **speculative: Any) -> Plan:
+    workload = plan.resolved.scenario.workload
+    spec = workload.speculative.model_copy(update=speculative)
+    scenario = plan.resolved.scenario.model_copy(update={"workload": workload.model_copy(update={"speculative": spec})})
+    return dataclasses.replace(plan, resolved=dataclasses.replace(plan.resolved, scenario=scenario))
+
+
+def test_mtp_the_plan_prices_is_launched_by_every_engine() -> None:
+    """A plan priced with MTP (two draft tokens) launches MTP on every engine, with flags the pinned releases
+    define; without speculation none of them is written."""
+    base = load_plan(Path(__file__).parent / "plans" / "deepseek-v3-8xh200-plan-0.yaml")
+    plan = _with_speculation(base, method="mtp", draft_tokens=2)
+    for commands in export_plan(plan, "sglang").commands.values():
+        for command in commands:
+            args = list(command.args)
+            assert check_args(args, flags_of("sglang")) == []
+            at = args.index("--speculative-algorithm")
+            assert args[at:at + 8] == ["--speculative-algorithm", "NEXTN", "--speculative-num-steps", "2",
+                                       "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "3"]
+    for commands in export_plan(plan, "vllm").commands.values():
+        for command in commands:
+            args = list(command.args)
+            assert check_args(args, flags_of("vllm"), positionals=1) == []
+            config = args[args.index("--speculative-config") + 1]
+            assert yaml.safe_load(config) == {"method": "mtp", "num_speculative_tokens": 2}
+    for name, options in export_plan(plan, "trtllm").configs.items():
+        if not name.startswith("trtllm-eplb-"):
+            assert options["speculative_config"] == {"decoding_type": "MTP", "num_nextn_predict_layers": 2}
+    checked, problems = check_every_engine(plan)  # Dynamo's workers too, with each backend
+    assert checked > 0 and problems == []
+    for engine in ("sglang", "vllm"):
+        words = [w for commands in export_plan(base, engine).commands.values() for c in commands for w in c.args]
+        assert not any(word.startswith("--speculative") for word in words)
+
+
+def test_a_draft_model_the_scenario_cannot_name_is_said() -> None:
+    """`method: draft` is priced, but no field names the draft model: every engine's export says so."""
+    plan = _with_speculation(load_plan(Path(__file__).parent / "plans" / "deepseek-v3-8xh200-plan-0.yaml"),
+                             method="draft", draft_tokens=3)
+    for engine in ("trtllm", "sglang", "vllm", "dynamo"):
+        out = export_plan(plan, engine)
+        assert any("names no draft model" in note for note in out.unexpressed), engine
+        assert any("names no draft model" in text for text in out.files.values()), engine
