@@ -376,6 +376,7 @@ class Architecture(BaseModel):
 
     schema_version: Literal[1] = 1
     name: str = Field(min_length=1)  # HF repo id or the name given at import
+    model_type: str = ""  # the config's `model_type` (engines pick model code by it); "" when built by hand
     hidden_size: int = Field(gt=0)
     vocab_size: int = Field(gt=0)
     tie_word_embeddings: bool = False

@@ -44,6 +44,7 @@ def parse_hf_config(config: Mapping[str, Any], name: str) -> Architecture:
         weights, experts = native_dtypes(root, cfg, notes)
         return Architecture(
             name=name,
+            model_type=mtype,
             hidden_size=hidden,
             vocab_size=cfg.req_int("vocab_size"),
             tie_word_embeddings=_tied(root, cfg, notes),

@@ -244,6 +244,30 @@ def pool_comments(plan: Plan, pool: Pool, operator: bool = False) -> list[str]:
     return lines
 
 
+# Model types whose MTP modules the pinned SGLang and vLLM run as drafters, read from their sources: vLLM
+# 0.31 `SpeculativeConfig.hf_config_override` maps deepseek_v3 / deepseek_v32 / glm_moe_dsa to deepseek_mtp,
+# Glm4MoeForCausalLM to glm4_moe_mtp, qwen3_next and qwen3_5(_moe) to their MTP models; SGLang 0.5.21 ships
+# NextN/MTP model code for the same (`srt/models/deepseek_nextn.py`, `glm4_moe_nextn.py`, `qwen3_next_mtp.py`,
+# `qwen3_5_mtp.py`). MiniMax-M2's MTP modules have none in either: an MTP plan of it cannot be launched there.
+MTP_MODEL_TYPES = frozenset({"deepseek_v3", "deepseek_v32", "glm_moe_dsa", "glm4_moe", "qwen3_next", "qwen3_5_moe"})
+
+
+def mtp_notes(plan: Plan, pool: Pool, engine: str) -> list[str]:
+    """Why a pool of an MTP plan launches without MTP on SGLang or vLLM (empty: it launches with it)."""
+    spec = plan.resolved.scenario.workload.speculative
+    if spec.method != "mtp":
+        return []
+    model_type = plan.resolved.architecture.model_type
+    if model_type not in MTP_MODEL_TYPES:
+        return [f"MTP is priced, but {engine} has no MTP drafter for model type {model_type or 'unknown'}: "
+                "this pool decodes without it, slower than the plan's TPOT"]
+    if engine == "sglang" and pool.pp > 1 and pool.engine_role != "prefill":
+        return ["MTP is priced, but SGLang runs it with pipeline stages on prefill servers only (validation "
+                "hook check_pipeline_parallel_compat; SGLANG_ENABLE_PP_SPEC=1 lifts it, experimentally, for "
+                "aggregated servers without attention DP): this pool decodes without it, slower than the plan's TPOT"]
+    return []
+
+
 def draft_model_notes(plan: Plan) -> list[str]:
     """Speculative decoding with a separate draft model is priced (`workload.speculative.method: draft`), but no
     scenario field names the draft model, so no engine flag can load it: said, not silently dropped."""
@@ -252,7 +276,7 @@ def draft_model_notes(plan: Plan) -> list[str]:
         return []
     return [f"speculative decoding with a draft model ({spec.draft_tokens} token(s) per step, acceptance "
             f"{spec.acceptance_rate:g}) is priced, but the scenario names no draft model: add the engine's "
-            "draft-model flags, or the engine decodes without it (slower than the plan's TPOT)"]
+            "draft-model settings, or the engine decodes without it (slower than the plan's TPOT)"]
 
 
 def plan_comments(plan: Plan) -> list[str]:

@@ -21,6 +21,7 @@ from planner.export.base import (
     comment_block,
     dump_yaml,
     dump_yaml_all,
+    mtp_notes,
     plan_comments,
     pool_comments,
 )
@@ -94,7 +95,7 @@ def manifest(plan: Plan, backend: str) -> tuple[list[dict[str, Any]], list[str]]
         files.update(pool_files)
         services[pool.name] = service(plan, pool, backend, args, mounted)
         comments += [f"service {pool.name}: " + line for line in pool_comments(plan, pool, operator=True)]
-        comments += [f"service {pool.name}: " + line for line in _unexpressed(pool, backend)]
+        comments += [f"service {pool.name}: " + line for line in _unexpressed(plan, pool, backend)]
     deployment = {"apiVersion": API_VERSION, "kind": "DynamoGraphDeployment",
                   "metadata": {"name": _name(plan)},
                   "spec": {"backendFramework": backend, "envs": [{"name": "HF_HOME", "value": "/models"}],
@@ -106,8 +107,12 @@ def manifest(plan: Plan, backend: str) -> tuple[list[dict[str, Any]], list[str]]
     return [*documents, deployment], comments
 
 
-def _unexpressed(pool: Pool, backend: str) -> list[str]:
-    return {"trtllm": trtllm.unexpressed, "vllm": vllm.unexpressed}.get(backend, lambda _: [])(pool)
+def _unexpressed(plan: Plan, pool: Pool, backend: str) -> list[str]:
+    if backend == "trtllm":
+        return trtllm.unexpressed(pool)
+    if backend == "vllm":
+        return vllm.unexpressed(plan, pool)
+    return mtp_notes(plan, pool, backend)  # SGLang's workers: only what the operator cannot launch
 
 
 def _name(plan: Plan) -> str:
@@ -125,7 +130,7 @@ def export(plan: Plan, backend: str | None = None) -> Export:
     documents, comments = manifest(plan, chosen)
     out = Export("dynamo")
     out.configs["dynamo-deployment.yaml"] = {"documents": documents}
-    out.unexpressed = [c for pool in plan.pools for c in _unexpressed(pool, chosen)]
+    out.unexpressed = [c for pool in plan.pools for c in _unexpressed(plan, pool, chosen)]
     head = comment_block([f"DynamoGraphDeployment (ai-dynamo=={ENGINE_VERSIONS['dynamo'][1]}, backend {chosen}) "
                           "written by `plan export`; apply with kubectl apply -f", *comments])
     body = dump_yaml_all(documents)

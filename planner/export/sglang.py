@@ -25,6 +25,7 @@ from planner.export.base import (
     kv_dtype,
     max_context_tokens,
     memory_fraction,
+    mtp_notes,
     plan_comments,
     pool_comments,
 )
@@ -32,6 +33,8 @@ from planner.export.base import (
 PROGRAM = ("python3", "-m", "sglang.launch_server")
 SGLANG_MAX_PREFILL_TOKENS = 16384  # SGLang's default --max-prefill-tokens (server_args.py, 0.5.8)
 DISAGG_BACKEND = "nixl"
+DEEPEP_DISPATCH_TOKENS = 128  # SGLANG_DEEPEP_NUM_MAX_DISPATCH_TOKENS_PER_RANK default (sglang 0.5.21 environ.py)
+DEEPEP_DISPATCH_TOKENS_MAX = 1024  # asserted in token_dispatcher/deepep.py (DeepEP's internode_ll finish tag)
 BOOTSTRAP_PORT = 8998
 
 
@@ -49,7 +52,7 @@ def server_args(plan: Plan, pool: Pool, placement_file: str | None, node_flags: 
         args += ["--max-prefill-tokens", str(per_rank)]
     if kv_dtype(plan) == "fp8":
         args += ["--kv-cache-dtype", "fp8_e4m3"]
-    args += speculative_args(plan)
+    args += speculative_args(plan, pool)
     if pool.dp_attention > 1:
         args += ["--dp-size", str(pool.dp_attention), "--enable-dp-attention"]
     if pool.cpu_offload_gb > 0:  # SGLang takes whole GiB: rounded up, so HBM holds no more than planned
@@ -72,13 +75,13 @@ def server_args(plan: Plan, pool: Pool, placement_file: str | None, node_flags: 
     return args
 
 
-def speculative_args(plan: Plan) -> list[str]:
+def speculative_args(plan: Plan, pool: Pool) -> list[str]:
     """MTP as SGLang runs it: the model's own NextN module through its EAGLE worker, a chain (top-k 1) of
     `draft_tokens` steps verified with the token before them (sglang 0.5.21 `arg_groups/speculative_hook.py`:
     NEXTN resolves to EAGLE, and with top-k 1 the verify width is steps + 1). Every pool gets them, as TRT-LLM's
     options do: each loads the MTP module, whose weights and KV the cost model counts in every pool's memory."""
     spec = plan.resolved.scenario.workload.speculative
-    if spec.method != "mtp":
+    if spec.method != "mtp" or mtp_notes(plan, pool, "sglang"):
         return []
     return ["--speculative-algorithm", "NEXTN", "--speculative-num-steps", str(spec.draft_tokens),
             "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", str(spec.draft_tokens + 1)]
@@ -101,6 +104,24 @@ def placement_json(plan: Plan, pool: Pool) -> dict[str, list[list[int]]] | None:
     return {"physical_to_logical_map": [slots for _ in range(plan.resolved.architecture.num_layers)]}
 
 
+def _deepep_capacity(plan: Plan, pool: Pool) -> list[str]:
+    """DeepEP's low-latency (decode) buffers hold SGLANG_DEEPEP_NUM_MAX_DISPATCH_TOKENS_PER_RANK tokens, 128
+    by default and at most 1024 (sglang 0.5.21 `environ.py`, `token_dispatcher/deepep.py`); a decode step of
+    this pool dispatches its sequences per rank times the verified tokens of each."""
+    if pool.engine_role == "prefill" or pool.moe_ep <= 1 or pool.moe_ep != pool.gpus_per_stage:
+        return []
+    spec = plan.resolved.scenario.workload.speculative
+    verified = 1 + (spec.draft_tokens if spec.method == "mtp" and not mtp_notes(plan, pool, "sglang") else 0)
+    tokens = math.ceil(pool.batch / pool.dp_attention) * verified
+    if tokens <= DEEPEP_DISPATCH_TOKENS:
+        return []
+    if tokens > DEEPEP_DISPATCH_TOKENS_MAX:
+        return [f"a decode step dispatches {tokens} tokens per rank through DeepEP, beyond its limit of "
+                f"{DEEPEP_DISPATCH_TOKENS_MAX}: lower the batch or the draft tokens"]
+    return [f"set SGLANG_DEEPEP_NUM_MAX_DISPATCH_TOKENS_PER_RANK={tokens} in the server's environment: a decode "
+            f"step dispatches {tokens} tokens per rank through DeepEP, beyond its default {DEEPEP_DISPATCH_TOKENS}"]
+
+
 def placement_name(pool: Pool) -> str:
     return f"sglang-expert-location-{pool.name}.json"
 
@@ -118,8 +139,8 @@ def export(plan: Plan) -> Export:
         if placement is not None and name is not None:
             out.files[name] = json.dumps(placement, separators=(",", ":")) + "\n"
         args = [*server_args(plan, pool, name), "--host", HOST, "--port", str(PORT + pool.index)]
-        comments = pool_comments(plan, pool) + _unexpressed(pool)
-        out.unexpressed += _unexpressed(pool)
+        comments = pool_comments(plan, pool) + _unexpressed(plan, pool)
+        out.unexpressed += _unexpressed(plan, pool)
         command = Command(PROGRAM, tuple(args), tuple(comments))
         out.commands[pool.name] = [command]
         script += ["", comment_block(comments).rstrip(), f"# start {pool.replicas} such instance(s), one per "
@@ -130,8 +151,8 @@ def export(plan: Plan) -> Export:
     return out
 
 
-def _unexpressed(pool: Pool) -> list[str]:
-    notes = []
+def _unexpressed(plan: Plan, pool: Pool) -> list[str]:
+    notes = mtp_notes(plan, pool, "sglang") + _deepep_capacity(plan, pool)
     if pool.moe_tp > 1 and pool.moe_ep > 1:
         notes.append(f"expert TP {pool.moe_tp} inside each of {pool.moe_ep} banks follows from --tp-size / --ep-size; "
                      "the all-to-all stays SGLang's default (DeepEP needs EP over the whole stage)")

@@ -25,6 +25,7 @@ from planner.export.base import (
     kv_dtype,
     max_context_tokens,
     memory_fraction,
+    mtp_notes,
     plan_comments,
     pool_comments,
 )
@@ -45,7 +46,7 @@ def engine_args(plan: Plan, pool: Pool) -> list[str]:
     if kv_dtype(plan) == "fp8":
         args += ["--kv-cache-dtype", "fp8"]
     spec = plan.resolved.scenario.workload.speculative
-    if spec.method == "mtp":  # vllm 0.31 config/speculative.py: "mtp" drafts with the model's own MTP layers
+    if spec.method == "mtp" and not mtp_notes(plan, pool, "vllm"):  # vllm 0.31 config/speculative.py
         args += ["--speculative-config", json.dumps({"method": "mtp", "num_speculative_tokens": spec.draft_tokens})]
     if pool.cpu_offload_gb > 0:
         args += ["--cpu-offload-gb", f"{pool.cpu_offload_gb:g}"]
@@ -74,7 +75,7 @@ def _node_args(plan: Plan, pool: Pool) -> tuple[list[str], list[str]] | None:
 
 
 def commands(plan: Plan, pool: Pool) -> list[Command]:
-    comments = pool_comments(plan, pool) + unexpressed(pool)
+    comments = pool_comments(plan, pool) + unexpressed(plan, pool)
     args = [plan.model, *engine_args(plan, pool), "--host", HOST, "--port", str(PORT + pool.index)]
     nodes = _node_args(plan, pool)
     if nodes is None:
@@ -86,8 +87,8 @@ def commands(plan: Plan, pool: Pool) -> list[Command]:
                                                 f"NODE_RANK x {local}",))]
 
 
-def unexpressed(pool: Pool) -> list[str]:
-    notes = []
+def unexpressed(plan: Plan, pool: Pool) -> list[str]:
+    notes = mtp_notes(plan, pool, "vllm")
     if pool.moe_ep > 1 and pool.moe_ep != pool.tp * pool.dp_attention:
         notes.append(f"expert TP {pool.moe_tp} x EP {pool.moe_ep}: vLLM's expert parallelism spans all "
                      f"{pool.tp * pool.dp_attention} GPUs of a stage (EP {pool.tp * pool.dp_attention}, no expert TP)")
@@ -108,7 +109,7 @@ def export(plan: Plan) -> Export:
     if capped:
         script.append(comment_block([capped]).rstrip())
     for pool in plan.pools:
-        out.unexpressed += unexpressed(pool)
+        out.unexpressed += unexpressed(plan, pool)
         out.commands[pool.name] = commands(plan, pool)
         for command in out.commands[pool.name]:
             script += ["", comment_block(list(command.comments)).rstrip(), command.shell()]

@@ -224,39 +224,78 @@ def _with_speculation(plan: Plan, **speculative: Any) -> Plan:
     return dataclasses.replace(plan, resolved=dataclasses.replace(plan.resolved, scenario=scenario))
 
 
-def test_mtp_the_plan_prices_is_launched_by_every_engine() -> None:
-    """A plan priced with MTP (two draft tokens) launches MTP on every engine, with flags the pinned releases
-    define; without speculation none of them is written."""
-    base = load_plan(Path(__file__).parent / "plans" / "deepseek-v3-8xh200-plan-0.yaml")
-    plan = _with_speculation(base, method="mtp", draft_tokens=2)
+def _mtp_plan(name: str, **architecture: Any) -> Plan:
+    plan = _with_speculation(load_plan(Path(__file__).parent / "plans" / name), method="mtp", draft_tokens=2)
+    arch = plan.resolved.architecture.model_copy(update=architecture)
+    return dataclasses.replace(plan, resolved=dataclasses.replace(plan.resolved, architecture=arch))
+
+
+def _speculative_words(plan: Plan, engine: str) -> list[list[str]]:
+    return [[w for w in command.args if w.startswith("--speculative")]
+            for commands in export_plan(plan, engine).commands.values() for command in commands]
+
+
+SGLANG_MTP = ["--speculative-algorithm", "NEXTN", "--speculative-num-steps", "2", "--speculative-eagle-topk", "1",
+              "--speculative-num-draft-tokens", "3"]
+
+
+@pytest.mark.parametrize("name", ["deepseek-v3-8xh200-plan-18.yaml", "coding-agent-sessions-gb200-plan-6.yaml"])
+def test_mtp_the_plan_prices_is_launched_by_every_engine(name: str) -> None:
+    """A plan priced with MTP (two draft tokens), aggregated or disaggregated, launches MTP on every pool of
+    every engine, with flags the pinned releases define; without speculation none is written."""
+    plan = _mtp_plan(name)
     for commands in export_plan(plan, "sglang").commands.values():
         for command in commands:
             args = list(command.args)
-            assert check_args(args, flags_of("sglang")) == []
             at = args.index("--speculative-algorithm")
-            assert args[at:at + 8] == ["--speculative-algorithm", "NEXTN", "--speculative-num-steps", "2",
-                                       "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "3"]
+            assert args[at:at + 8] == SGLANG_MTP
     for commands in export_plan(plan, "vllm").commands.values():
         for command in commands:
-            args = list(command.args)
-            assert check_args(args, flags_of("vllm"), positionals=1) == []
-            config = args[args.index("--speculative-config") + 1]
+            config = command.args[command.args.index("--speculative-config") + 1]
             assert yaml.safe_load(config) == {"method": "mtp", "num_speculative_tokens": 2}
-    for name, options in export_plan(plan, "trtllm").configs.items():
-        if not name.startswith("trtllm-eplb-"):
+    for name_, options in export_plan(plan, "trtllm").configs.items():
+        if not name_.startswith("trtllm-eplb-"):
             assert options["speculative_config"] == {"decoding_type": "MTP", "num_nextn_predict_layers": 2}
-    checked, problems = check_every_engine(plan)  # Dynamo's workers too, with each backend
+    checked, problems = check_every_engine(plan)  # every flag defined, Dynamo's workers with each backend too
     assert checked > 0 and problems == []
+    notes = [note for engine in ("sglang", "vllm") for note in export_plan(plan, engine).unexpressed]
+    assert not any("MTP is priced" in note for note in notes)
+    base = load_plan(Path(__file__).parent / "plans" / name)
+    assert all(words == [] for engine in ("sglang", "vllm") for words in _speculative_words(base, engine))
+
+
+def test_mtp_an_engine_cannot_run_is_said_not_launched() -> None:
+    """SGLang runs MTP beside pipeline stages on prefill servers only, and neither SGLang nor vLLM has an MTP
+    drafter for MiniMax-M2: those pools launch without the flags and their exports say why."""
+    staged = _mtp_plan("deepseek-v3-8xh200-plan-0.yaml")  # aggregated, pp 2
+    assert _speculative_words(staged, "sglang") == [[]]
+    assert any("pipeline stages on prefill servers only" in n for n in export_plan(staged, "sglang").unexpressed)
+    assert all(words for words in _speculative_words(staged, "vllm"))
+    minimax = _mtp_plan("deepseek-v3-8xh200-plan-18.yaml", model_type="minimax_m2")
     for engine in ("sglang", "vllm"):
-        words = [w for commands in export_plan(base, engine).commands.values() for c in commands for w in c.args]
-        assert not any(word.startswith("--speculative") for word in words)
+        assert all(words == [] for words in _speculative_words(minimax, engine))
+        assert any("no MTP drafter for model type minimax_m2" in n for n in export_plan(minimax, engine).unexpressed)
+    assert any("no MTP drafter" in n for n in export_plan(minimax, "dynamo", "sglang").unexpressed)
+
+
+def test_deepep_buffers_too_small_for_a_decode_step_are_said() -> None:
+    """A decode pool of 64 sequences per rank verifying 3 tokens each dispatches 192 tokens per rank, beyond
+    DeepEP's default 128 in SGLang: the export says which environment variable to raise."""
+    plan = _mtp_plan("deepseek-v3-16x-gb200-nvl72-plan-0.yaml")
+    notes = export_plan(plan, "sglang").unexpressed
+    assert any("SGLANG_DEEPEP_NUM_MAX_DISPATCH_TOKENS_PER_RANK=192" in note for note in notes)
+    plain = load_plan(Path(__file__).parent / "plans" / "deepseek-v3-16x-gb200-nvl72-plan-0.yaml")
+    assert not any("DEEPEP" in note for note in export_plan(plain, "sglang").unexpressed)  # 64 tokens per rank
 
 
 def test_a_draft_model_the_scenario_cannot_name_is_said() -> None:
-    """`method: draft` is priced, but no field names the draft model: every engine's export says so."""
-    plan = _with_speculation(load_plan(Path(__file__).parent / "plans" / "deepseek-v3-8xh200-plan-0.yaml"),
+    """`method: draft` is priced, but no field names the draft model: every engine's export says so and
+    writes no speculative setting."""
+    plan = _with_speculation(load_plan(Path(__file__).parent / "plans" / "deepseek-v3-8xh200-plan-18.yaml"),
                              method="draft", draft_tokens=3)
     for engine in ("trtllm", "sglang", "vllm", "dynamo"):
         out = export_plan(plan, engine)
         assert any("names no draft model" in note for note in out.unexpressed), engine
         assert any("names no draft model" in text for text in out.files.values()), engine
+        lines = [line for text in out.files.values() for line in text.splitlines()]
+        assert not any("speculative" in line.split("#")[0] for line in lines), engine
