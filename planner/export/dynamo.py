@@ -21,7 +21,6 @@ from planner.export.base import (
     comment_block,
     dump_yaml,
     dump_yaml_all,
-    mtp_notes,
     plan_comments,
     pool_comments,
 )
@@ -112,7 +111,7 @@ def _unexpressed(plan: Plan, pool: Pool, backend: str) -> list[str]:
         return trtllm.unexpressed(pool)
     if backend == "vllm":
         return vllm.unexpressed(plan, pool)
-    return mtp_notes(plan, pool, backend)  # SGLang's workers: only what the operator cannot launch
+    return sglang.unexpressed(plan, pool)
 
 
 def _name(plan: Plan) -> str:

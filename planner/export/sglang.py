@@ -139,8 +139,8 @@ def export(plan: Plan) -> Export:
         if placement is not None and name is not None:
             out.files[name] = json.dumps(placement, separators=(",", ":")) + "\n"
         args = [*server_args(plan, pool, name), "--host", HOST, "--port", str(PORT + pool.index)]
-        comments = pool_comments(plan, pool) + _unexpressed(plan, pool)
-        out.unexpressed += _unexpressed(plan, pool)
+        comments = pool_comments(plan, pool) + unexpressed(plan, pool)
+        out.unexpressed += unexpressed(plan, pool)
         command = Command(PROGRAM, tuple(args), tuple(comments))
         out.commands[pool.name] = [command]
         script += ["", comment_block(comments).rstrip(), f"# start {pool.replicas} such instance(s), one per "
@@ -151,7 +151,7 @@ def export(plan: Plan) -> Export:
     return out
 
 
-def _unexpressed(plan: Plan, pool: Pool) -> list[str]:
+def unexpressed(plan: Plan, pool: Pool) -> list[str]:
     notes = mtp_notes(plan, pool, "sglang") + _deepep_capacity(plan, pool)
     if pool.moe_tp > 1 and pool.moe_ep > 1:
         notes.append(f"expert TP {pool.moe_tp} inside each of {pool.moe_ep} banks follows from --tp-size / --ep-size; "
