@@ -268,6 +268,13 @@ def mtp_notes(plan: Plan, pool: Pool, engine: str) -> list[str]:
     return []
 
 
+def launched_drafts(plan: Plan, pool: Pool, engine: str) -> int:
+    """MTP draft tokens per step this pool launches on SGLang or vLLM: the plan's, or 0 where it prices none or
+    the engine cannot run them (`mtp_notes` says why)."""
+    spec = plan.resolved.scenario.workload.speculative
+    return spec.draft_tokens if spec.method == "mtp" and not mtp_notes(plan, pool, engine) else 0
+
+
 def draft_model_notes(plan: Plan) -> list[str]:
     """Speculative decoding with a separate draft model is priced (`workload.speculative.method: draft`), but no
     scenario field names the draft model, so no engine flag can load it: said, not silently dropped."""

@@ -23,6 +23,7 @@ from planner.export.base import (
     comment_block,
     expert_slots,
     kv_dtype,
+    launched_drafts,
     max_context_tokens,
     memory_fraction,
     mtp_notes,
@@ -80,11 +81,11 @@ def speculative_args(plan: Plan, pool: Pool) -> list[str]:
     `draft_tokens` steps verified with the token before them (sglang 0.5.21 `arg_groups/speculative_hook.py`:
     NEXTN resolves to EAGLE, and with top-k 1 the verify width is steps + 1). Every pool gets them, as TRT-LLM's
     options do: each loads the MTP module, whose weights and KV the cost model counts in every pool's memory."""
-    spec = plan.resolved.scenario.workload.speculative
-    if spec.method != "mtp" or mtp_notes(plan, pool, "sglang"):
+    drafts = launched_drafts(plan, pool, "sglang")
+    if drafts == 0:
         return []
-    return ["--speculative-algorithm", "NEXTN", "--speculative-num-steps", str(spec.draft_tokens),
-            "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", str(spec.draft_tokens + 1)]
+    return ["--speculative-algorithm", "NEXTN", "--speculative-num-steps", str(drafts),
+            "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", str(drafts + 1)]
 
 
 def chunked_prefill_size(plan: Plan, pool: Pool) -> int:
@@ -110,9 +111,7 @@ def _deepep_capacity(plan: Plan, pool: Pool) -> list[str]:
     this pool dispatches its sequences per rank times the verified tokens of each."""
     if pool.engine_role == "prefill" or pool.moe_ep <= 1 or pool.moe_ep != pool.gpus_per_stage:
         return []
-    spec = plan.resolved.scenario.workload.speculative
-    verified = 1 + (spec.draft_tokens if spec.method == "mtp" and not mtp_notes(plan, pool, "sglang") else 0)
-    tokens = math.ceil(pool.batch / pool.dp_attention) * verified
+    tokens = math.ceil(pool.batch / pool.dp_attention) * (1 + launched_drafts(plan, pool, "sglang"))
     if tokens <= DEEPEP_DISPATCH_TOKENS:
         return []
     if tokens > DEEPEP_DISPATCH_TOKENS_MAX:

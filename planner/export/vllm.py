@@ -23,6 +23,7 @@ from planner.export.base import (
     comment_block,
     expert_slots,
     kv_dtype,
+    launched_drafts,
     max_context_tokens,
     memory_fraction,
     mtp_notes,
@@ -45,9 +46,9 @@ def engine_args(plan: Plan, pool: Pool) -> list[str]:
             "--gpu-memory-utilization", str(memory_fraction())]
     if kv_dtype(plan) == "fp8":
         args += ["--kv-cache-dtype", "fp8"]
-    spec = plan.resolved.scenario.workload.speculative
-    if spec.method == "mtp" and not mtp_notes(plan, pool, "vllm"):  # vllm 0.31 config/speculative.py
-        args += ["--speculative-config", json.dumps({"method": "mtp", "num_speculative_tokens": spec.draft_tokens})]
+    drafts = launched_drafts(plan, pool, "vllm")
+    if drafts:  # vllm 0.31 config/speculative.py: "mtp" drafts with the model's own MTP layers
+        args += ["--speculative-config", json.dumps({"method": "mtp", "num_speculative_tokens": drafts})]
     if pool.cpu_offload_gb > 0:
         args += ["--cpu-offload-gb", f"{pool.cpu_offload_gb:g}"]
     if pool.moe_ep > 1:
