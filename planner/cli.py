@@ -267,26 +267,36 @@ def _echo_json(data: Any) -> None:
 def main(argv: list[str] | None = None) -> None:
     """Entry point: run the CLI and turn expected failures into messages and exit codes."""
     args = list(sys.argv[1:] if argv is None else argv)
-    debug = "--debug" in args
     if argv is None:  # the `plan` process itself (not a test calling main in-process)
         interrupt.install()
+    code = _run(args, debug="--debug" in args)
+    interrupt.yield_to_stop()  # a signal's cleanup under way decides the exit code, not this thread
+    if code:
+        sys.exit(code)
+
+
+def _run(args: list[str], debug: bool) -> int:
+    """Run the CLI; the exit code, having said what went wrong."""
     try:
         cli.main(args=args, prog_name="plan", standalone_mode=False)
     except (click.exceptions.Abort, KeyboardInterrupt):  # without the watcher (in-process calls)
         click.echo(f"interrupted (exit {interrupt.EXIT_CODE})", err=True)
-        sys.exit(interrupt.EXIT_CODE)
+        return interrupt.EXIT_CODE
     except click.ClickException as exc:
         exc.show()
-        sys.exit(exc.exit_code)
+        return exc.exit_code
     except (PlannerError, CostModelError) as exc:
+        interrupt.yield_to_stop()  # e.g. the staging folder a signal's cleanup removed: not this error's to report
         if debug:
             traceback.print_exc()
         code = exc.exit_code if isinstance(exc, PlannerError) else InputError.exit_code
         for line in str(exc).splitlines():
             click.echo(f"error: {line}", err=True)
-        sys.exit(code)
+        return code
     except Exception as exc:  # a bug: say so, keep the traceback for --debug
+        interrupt.yield_to_stop()
         if debug:
             raise
         click.echo(f"internal error: {type(exc).__name__}: {exc} (rerun with --debug for the traceback)", err=True)
-        sys.exit(1)
+        return 1
+    return 0

@@ -28,6 +28,7 @@ _cleanups: list[Callable[[], None]] = []
 _deferring = False
 _pending = 0  # the exit code of a signal held while outputs move into place (0: none)
 _installed = False
+_stopping = threading.Event()  # set once the watcher has begun to stop the process
 
 
 def install() -> None:
@@ -70,6 +71,7 @@ def _watch(read_fd: int) -> None:
 
 def stop(message: str, code: int = EXIT_CODE) -> None:
     """Run the cleanups, say why, and exit with `code` (130: SIGINT, 143: SIGTERM) at once."""
+    _stopping.set()
     with _lock:
         cleanups = list(_cleanups)
     for cleanup in cleanups:
@@ -81,6 +83,16 @@ def stop(message: str, code: int = EXIT_CODE) -> None:
     sys.stderr.write(f"{message} (exit {code})\n")
     sys.stderr.flush()
     os._exit(code)
+
+
+def yield_to_stop() -> None:
+    """Let a stop under way in the watcher end the process (its exit code, its cleanups finished).
+
+    The main thread keeps running while the watcher cleans up: it can fail on the staging folder the
+    watcher just removed, or finish, and its own exit (1, or 0) must not overtake the interrupt's.
+    """
+    if _stopping.is_set() and threading.current_thread() is threading.main_thread():
+        threading.Event().wait(60.0)  # the watcher's os._exit ends this wait; 60 s: a watcher stuck in cleanup
 
 
 @contextmanager

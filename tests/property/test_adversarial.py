@@ -5,6 +5,7 @@ FIFO, a folder, an oversized file), `--cases` poison lines, CLI bounds, `--out` 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -17,6 +18,8 @@ from typing import Any
 import pytest
 
 from costmodel.safe_load import MAX_FILE_BYTES
+from planner import out_dir
+from planner.out_dir import OutputFolder
 from tests.helpers import run_cli
 
 CORPUS = Path(__file__).parent / "adversarial"
@@ -244,3 +247,36 @@ def test_import_hf_to_an_unwritable_path_exits_2(tmp_path: Path) -> None:
     config = REPO / "costmodel" / "data" / "models" / "Qwen--Qwen3-32B.config.json"
     result = run_cli("import-hf", str(config), "-o", str(blocker / "model.yaml"))
     assert result.code == 2 and "--output: cannot write there" in result.err, result.err
+
+
+def test_a_discarded_staging_folder_takes_no_later_write(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A signal's cleanup runs beside the main thread's writes: one landing mid-removal leaves nothing."""
+    out = OutputFolder.prepare(tmp_path / "out")
+    out.path("front.json").write_text("{}\n")
+
+    def remove_while_the_main_thread_writes(path: Path, ignore_errors: bool = False) -> None:
+        for entry in Path(path).iterdir():
+            entry.unlink()
+        with contextlib.suppress(OSError):  # the main thread's next file, written between listing and rmdir
+            out.path("front.csv").write_text("late\n")
+        with contextlib.suppress(OSError):
+            Path(path).rmdir()
+
+    monkeypatch.setattr(out_dir.shutil, "rmtree", remove_while_the_main_thread_writes)
+    out.discard()
+    assert not (tmp_path / "out").exists(), list((tmp_path / "out").rglob("*"))
+
+
+def test_the_main_thread_waits_for_a_signal_cleanup_under_way(tmp_path: Path) -> None:
+    """The main thread failing (exit 1) while the watcher cleans up must not overtake the signal's 143."""
+    script = ("import os, signal, sys, time\n"
+              "from planner import interrupt\n"
+              "interrupt.install()\n"
+              "interrupt.on_interrupt(lambda: time.sleep(1.0))\n"
+              "os.kill(os.getpid(), signal.SIGTERM)\n"
+              "time.sleep(0.3)\n"  # the watcher is inside the cleanup now
+              "interrupt.yield_to_stop()\n"
+              "sys.exit(1)\n")
+    process = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=REPO, timeout=30)
+    assert process.returncode == 143, process.stderr
+    assert "interrupted" in process.stderr
