@@ -106,6 +106,10 @@ class _PulpBackend:
             solver = self._careful(options, log) if careful else self._solver(options, log)
             if solver is None:
                 return SolveReport(SolveStatus.ERROR, math.nan, math.nan, 0.0, message=BROKEN)
+            if hasattr(solver, "tmpDir"):
+                # PuLP's command-line solvers write the model and solution files to the system's temporary
+                # folder and remove them only after a run that worked; here they go with this folder in any case
+                solver.tmpDir = folder
             try:
                 with _quiet_stdout():
                     problem.solve(solver)

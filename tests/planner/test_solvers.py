@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import tempfile
+from pathlib import Path
+from typing import Any
+
 import pytest
 
 from planner.formulation.linear import LinearModel
@@ -70,3 +74,27 @@ def test_a_window_narrower_than_a_grid_step_is_feasible(name: str) -> None:
     assert report.status == SolveStatus.OPTIMAL
     assert report.objective == pytest.approx(1.0 + 1e-6, abs=2.0 / 2**20)
     assert report.bound >= 1.0 + 1e-6 - 1e-7  # a bound on the continuous optimum (LP tolerance 1e-7)
+
+
+def test_a_failed_cbc_run_leaves_no_files_behind(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """PuLP removes CBC's model and solution files only after a run that worked; a failed one must not leave
+    them in the system's temporary folder (hundreds of .mps files piled up there before)."""
+    failing = tmp_path / "cbc"
+    failing.write_text("#!/bin/sh\nexit 1\n")
+    failing.chmod(0o755)
+    temporary = tmp_path / "tmp"
+    temporary.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(temporary))
+    monkeypatch.setenv("TMPDIR", str(temporary))
+    cbc = backend("cbc")
+    made = cbc._solver
+    monkeypatch.setattr(cbc, "_solver", lambda options, log: _with_path(made(options, log), failing))
+    report = cbc.solve(knapsack(), SolveOptions(10.0))
+    assert report.status == SolveStatus.ERROR
+    assert not list(temporary.rglob("*")), list(temporary.rglob("*"))
+
+
+def _with_path(solver: Any, path: Path) -> Any:
+    solver.path = str(path)
+    solver.tmpDir = tempfile.gettempdir()  # what PuLP picks by itself
+    return solver
