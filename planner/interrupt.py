@@ -51,6 +51,18 @@ def on_interrupt(cleanup: Callable[[], None]) -> None:
         _cleanups.append(cleanup)
 
 
+@contextmanager
+def cleaned_up(cleanup: Callable[[], None]) -> Iterator[None]:
+    """Run `cleanup` on an interrupt while the block runs (a solve's temporary files), not after it."""
+    with _lock:
+        _cleanups.append(cleanup)
+    try:
+        yield
+    finally:
+        with _lock:
+            _cleanups.remove(cleanup)
+
+
 def _record(signum: int, frame: object) -> None:
     """The Python-level handler: nothing to do, the watcher thread acts on the wakeup byte."""
 

@@ -11,17 +11,19 @@ import contextlib
 import math
 import os
 import re
+import shutil
 import sys
 import tempfile
 import time
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pulp
 
+from planner import interrupt
 from planner.formulation.linear import LinearModel
 from planner.solvers.base import SolveOptions, SolveReport, SolveStatus
 
@@ -70,6 +72,10 @@ def _status(problem: pulp.LpProblem) -> SolveStatus:
     return SolveStatus.ERROR
 
 
+def _remover(folder: str) -> Callable[[], None]:
+    return lambda: shutil.rmtree(folder, ignore_errors=True)
+
+
 BROKEN = "returned a solution that breaks the model's rows"
 
 
@@ -101,7 +107,7 @@ class _PulpBackend:
     def _solve(self, model: LinearModel, options: SolveOptions, careful: bool) -> SolveReport:
         start = time.perf_counter()
         problem, variables = to_pulp(model)
-        with tempfile.TemporaryDirectory() as folder:
+        with tempfile.TemporaryDirectory() as folder, interrupt.cleaned_up(_remover(folder)):
             log = Path(folder) / "solver.log"
             solver = self._careful(options, log) if careful else self._solver(options, log)
             if solver is None:

@@ -280,3 +280,23 @@ def test_the_main_thread_waits_for_a_signal_cleanup_under_way(tmp_path: Path) ->
     process = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=REPO, timeout=30)
     assert process.returncode == 143, process.stderr
     assert "interrupted" in process.stderr
+
+
+def test_a_cleanup_runs_on_a_signal_inside_its_block_only(tmp_path: Path) -> None:
+    """A solve's temporary folder is removed when a signal ends the process during the solve, and a finished
+    solve's cleanup does not linger (it would remove a later solve's folder of the same name, or pile up)."""
+    inside, after = tmp_path / "inside", tmp_path / "after"
+    script = ("import os, signal, sys, time, pathlib\n"
+              "from planner import interrupt\n"
+              "interrupt.install()\n"
+              f"inside, after = pathlib.Path({str(inside)!r}), pathlib.Path({str(after)!r})\n"
+              "after.mkdir()\n"
+              "with interrupt.cleaned_up(lambda: after.rmdir()):\n"
+              "    pass\n"
+              "inside.mkdir()\n"
+              "with interrupt.cleaned_up(lambda: inside.rmdir()):\n"
+              "    os.kill(os.getpid(), signal.SIGINT)\n"
+              "    time.sleep(10)\n")
+    process = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=REPO, timeout=30)
+    assert process.returncode == 130, process.stderr
+    assert not inside.exists() and after.exists()
