@@ -19,6 +19,7 @@ import sys
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 EXIT_CODE = 130  # 128 + SIGINT, what shells report for a process ended by Ctrl-C
 EXIT_CODES = {signal.SIGINT: EXIT_CODE, signal.SIGTERM: 128 + signal.SIGTERM}  # 143: ended by SIGTERM
@@ -89,12 +90,25 @@ def stop(message: str, code: int = EXIT_CODE) -> None:
     for cleanup in cleanups:
         with contextlib.suppress(Exception):  # exiting anyway: a failed cleanup must not hide the interrupt
             cleanup()
+    _end_children()
     if sys.stdout.isatty():
         sys.stdout.write("\x1b[?25h")  # a progress spinner hides the cursor; give it back
         sys.stdout.flush()
     sys.stderr.write(f"{message} (exit {code})\n")
     sys.stderr.flush()
     os._exit(code)
+
+
+def _end_children() -> None:
+    """SIGTERM this process's child processes (a CBC run PuLP started): os._exit does not end them, and a
+    solver told to search for another minute would go on alone. Ctrl-C reaches them with the terminal's
+    process group; SIGTERM sent to `plan` alone would not. Linux's /proc lists them; elsewhere nothing is done."""
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            # the fields after the command name, which is in parentheses and may hold spaces: state, ppid, ...
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+            if int(fields[1]) == os.getpid():
+                os.kill(int(stat.parent.name), signal.SIGTERM)
 
 
 def yield_to_stop() -> None:

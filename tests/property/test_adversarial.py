@@ -300,3 +300,26 @@ def test_a_cleanup_runs_on_a_signal_inside_its_block_only(tmp_path: Path) -> Non
     process = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=REPO, timeout=30)
     assert process.returncode == 130, process.stderr
     assert not inside.exists() and after.exists()
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="child processes are found through Linux's /proc")
+def test_a_signal_ends_the_solver_processes_started_for_the_solve(tmp_path: Path) -> None:
+    """SIGTERM sent to `plan` alone (not its process group) must not leave a CBC run searching on by itself."""
+    pid_file = tmp_path / "child"
+    script = ("import os, signal, subprocess, sys, time\n"
+              "from planner import interrupt\n"
+              "interrupt.install()\n"
+              "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'])\n"
+              f"open({str(pid_file)!r}, 'w').write(str(child.pid))\n"
+              "os.kill(os.getpid(), signal.SIGTERM)\n"
+              "time.sleep(10)\n")
+    process = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=REPO, timeout=30)
+    assert process.returncode == 143, process.stderr
+    child = int(pid_file.read_text())
+    for _ in range(50):  # the child is re-parented once its parent exits; give it a moment to die
+        if not Path(f"/proc/{child}").exists() or "Z" in Path(f"/proc/{child}/stat").read_text().rsplit(")", 1)[1][:3]:
+            break
+        time.sleep(0.1)
+    else:
+        os.kill(child, signal.SIGKILL)
+        pytest.fail("the child process outlived the signal")
