@@ -283,6 +283,7 @@ def _run(args: list[str], debug: bool) -> int:
         click.echo(f"interrupted (exit {interrupt.EXIT_CODE})", err=True)
         return interrupt.EXIT_CODE
     except click.ClickException as exc:
+        interrupt.yield_to_stop()
         exc.show()
         return exc.exit_code
     except (PlannerError, CostModelError) as exc:

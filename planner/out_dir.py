@@ -62,6 +62,7 @@ class OutputFolder:
             for name in self.names:
                 os.replace(self.staging / name, self.folder / name)
             self.committed = True
+            interrupt.written()
             shutil.rmtree(self.staging, ignore_errors=True)
         return [self.folder / name for name in self.names]
 

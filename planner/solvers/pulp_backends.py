@@ -73,7 +73,16 @@ def _status(problem: pulp.LpProblem) -> SolveStatus:
 
 
 def _remover(folder: str) -> Callable[[], None]:
-    return lambda: shutil.rmtree(folder, ignore_errors=True)
+    """Remove a solve's temporary folder on an interrupt: renamed first, so that a file the solver or PuLP
+    opens by its path afterwards fails instead of keeping the folder alive (`planner.out_dir` does the same)."""
+    def remove() -> None:
+        doomed = f"{folder}-interrupted"
+        try:
+            os.rename(folder, doomed)
+        except OSError:
+            doomed = folder
+        shutil.rmtree(doomed, ignore_errors=True)
+    return remove
 
 
 BROKEN = "returned a solution that breaks the model's rows"
@@ -107,7 +116,7 @@ class _PulpBackend:
     def _solve(self, model: LinearModel, options: SolveOptions, careful: bool) -> SolveReport:
         start = time.perf_counter()
         problem, variables = to_pulp(model)
-        with tempfile.TemporaryDirectory() as folder, interrupt.cleaned_up(_remover(folder)):
+        with tempfile.TemporaryDirectory() as folder, interrupt.scoped_cleanup(_remover(folder)):
             log = Path(folder) / "solver.log"
             solver = self._careful(options, log) if careful else self._solver(options, log)
             if solver is None:

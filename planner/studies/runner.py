@@ -13,7 +13,6 @@ import json
 import logging
 import multiprocessing
 import os
-import signal
 import socket
 import sys
 import time
@@ -82,9 +81,10 @@ def _slim(data: dict[str, Any]) -> dict[str, Any]:
 
 
 def _worker_init() -> None:
-    """Pool workers stop at Ctrl-C with the rest of the terminal's process group (the parent's interrupt
-    handling, which ends it with exit 130, is not theirs)."""
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    """Pool workers stop at Ctrl-C (with the rest of the terminal's process group) or at their parent's
+    SIGTERM as `plan` does, their solvers' processes and temporary files with them, without a message of their
+    own (the parent reports the interrupt)."""
+    interrupt.install(quiet=True)
     logging.getLogger().setLevel(logging.WARNING)
 
 
@@ -111,10 +111,10 @@ def _local(payloads: dict[str, Payload], jobs: int) -> Iterator[tuple[str, dict[
     pool = ProcessPoolExecutor(max_workers=max(1, min(jobs, len(payloads))), mp_context=context,
                                initializer=_worker_init)
 
-    def kill_workers() -> None:  # an interrupt of this process alone: its workers stop too
+    def kill_workers() -> None:  # an interrupt of this process alone: its workers stop too, cleaning up as it does
         for process in list(getattr(pool, "_processes", {}).values()):
             with contextlib.suppress(Exception):
-                process.kill()
+                process.terminate()
 
     interrupt.on_interrupt(kill_workers)
     try:

@@ -79,8 +79,8 @@ def test_a_window_narrower_than_a_grid_step_is_feasible(name: str) -> None:
 def test_a_failed_cbc_run_leaves_no_files_behind(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """PuLP removes CBC's model and solution files only after a run that worked; a failed one must not leave
     them in the system's temporary folder (hundreds of .mps files piled up there before)."""
-    failing = tmp_path / "cbc"
-    failing.write_text("#!/bin/sh\nexit 1\n")
+    failing, ran = tmp_path / "cbc", tmp_path / "ran"
+    failing.write_text(f"#!/bin/sh\ntouch {ran}\nexit 1\n")
     failing.chmod(0o755)
     temporary = tmp_path / "tmp"
     temporary.mkdir()
@@ -91,6 +91,8 @@ def test_a_failed_cbc_run_leaves_no_files_behind(tmp_path: Path, monkeypatch: py
     monkeypatch.setattr(cbc, "_solver", lambda options, log: _with_path(made(options, log), failing))
     report = cbc.solve(knapsack(), SolveOptions(10.0))
     assert report.status == SolveStatus.ERROR
+    if not ran.exists():
+        pytest.skip("the stand-in CBC could not run here (a noexec temporary folder?): nothing was written")
     assert not list(temporary.rglob("*")), list(temporary.rglob("*"))
 
 

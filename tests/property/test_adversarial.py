@@ -274,7 +274,7 @@ def test_the_main_thread_waits_for_a_signal_cleanup_under_way(tmp_path: Path) ->
               "interrupt.install()\n"
               "interrupt.on_interrupt(lambda: time.sleep(1.0))\n"
               "os.kill(os.getpid(), signal.SIGTERM)\n"
-              "time.sleep(0.3)\n"  # the watcher is inside the cleanup now
+              "interrupt._stopping.wait(10)\n"  # the watcher has begun to stop: it is inside the cleanup
               "interrupt.yield_to_stop()\n"
               "sys.exit(1)\n")
     process = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=REPO, timeout=30)
@@ -291,10 +291,10 @@ def test_a_cleanup_runs_on_a_signal_inside_its_block_only(tmp_path: Path) -> Non
               "interrupt.install()\n"
               f"inside, after = pathlib.Path({str(inside)!r}), pathlib.Path({str(after)!r})\n"
               "after.mkdir()\n"
-              "with interrupt.cleaned_up(lambda: after.rmdir()):\n"
+              "with interrupt.scoped_cleanup(lambda: after.rmdir()):\n"
               "    pass\n"
               "inside.mkdir()\n"
-              "with interrupt.cleaned_up(lambda: inside.rmdir()):\n"
+              "with interrupt.scoped_cleanup(lambda: inside.rmdir()):\n"
               "    os.kill(os.getpid(), signal.SIGINT)\n"
               "    time.sleep(10)\n")
     process = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=REPO, timeout=30)
@@ -309,17 +309,54 @@ def test_a_signal_ends_the_solver_processes_started_for_the_solve(tmp_path: Path
     script = ("import os, signal, subprocess, sys, time\n"
               "from planner import interrupt\n"
               "interrupt.install()\n"
-              "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'])\n"
+              "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'],\n"
+              "                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)\n"
               f"open({str(pid_file)!r}, 'w').write(str(child.pid))\n"
               "os.kill(os.getpid(), signal.SIGTERM)\n"
               "time.sleep(10)\n")
     process = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=REPO, timeout=30)
-    assert process.returncode == 143, process.stderr
     child = int(pid_file.read_text())
-    for _ in range(50):  # the child is re-parented once its parent exits; give it a moment to die
-        if not Path(f"/proc/{child}").exists() or "Z" in Path(f"/proc/{child}/stat").read_text().rsplit(")", 1)[1][:3]:
-            break
+    try:
+        assert process.returncode == 143, process.stderr
+        assert not _alive(child), "the child process outlived the signal"
+    finally:
+        if _alive(child):
+            os.kill(child, signal.SIGKILL)
+
+
+def _alive(pid: int) -> bool:
+    """Whether process `pid` still runs (a zombie waiting for its new parent to reap it has ended)."""
+    stat = Path(f"/proc/{pid}/stat")
+    for _ in range(50):
+        try:
+            state = stat.read_text().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            return False
+        if state in "ZX":
+            return False
         time.sleep(0.1)
-    else:
-        os.kill(child, signal.SIGKILL)
-        pytest.fail("the child process outlived the signal")
+    return True
+
+
+def test_a_signal_before_the_outputs_move_keeps_the_previous_ones(tmp_path: Path) -> None:
+    """A signal whose stop has begun when the outputs are about to move: the move must not run (it used to,
+    while the watcher was still on its way to the staging folder, and left old and new files mixed)."""
+    folder = tmp_path / "out"
+    folder.mkdir()
+    (folder / "front.json").write_text("old\n")
+    (folder / "plan-0.yaml").write_text("old\n")
+    script = ("import os, signal, sys, time, pathlib\n"
+              "from planner import interrupt\n"
+              "from planner.out_dir import OutputFolder\n"
+              "interrupt.install()\n"
+              "interrupt.on_interrupt(lambda: time.sleep(0.5))\n"  # the watcher is slow to reach the staging
+              f"out = OutputFolder.prepare(pathlib.Path({str(folder)!r}))\n"
+              "out.path('front.json').write_text('new\\n')\n"
+              "os.kill(os.getpid(), signal.SIGTERM)\n"
+              "interrupt._stopping.wait(10)\n"
+              "out.commit()\n"
+              "sys.exit(0)\n")
+    process = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=REPO, timeout=30)
+    assert process.returncode == 143, process.stderr
+    assert sorted(path.name for path in folder.iterdir()) == ["front.json", "plan-0.yaml"]
+    assert (folder / "front.json").read_text() == "old\n"
