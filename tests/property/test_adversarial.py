@@ -269,15 +269,12 @@ def test_a_discarded_staging_folder_takes_no_later_write(tmp_path: Path, monkeyp
 
 def test_the_main_thread_waits_for_a_signal_cleanup_under_way(tmp_path: Path) -> None:
     """The main thread failing (exit 1) while the watcher cleans up must not overtake the signal's 143."""
-    script = ("import os, signal, sys, time\n"
-              "from planner import interrupt\n"
-              "interrupt.install()\n"
-              "interrupt.on_interrupt(lambda: time.sleep(1.0))\n"
+    script = ("interrupt.on_interrupt(lambda: time.sleep(1.0))\n"
               "os.kill(os.getpid(), signal.SIGTERM)\n"
               "interrupt._stopping.wait(10)\n"  # the watcher has begun to stop: it is inside the cleanup
               "interrupt.yield_to_stop()\n"
               "sys.exit(1)\n")
-    process = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=REPO, timeout=30)
+    process = _with_the_watcher(script)
     assert process.returncode == 143, process.stderr
     assert "interrupted" in process.stderr
 
@@ -286,10 +283,7 @@ def test_a_cleanup_runs_on_a_signal_inside_its_block_only(tmp_path: Path) -> Non
     """A solve's temporary folder is removed when a signal ends the process during the solve, and a finished
     solve's cleanup does not linger (it would remove a later solve's folder of the same name, or pile up)."""
     inside, after = tmp_path / "inside", tmp_path / "after"
-    script = ("import os, signal, sys, time, pathlib\n"
-              "from planner import interrupt\n"
-              "interrupt.install()\n"
-              f"inside, after = pathlib.Path({str(inside)!r}), pathlib.Path({str(after)!r})\n"
+    script = (f"inside, after = pathlib.Path({str(inside)!r}), pathlib.Path({str(after)!r})\n"
               "after.mkdir()\n"
               "with interrupt.scoped_cleanup(lambda: after.rmdir()):\n"
               "    pass\n"
@@ -297,7 +291,7 @@ def test_a_cleanup_runs_on_a_signal_inside_its_block_only(tmp_path: Path) -> Non
               "with interrupt.scoped_cleanup(lambda: inside.rmdir()):\n"
               "    os.kill(os.getpid(), signal.SIGINT)\n"
               "    time.sleep(10)\n")
-    process = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=REPO, timeout=30)
+    process = _with_the_watcher(script)
     assert process.returncode == 130, process.stderr
     assert not inside.exists() and after.exists()
 
@@ -306,15 +300,12 @@ def test_a_cleanup_runs_on_a_signal_inside_its_block_only(tmp_path: Path) -> Non
 def test_a_signal_ends_the_solver_processes_started_for_the_solve(tmp_path: Path) -> None:
     """SIGTERM sent to `plan` alone (not its process group) must not leave a CBC run searching on by itself."""
     pid_file = tmp_path / "child"
-    script = ("import os, signal, subprocess, sys, time\n"
-              "from planner import interrupt\n"
-              "interrupt.install()\n"
-              "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'],\n"
+    script = ("child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'],\n"
               "                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)\n"
               f"open({str(pid_file)!r}, 'w').write(str(child.pid))\n"
               "os.kill(os.getpid(), signal.SIGTERM)\n"
               "time.sleep(10)\n")
-    process = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=REPO, timeout=30)
+    process = _with_the_watcher(script)
     child = int(pid_file.read_text())
     try:
         assert process.returncode == 143, process.stderr
@@ -345,10 +336,7 @@ def test_a_signal_before_the_outputs_move_keeps_the_previous_ones(tmp_path: Path
     folder.mkdir()
     (folder / "front.json").write_text("old\n")
     (folder / "plan-0.yaml").write_text("old\n")
-    script = ("import os, signal, sys, time, pathlib\n"
-              "from planner import interrupt\n"
-              "from planner.out_dir import OutputFolder\n"
-              "interrupt.install()\n"
+    script = ("from planner.out_dir import OutputFolder\n"
               "interrupt.on_interrupt(lambda: time.sleep(0.5))\n"  # the watcher is slow to reach the staging
               f"out = OutputFolder.prepare(pathlib.Path({str(folder)!r}))\n"
               "out.path('front.json').write_text('new\\n')\n"
@@ -356,7 +344,15 @@ def test_a_signal_before_the_outputs_move_keeps_the_previous_ones(tmp_path: Path
               "interrupt._stopping.wait(10)\n"
               "out.commit()\n"
               "sys.exit(0)\n")
-    process = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=REPO, timeout=30)
+    process = _with_the_watcher(script)
     assert process.returncode == 143, process.stderr
     assert sorted(path.name for path in folder.iterdir()) == ["front.json", "plan-0.yaml"]
     assert (folder / "front.json").read_text() == "old\n"
+
+
+def _with_the_watcher(script: str) -> subprocess.CompletedProcess[str]:
+    """Run `script` in a process of its own with `plan`'s signal watcher installed (the modules it names,
+    os, signal, subprocess, sys, time and pathlib, imported)."""
+    preamble = "import os, pathlib, signal, subprocess, sys, time\nfrom planner import interrupt\ninterrupt.install()\n"
+    return subprocess.run([sys.executable, "-c", preamble + script], capture_output=True, text=True, cwd=REPO,
+                          timeout=30)
