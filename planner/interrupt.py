@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
 import sys
 import threading
@@ -82,6 +83,18 @@ def _register(cleanup: Callable[[], None]) -> None:
             _cleanups.append(cleanup)
             return
     yield_to_stop()  # the stop under way took its list already; what this would clean up must not start
+
+
+def remove_folder(folder: Path) -> None:
+    """Remove `folder` while another thread or a solver process may still write into it (a stop's cleanup):
+    renamed first, it takes no file opened by its path afterwards, so a write landing mid-removal fails
+    instead of keeping it alive half-emptied."""
+    doomed = folder.with_name(folder.name + "-discarded")
+    try:
+        folder.rename(doomed)
+    except OSError:
+        doomed = folder
+    shutil.rmtree(doomed, ignore_errors=True)
 
 
 def _record(signum: int, frame: object) -> None:

@@ -70,15 +70,7 @@ class OutputFolder:
         """Remove what this run staged (nothing once committed), and DIR if this run made it and it is empty."""
         if self.committed:
             return
-        # A signal's cleanup runs on the watcher thread while the main thread may still be writing into the
-        # staging folder; renamed first, the folder takes no file opened by path after this point, so
-        # removing it cannot race a write that would leave it behind half-emptied.
-        doomed = self.staging.with_name(self.staging.name + "-discarded")
-        try:
-            self.staging.rename(doomed)
-        except OSError:
-            doomed = self.staging
-        shutil.rmtree(doomed, ignore_errors=True)
+        interrupt.remove_folder(self.staging)  # the main thread may still be writing into it
         if self.created:
             with contextlib.suppress(OSError):  # not empty: someone else's files, keep them
                 self.folder.rmdir()

@@ -11,12 +11,11 @@ import contextlib
 import math
 import os
 import re
-import shutil
 import sys
 import tempfile
 import time
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -72,19 +71,6 @@ def _status(problem: pulp.LpProblem) -> SolveStatus:
     return SolveStatus.ERROR
 
 
-def _remover(folder: str) -> Callable[[], None]:
-    """Remove a solve's temporary folder on an interrupt: renamed first, so that a file the solver or PuLP
-    opens by its path afterwards fails instead of keeping the folder alive (`planner.out_dir` does the same)."""
-    def remove() -> None:
-        doomed = f"{folder}-interrupted"
-        try:
-            os.rename(folder, doomed)
-        except OSError:
-            doomed = folder
-        shutil.rmtree(doomed, ignore_errors=True)
-    return remove
-
-
 BROKEN = "returned a solution that breaks the model's rows"
 
 
@@ -116,7 +102,8 @@ class _PulpBackend:
     def _solve(self, model: LinearModel, options: SolveOptions, careful: bool) -> SolveReport:
         start = time.perf_counter()
         problem, variables = to_pulp(model)
-        with tempfile.TemporaryDirectory() as folder, interrupt.scoped_cleanup(_remover(folder)):
+        with (tempfile.TemporaryDirectory() as folder,
+              interrupt.scoped_cleanup(lambda: interrupt.remove_folder(Path(folder)))):
             log = Path(folder) / "solver.log"
             solver = self._careful(options, log) if careful else self._solver(options, log)
             if solver is None:
