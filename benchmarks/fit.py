@@ -53,6 +53,7 @@ from costmodel.calibration import (
     SCHEDULING,
     Calibration,
     EngineFactors,
+    GenerationFactors,
     generation_of,
     prior_calibration,
 )
@@ -62,7 +63,7 @@ from costmodel.layout import Layout
 from costmodel.models import load_model
 from costmodel.precision import Dtype
 from costmodel.pricing import TablePricer, WorkTable
-from costmodel.resolve import resolve
+from costmodel.resolve import compute_dtype, resolve
 from costmodel.scenario import Scenario
 from costmodel.work import StepWork
 
@@ -343,15 +344,22 @@ def _generation_floor(data: dict[str, object], name: str) -> float | None:
     older_rate = max((_peak_rate(s, parts[2:]) for s in _systems(older)), default=0.0)
     newer_rate = min((_peak_rate(s, parts[2:]) for s in _systems(newer)), default=0.0)
     if older_rate <= 0 or newer_rate <= 0:
-        return None  # e.g. fp4: Hopper has no fp4 tensor cores
-    return _lookup(data, ".".join(["generations", older, *parts[2:]])) * older_rate / newer_rate
+        return None  # a generation without systems in the catalog
+    older_factors = data["generations"]
+    assert isinstance(older_factors, dict)
+    if parts[2] == "gemm_efficiency":  # a format the predecessor never calibrated runs at its bf16 figure
+        achieved = GenerationFactors.model_validate(older_factors[older]).gemm(Dtype(parts[3]))
+    else:
+        achieved = _lookup(data, ".".join(["generations", older, *parts[2:]]))
+    return achieved * older_rate / newer_rate
 
 
 def _peak_rate(system: SystemSpec, factor: list[str]) -> float:
-    """The peak a generation factor is a fraction of: FLOP/s of the GEMM format, bf16 FLOP/s for attention,
-    HBM bytes/s for streaming."""
+    """The peak a generation factor is a fraction of: FLOP/s of the GEMM format (of the format a weight-only
+    kernel dequantises it to, where the GPU cannot compute in it), bf16 FLOP/s for attention, HBM bytes/s for
+    streaming."""
     if factor[0] == "gemm_efficiency":
-        return system.peak_flops_per_s.get(Dtype(factor[1]), 0.0)
+        return system.peak_flops_per_s.get(compute_dtype(Dtype(factor[1]), system), 0.0)
     if factor[0] == "attention_efficiency":
         return system.peak_flops_per_s.get(Dtype.BF16, 0.0)
     return system.hbm_bandwidth_bytes_per_s

@@ -40,7 +40,9 @@ class _Frozen(BaseModel):
 
 class GenerationFactors(_Frozen):
     gemm_efficiency: dict[Dtype, float] = Field(
-        description="Fraction of the format's dense peak reached by GEMMs, per compute format."
+        description="Fraction of the format's dense peak reached by GEMMs, per compute format; for a storage "
+        "format the GPU cannot compute in (weight-only kernels, e.g. fp4 on Hopper), the fraction of the peak of "
+        "the format they dequantise to."
     )
     attention_efficiency: float = Field(gt=0, le=1, description="Fraction of bf16 peak reached by attention kernels.")
     hbm_efficiency: float = Field(gt=0, le=1, description="Fraction of HBM bandwidth reached when streaming.")

@@ -108,6 +108,7 @@ def pool_context(resolved: ResolvedScenario, pool: Pool) -> PoolContext:
         expert_compute=compute_dtype(resolved.experts, system),
         peaks=dict(system.peak_flops_per_s),
         expert_tile_rows=EXPERT_TILE_ROWS[generation_of(system)],
+        expert_storage=resolved.experts,
         fp8_attention=scenario.engine in FP8_ATTENTION_ENGINES,
     )
     par = Parallel(tp=pool.tp, dp=pool.dp_attention, pp=pool.pp, moe_tp=pool.moe_tp, moe_ep=pool.moe_ep)

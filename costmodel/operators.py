@@ -61,7 +61,14 @@ class Formats:
     expert_compute: Dtype
     peaks: dict[Dtype, float]  # FLOP/s per compute format on this GPU
     expert_tile_rows: int = 0  # rows (tokens) of one grouped-GEMM tile: each expert's rows are padded to it
+    expert_storage: Dtype | None = None  # the experts' storage format (None: as they compute)
     fp8_attention: bool = False  # the engine's attention kernels compute in fp8 over an fp8 KV cache
+
+    @property
+    def experts_weight_only(self) -> bool:
+        """The experts are stored in a format the GPU cannot compute in, so a weight-only kernel dequantises
+        them to `expert_compute` (MXFP4 gpt-oss experts on Hopper through Marlin or Triton kernels)."""
+        return self.expert_storage is not None and self.expert_storage != self.expert_compute
 
     def peak(self, dtype: Dtype) -> float:
         return self.peaks[dtype]
@@ -255,7 +262,10 @@ def routed_expert_ops(ffn: Ffn, group_tokens: float, par: Parallel, fmt: Formats
     FLOPs: the GPU's token-expert rows, scaled by the load imbalance of the busiest GPU, with each touched
     expert's rows padded to whole grouped-GEMM tiles (`padded_rows`), on its moe_tp slice. The operator
     carries the experts' bytes per weight element, so that pricing can slow short groups
-    (`costmodel.pricing.grouped_gemm_share`).
+    (`costmodel.pricing.grouped_gemm_share`). Experts the GPU cannot compute in their storage format run
+    through a weight-only kernel: row blocks sized to the rows per expert (`weight_only_block_rows`) and an
+    efficiency of their own, keyed by the storage format (mma.sync dequantising kernels on Hopper reach a
+    fraction of bf16 peak of their own; fitted, `costmodel.calibration.GenerationFactors`).
     """
     if ffn.kind != "moe":
         return []
@@ -265,9 +275,29 @@ def routed_expert_ops(ffn: Ffn, group_tokens: float, par: Parallel, fmt: Formats
     touched_share = distinct_experts(ffn.num_experts, ffn.top_k, group_tokens) / ffn.num_experts
     weight_bytes = local_experts * touched_share * per_expert / par.moe_tp * fmt.expert_bytes
     rows = group_tokens * ffn.top_k / par.moe_ep * imbalance
-    padded = padded_rows(rows, local_experts * touched_share, fmt.expert_tile_rows)
+    if fmt.experts_weight_only:
+        # its own efficiency, keyed by the storage format, against the peak of the format it computes in
+        tile, efficiency_key = weight_only_block_rows(rows / local_experts), fmt.expert_storage or fmt.expert_compute
+    else:
+        tile, efficiency_key = fmt.expert_tile_rows, fmt.expert_compute
+    padded = padded_rows(rows, local_experts * touched_share, tile)
     return [Op("routed_experts", "gemm", 2.0 * padded * per_expert / par.moe_tp, weight_bytes,
-               fmt.peak(fmt.expert_compute), fmt.expert_compute, fmt.expert_bytes)]
+               fmt.peak(fmt.expert_compute), efficiency_key, fmt.expert_bytes)]
+
+
+# Row blocks of a weight-only MoE kernel: vLLM's fused_marlin_moe takes the first of these blocks whose fill
+# (rows per local expert / block) is below 0.9, else 64 (vllm/model_executor/layers/fused_moe/fused_marlin_moe.py,
+# 0.11.0). Assumption: the other weight-only MoE kernels (Triton matmul_ogs, TRT-LLM's Hopper W4A16 MoE)
+# size their row blocks to the tokens per expert alike.
+WEIGHT_ONLY_BLOCKS = (8, 16, 32, 48)
+WEIGHT_ONLY_LARGEST_BLOCK = 64
+WEIGHT_ONLY_FILL = 0.9
+
+
+def weight_only_block_rows(rows_per_expert: float) -> int:
+    """Row block a weight-only grouped GEMM pads each expert's rows to, for this many rows per local expert."""
+    return next((block for block in WEIGHT_ONLY_BLOCKS if rows_per_expert / block < WEIGHT_ONLY_FILL),
+                WEIGHT_ONLY_LARGEST_BLOCK)
 
 
 def padded_rows(rows: float, touched: float, tile: int) -> float:

@@ -39,7 +39,8 @@ class Op(NamedTuple):
     flops: float
     hbm_bytes: float
     peak_flops_per_s: float
-    dtype: Dtype  # the format the tensor cores compute in (efficiencies differ by format)
+    dtype: Dtype  # the format its efficiency is keyed by: what the tensor cores compute in, or a weight-only
+    # kernel's storage format (it computes at the peak of the format it dequantises to)
     # A grouped GEMM (routed experts): bytes per stored weight element, from which pricing recovers the rows
     # each expert's weights serve, flops x bytes per element / (2 hbm_bytes), whatever the layers and batches
     # summed into the operator (`costmodel.pricing.grouped_gemm_share`); 0 for any other operator.

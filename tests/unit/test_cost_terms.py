@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from benchmarks.fit import _generation_floor
+from benchmarks.fit import _generation_floor, _systems
 from benchmarks.published import CASES, predict
 from costmodel.calibration import default_calibration, prior_calibration
 from costmodel.collectives import all_reduce
@@ -15,7 +15,7 @@ from costmodel.evaluate import evaluate, plan_layout, pool_context
 from costmodel.hardware import load_system
 from costmodel.layout import Layout
 from costmodel.modes import decode_work
-from costmodel.operators import padded_rows
+from costmodel.operators import padded_rows, weight_only_block_rows
 from costmodel.precision import Dtype
 from costmodel.pricing import WorkTable, grouped_gemm_share, price
 from costmodel.resolve import ResolvedScenario
@@ -101,6 +101,36 @@ def test_blackwell_pads_decode_experts_to_larger_tiles() -> None:
     assert flops[1] > flops[0]
 
 
+def test_weight_only_experts_pad_to_blocks_sized_to_their_rows() -> None:
+    """vLLM's fused_marlin_moe: the first of 8, 16, 32, 48 rows that the rows per expert fill below 0.9, else 64."""
+    assert [weight_only_block_rows(r) for r in (0.5, 7.0, 8.0, 14.0, 30.0, 43.0, 44.0, 500.0)] == [
+        8, 8, 16, 16, 48, 48, 64, 64]
+
+
+def test_fp4_experts_on_hopper_run_a_weight_only_kernel() -> None:
+    """Hopper has no fp4 tensor cores: gpt-oss's MXFP4 experts compute in bf16 at the fp4 efficiency, in row
+    blocks sized to their rows; Blackwell computes in fp4 in its 128-row tiles."""
+    def experts(system: str) -> tuple[Op, bool]:
+        resolved = scenario_from_data({
+            "schema_version": 1, "name": "t", "model": "gpt-oss-120b",
+            "precision": {"weights": "fp4", "experts": "fp4"},
+            "cluster": {"system": system, "gpus": 8}, "workload": {"input_tokens": 1024, "output_tokens": 1024}})
+        ctx = pool_context(resolved, Layout.model_validate(
+            {"serving": "aggregated", "pools": [{"role": "mixed", "tp": 1, "batch": 16}]}).pools[0])
+        return next(op for op in decode_work(ctx, 0, 16, 1024).ops if op.name == "routed_experts"), \
+            ctx.fmt.experts_weight_only
+
+    (hopper, weight_only), (blackwell, native) = experts("h200-sxm"), experts("b200-sxm")
+    assert weight_only and not native
+    assert hopper.dtype == blackwell.dtype == Dtype.FP4
+    assert hopper.peak_flops_per_s == load_system("h200-sxm").peak_flops_per_s[Dtype.BF16]
+    assert blackwell.peak_flops_per_s == load_system("b200-sxm").peak_flops_per_s[Dtype.FP4]
+    # 16 sequences x top-4 over 128 experts: half a row per expert, 8-row blocks against 128-row tiles, over
+    # the same weights
+    assert hopper.hbm_bytes == pytest.approx(blackwell.hbm_bytes)
+    assert blackwell.flops / hopper.flops == pytest.approx(128 / 8)
+
+
 def test_each_sequence_in_a_step_pays_the_engines_overhead() -> None:
     calibration = default_calibration()
     system = load_system("h200-sxm")
@@ -145,7 +175,10 @@ def test_blackwell_factors_are_floored_by_hoppers_achieved_rate() -> None:
                                        "hbm_efficiency": 0.8}}}
     floor = _generation_floor(data, "generations.blackwell.gemm_efficiency.bf16")
     assert floor == pytest.approx(0.7 * 989e12 / 2250e12)
-    assert _generation_floor(data, "generations.blackwell.gemm_efficiency.fp4") is None  # Hopper has no fp4
+    # Hopper runs fp4 through a weight-only kernel at a share of its bf16 peak: a B200 is at least that fast
+    fp4_peak = min(system.peak_flops_per_s[Dtype.FP4] for system in _systems("blackwell"))
+    floor = _generation_floor(data, "generations.blackwell.gemm_efficiency.fp4")
+    assert floor == pytest.approx(0.7 * 989e12 / fp4_peak)
     assert _generation_floor(data, "generations.hopper.hbm_efficiency") is None
     transfer = Transfer("x", "scaleup", 1.0, 1.0)
     assert transfer.ranks == 0
