@@ -65,10 +65,11 @@ class Formats:
     fp8_attention: bool = False  # the engine's attention kernels compute in fp8 over an fp8 KV cache
 
     @property
-    def experts_weight_only(self) -> bool:
-        """The experts are stored in a format the GPU cannot compute in, so a weight-only kernel dequantises
-        them to `expert_compute` (MXFP4 gpt-oss experts on Hopper through Marlin or Triton kernels)."""
-        return self.expert_storage is not None and self.expert_storage != self.expert_compute
+    def weight_only_experts(self) -> Dtype | None:
+        """The experts' storage format where the GPU cannot compute in it, so that a weight-only kernel
+        dequantises them to `expert_compute` (MXFP4 gpt-oss experts on Hopper through Marlin or Triton
+        kernels); None where the tensor cores take them as stored."""
+        return self.expert_storage if self.expert_storage not in (None, self.expert_compute) else None
 
     def peak(self, dtype: Dtype) -> float:
         return self.peaks[dtype]
@@ -275,11 +276,10 @@ def routed_expert_ops(ffn: Ffn, group_tokens: float, par: Parallel, fmt: Formats
     touched_share = distinct_experts(ffn.num_experts, ffn.top_k, group_tokens) / ffn.num_experts
     weight_bytes = local_experts * touched_share * per_expert / par.moe_tp * fmt.expert_bytes
     rows = group_tokens * ffn.top_k / par.moe_ep * imbalance
-    if fmt.experts_weight_only:
+    efficiency_key, tile = fmt.expert_compute, fmt.expert_tile_rows
+    if fmt.weight_only_experts is not None:
         # its own efficiency, keyed by the storage format, against the peak of the format it computes in
-        tile, efficiency_key = weight_only_block_rows(rows / local_experts), fmt.expert_storage or fmt.expert_compute
-    else:
-        tile, efficiency_key = fmt.expert_tile_rows, fmt.expert_compute
+        efficiency_key, tile = fmt.weight_only_experts, weight_only_block_rows(rows / local_experts)
     padded = padded_rows(rows, local_experts * touched_share, tile)
     return [Op("routed_experts", "gemm", 2.0 * padded * per_expert / par.moe_tp, weight_bytes,
                fmt.peak(fmt.expert_compute), efficiency_key, fmt.expert_bytes)]

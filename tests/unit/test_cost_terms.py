@@ -110,7 +110,7 @@ def test_weight_only_experts_pad_to_blocks_sized_to_their_rows() -> None:
 def test_fp4_experts_on_hopper_run_a_weight_only_kernel() -> None:
     """Hopper has no fp4 tensor cores: gpt-oss's MXFP4 experts compute in bf16 at the fp4 efficiency, in row
     blocks sized to their rows; Blackwell computes in fp4 in its 128-row tiles."""
-    def experts(system: str) -> tuple[Op, bool]:
+    def experts(system: str) -> tuple[Op, Dtype | None]:
         resolved = scenario_from_data({
             "schema_version": 1, "name": "t", "model": "gpt-oss-120b",
             "precision": {"weights": "fp4", "experts": "fp4"},
@@ -118,10 +118,10 @@ def test_fp4_experts_on_hopper_run_a_weight_only_kernel() -> None:
         ctx = pool_context(resolved, Layout.model_validate(
             {"serving": "aggregated", "pools": [{"role": "mixed", "tp": 1, "batch": 16}]}).pools[0])
         return next(op for op in decode_work(ctx, 0, 16, 1024).ops if op.name == "routed_experts"), \
-            ctx.fmt.experts_weight_only
+            ctx.fmt.weight_only_experts
 
     (hopper, weight_only), (blackwell, native) = experts("h200-sxm"), experts("b200-sxm")
-    assert weight_only and not native
+    assert weight_only == Dtype.FP4 and native is None
     assert hopper.dtype == blackwell.dtype == Dtype.FP4
     assert hopper.peak_flops_per_s == load_system("h200-sxm").peak_flops_per_s[Dtype.BF16]
     assert blackwell.peak_flops_per_s == load_system("b200-sxm").peak_flops_per_s[Dtype.FP4]
