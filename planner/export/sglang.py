@@ -138,8 +138,9 @@ def export(plan: Plan) -> Export:
         if placement is not None and name is not None:
             out.files[name] = json.dumps(placement, separators=(",", ":")) + "\n"
         args = [*server_args(plan, pool, name), "--host", HOST, "--port", str(PORT + pool.index)]
-        comments = pool_comments(plan, pool) + unexpressed(plan, pool)
-        out.unexpressed += unexpressed(plan, pool)
+        notes = unexpressed(plan, pool)
+        comments = pool_comments(plan, pool) + notes
+        out.unexpressed += notes
         command = Command(PROGRAM, tuple(args), tuple(comments))
         out.commands[pool.name] = [command]
         script += ["", comment_block(comments).rstrip(), f"# start {pool.replicas} such instance(s), one per "
