@@ -72,7 +72,8 @@ COLLECTIVE_FIELDS = ("collectives.allreduce.efficiency", "collectives.allreduce.
                      "collectives.alltoall.efficiency", "collectives.alltoall.latency_s", "nic_efficiency",
                      "nic_latency_s")
 GROUPED_FIELD = "grouped_gemm_load_exposed"  # fitted when the rows run routed experts (MoE models)
-ENGINE_FIELDS = ("layer_overhead_s", "moe_layer_overhead_s", "step_overhead_s", "seq_overhead_s", "alltoall_overlap",
+ENGINE_FIELDS = ("layer_overhead_s", "moe_layer_overhead_s", "mla_layer_overhead_s", "weight_only_layer_overhead_s",
+                 "step_overhead_s", "seq_overhead_s", "alltoall_overlap",
                  "prefill_layer_latency_s", "dp_wait_steps", "cohort_fraction")
 # The rows carry variation no column records: engine versions (pairs of one layout across versions differ by
 # more than 12% in TPOT in 44% of cases, README), speculative decoding, scheduler settings. A bounded loss on
@@ -95,7 +96,7 @@ PRIOR_WEIGHT = 0.1
 # Stop when an iteration improves the loss, or moves the factors, by less than 0.01% (relative): further
 # digits change no reported figure and cost minutes per fit.
 FIT_TOLERANCE = 1e-4
-# Fewest training rows from which an engine's own factors are fitted: its seven or eight factors (ENGINE_FIELDS;
+# Fewest training rows from which an engine's own factors are fitted: its nine or ten factors (ENGINE_FIELDS;
 # the prompt hold only for TRT-LLM) need about three rows each, spread over batch and lengths, to be told
 # apart. An engine with fewer rows is predicted as a held-out engine is (the fitted engines' mean, or the
 # alike engines' for the cohort fraction and first-token latency). It decides one fold today: holding out
@@ -306,7 +307,8 @@ BOUNDS: dict[str, tuple[float, float]] = {
     "attention_efficiency": (0.15, 0.85), "hbm_efficiency": (0.5, 0.95),
     "efficiency": (0.4, 0.95), "nic_efficiency": (0.5, 0.95), "latency_s": (2e-6, 2e-4),
     "nic_latency_s": (0.0, 2e-4),
-    "layer_overhead_s": (0.0, 1e-4), "moe_layer_overhead_s": (0.0, 1e-4), "step_overhead_s": (0.0, 2e-2),
+    "layer_overhead_s": (0.0, 1e-4), "moe_layer_overhead_s": (0.0, 1e-4), "mla_layer_overhead_s": (0.0, 1e-4),
+    "weight_only_layer_overhead_s": (0.0, 1e-4), "step_overhead_s": (0.0, 2e-2),
     "seq_overhead_s": (0.0, 5e-5), "dp_wait_steps": (0.0, 100.0),
     "cohort_fraction": (0.0, 1.0), "prefill_layer_latency_s": (0.0, 2e-3),
     "alltoall_overlap": (0.0, 0.9),

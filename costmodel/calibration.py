@@ -63,6 +63,15 @@ class EngineFactors(_Frozen):
         0.0, ge=0, description="Fixed time per routed-expert layer per step beyond `layer_overhead_s` (routing, "
         "token permutation and the MoE's other small kernels), s.",
     )
+    mla_layer_overhead_s: float = Field(
+        0.0, ge=0, description="Fixed time per multi-head-latent-attention layer per step beyond `layer_overhead_s` "
+        "(MLA's low-rank query and key-value projections with their norms, the decoupled rotary key and the "
+        "absorbed up-projections run as kernels of their own), s.",
+    )
+    weight_only_layer_overhead_s: float = Field(
+        0.0, ge=0, description="Fixed time per routed-expert layer per step beyond `moe_layer_overhead_s` when the "
+        "experts are stored in a format the GPU dequantises (weight-only MoE kernels: Marlin, Triton matmul_ogs), s.",
+    )
     step_overhead_s: float = Field(ge=0, description="Fixed time per step (scheduling, sampling), s.")
     seq_overhead_s: float = Field(
         0.0, ge=0, description="CPU time per sequence per step (scheduling, input preparation, sampling), s."

@@ -152,7 +152,7 @@ def _scaled_transfers(transfers: list[Transfer], count: int) -> list[Transfer]:
 def layer_work(ctx: PoolContext, layer: Layer, shape: StepShape) -> StepWork:
     """One layer on one GPU: attention, dense or shared FFN, routed experts, and their collectives."""
     par, hidden = ctx.par, ctx.arch.hidden_size
-    work = StepWork(layers=1)
+    work = StepWork(layers=1, mla_layers=int(layer.attention.kind == "mla"))
     work.ops += attention_ops(layer.attention, shape, par, ctx.fmt)
     work.ops += dense_ffn_ops(layer.ffn, shape, par, ctx.fmt)
     work.ops.append(activation_traffic_op(layer.ffn, shape, par, ctx.fmt, hidden))
@@ -161,6 +161,7 @@ def layer_work(ctx: PoolContext, layer: Layer, shape: StepShape) -> StepWork:
     work.transfers += all_reduce("tp_allreduce", par.tp, payload, ctx.system)  # after the FFN
     if layer.ffn.kind == "moe":
         work.moe_layers = 1
+        work.weight_only_layers = int(ctx.fmt.weight_only_experts is not None)
         group_tokens = shape.group_tokens(par.dp)
         imbalance = load_imbalance(layer.ffn.num_experts, layer.ffn.top_k, par.moe_ep, group_tokens,
                                    ctx.skew, ctx.redundant_experts)
@@ -202,6 +203,8 @@ def _stage_work(ctx: PoolContext, stage: int, shape: StepShape) -> StepWork:
         work.transfers += _scaled_transfers(one.transfers, count)
         work.layers += count
         work.moe_layers += count * one.moe_layers
+        work.mla_layers += count * one.mla_layers
+        work.weight_only_layers += count * one.weight_only_layers
     if ctx.offload_bytes > 0:  # offloaded weights cross the host link once per step (vLLM reads them in place
         # from pinned host memory through unified addressing; SGLang's offloader copies each layer in before use)
         work.transfers.append(Transfer(OFFLOAD_TRANSFER, "host", ctx.offload_bytes, 1.0, "p2p"))
@@ -262,7 +265,9 @@ def merged_work(first: StepWork, second: StepWork) -> StepWork:
     # offloaded weights, like the others, are read once for both batches
     second_transfers = [t for t in second.transfers if t.name != OFFLOAD_TRANSFER]
     merged = StepWork(layers=max(first.layers, second.layers), transfers=first.transfers + second_transfers,
-                      seqs=first.seqs + second.seqs, moe_layers=max(first.moe_layers, second.moe_layers))
+                      seqs=first.seqs + second.seqs, moe_layers=max(first.moe_layers, second.moe_layers),
+                      mla_layers=max(first.mla_layers, second.mla_layers),
+                      weight_only_layers=max(first.weight_only_layers, second.weight_only_layers))
     common = min(len(first.ops), len(second.ops))
     ops = merged.ops
     for (name, kind, flops, hbm, peak, dtype, element), b in zip(first.ops[:common], second.ops[:common], strict=True):

@@ -8,6 +8,7 @@ calibration fitting) run the same code.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
@@ -129,6 +130,8 @@ class WorkTable:
         self.tr_nvls = nvls[system_index[self.tr_work]] if transfers else np.zeros(0, dtype=bool)
         self.layers = np.array([work.layers for work in self.works], dtype=float)
         self.moe_layers = np.array([work.moe_layers for work in self.works], dtype=float)
+        self.mla_layers = np.array([work.mla_layers for work in self.works], dtype=float)
+        self.weight_only_layers = np.array([work.weight_only_layers for work in self.works], dtype=float)
         self.seqs = np.array([work.seqs for work in self.works], dtype=float)
         self.hbm_bw = np.array([s.hbm_bandwidth_bytes_per_s for s in distinct], dtype=float)[system_index]
         # a grouped GEMM's ridge point in rows: peak x bytes per weight / (2 x HBM bytes/s) (`grouped_gemm_share`)
@@ -201,10 +204,13 @@ class WorkTable:
         for tier, column in enumerate(_TIER_TERM):
             mask = self.tr_tier == tier
             terms[:, column] = np.bincount(self.tr_work[mask], moved[mask], minlength=n)
-        terms[:, 6] = (self.layers * self._per_engine(calibration, lambda e: e.layer_overhead_s)
-                       + self.moe_layers * self._per_engine(calibration, lambda e: e.moe_layer_overhead_s)
-                       + self._per_engine(calibration, lambda e: e.step_overhead_s)
-                       + self.seqs * self._per_engine(calibration, lambda e: e.seq_overhead_s))
+        engine = functools.partial(self._per_engine, calibration)
+        terms[:, 6] = (self.layers * engine(lambda e: e.layer_overhead_s)
+                       + self.moe_layers * engine(lambda e: e.moe_layer_overhead_s)
+                       + self.mla_layers * engine(lambda e: e.mla_layer_overhead_s)
+                       + self.weight_only_layers * engine(lambda e: e.weight_only_layer_overhead_s)
+                       + engine(lambda e: e.step_overhead_s)
+                       + self.seqs * engine(lambda e: e.seq_overhead_s))
         return terms, seconds, moved
 
 

@@ -68,6 +68,8 @@ class StepWork:
     layers: int = 0
     seqs: float = 0.0  # sequences the step advances on this GPU (per-sequence scheduling and sampling)
     moe_layers: int = 0  # of `layers`: those with routed experts
+    mla_layers: int = 0  # of `layers`: those with multi-head latent attention
+    weight_only_layers: int = 0  # of `moe_layers`: experts the GPU dequantises (`Formats.weight_only_experts`)
 
     def copy(self, extra_transfers: Sequence[Transfer] = ()) -> StepWork:
         """A copy to add to (a cached step is shared), every field kept; `extra_transfers` appended."""
@@ -79,6 +81,8 @@ class StepWork:
         self.layers += other.layers
         self.seqs += other.seqs
         self.moe_layers += other.moe_layers
+        self.mla_layers += other.mla_layers
+        self.weight_only_layers += other.weight_only_layers
 
     @property
     def flops(self) -> float:

@@ -65,7 +65,8 @@ def test_a_copy_keeps_every_field() -> None:
     work = StepWork(layers=61, seqs=16.0, moe_layers=58)
     copy = work.copy()
     assert copy == work and copy.ops is not work.ops and copy.transfers is not work.transfers
-    assert {f.name for f in fields(StepWork)} == {"ops", "transfers", "layers", "seqs", "moe_layers"}
+    assert {f.name for f in fields(StepWork)} == {"ops", "transfers", "layers", "seqs", "moe_layers", "mla_layers",
+                                                  "weight_only_layers"}
 
 
 def test_pipeline_stages_split_the_count() -> None:
