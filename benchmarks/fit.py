@@ -72,6 +72,9 @@ COLLECTIVE_FIELDS = ("collectives.allreduce.efficiency", "collectives.allreduce.
                      "collectives.alltoall.efficiency", "collectives.alltoall.latency_s", "nic_efficiency",
                      "nic_latency_s")
 GROUPED_FIELD = "grouped_gemm_load_exposed"  # fitted when the rows run routed experts (MoE models)
+# Engine overheads of layer kinds only some models have, with the step count (`StepWork`) that pays each: fitted
+# for an engine only when its rows pay them (`_unexercised`).
+LAYER_KIND_FIELDS = {"mla_layer_overhead_s": "mla_layers", "weight_only_layer_overhead_s": "weight_only_layers"}
 ENGINE_FIELDS = ("layer_overhead_s", "moe_layer_overhead_s", "mla_layer_overhead_s", "weight_only_layer_overhead_s",
                  "step_overhead_s", "seq_overhead_s", "alltoall_overlap",
                  "prefill_layer_latency_s", "dp_wait_steps", "cohort_fraction")
@@ -121,6 +124,17 @@ def fitted_engines(rows: Sequence[Measurement]) -> list[str]:
     """Engines with enough training rows for their own factors (`MIN_ENGINE_ROWS`); all of them when none has."""
     counts = Counter(m.engine for m in rows)
     return sorted(e for e, n in counts.items() if n >= MIN_ENGINE_ROWS) or sorted(counts)
+
+
+def _unexercised(planned: PlannedRows, engines: Sequence[str]) -> frozenset[tuple[str, str]]:
+    """(engine, factor) pairs of the layer-kind overheads (`LAYER_KIND_FIELDS`) that no step of the engine's rows
+    pays: they keep their priors, as no row could move them (today vLLM runs no MLA model here, SGLang no
+    weight-only experts)."""
+    table = planned.table
+    used = np.isin(np.arange(len(table.works)), list(planned.work_ids))
+    engine_of = np.array(table.engine_names)[table.engine_of]
+    return frozenset((e, f) for e in engines for f, count in LAYER_KIND_FIELDS.items()
+                     if not np.any(getattr(table, count)[used & (engine_of == e)] > 0))
 
 
 def layout_was_guessed(measurement: Measurement) -> bool:
@@ -181,6 +195,7 @@ class ParameterSpace:
     engines: tuple[str, ...]
     prior: Calibration
     grouped: bool = True  # the rows run grouped GEMMs (routed experts): their exposed weight load is fitted
+    unexercised: frozenset[tuple[str, str]] = frozenset()  # (engine, layer-kind overhead) no row of it pays
 
     @staticmethod
     def for_rows(planned: PlannedRows, prior: Calibration) -> ParameterSpace:
@@ -192,7 +207,8 @@ class ParameterSpace:
         formats = {(g, d) for g, d in formats if g in generations}
         engines = fitted_engines(planned.rows)
         grouped = bool(np.any((table.op_group_rows > 0) & np.isin(table.op_work, list(planned.work_ids))))
-        return ParameterSpace(tuple(generations), tuple(sorted(formats)), tuple(engines), prior, grouped)
+        return ParameterSpace(tuple(generations), tuple(sorted(formats)), tuple(engines), prior, grouped,
+                              _unexercised(planned, engines))
 
     def names(self) -> list[str]:
         names = [f"generations.{g}.gemm_efficiency.{d}" for g, d in self.gemm_formats]
@@ -200,7 +216,7 @@ class ParameterSpace:
         names += list(COLLECTIVE_FIELDS)
         names += [GROUPED_FIELD] if self.grouped else []
         return names + [f"engines.{e}.{f}" for e in self.engines for f in ENGINE_FIELDS
-                        if f != "dp_wait_steps" or e in HOLDS_PROMPTS_UNDER_DP]
+                        if (f != "dp_wait_steps" or e in HOLDS_PROMPTS_UNDER_DP) and (e, f) not in self.unexercised]
 
     def initial(self) -> np.ndarray:
         data = self.prior.model_dump()
@@ -215,7 +231,10 @@ class ParameterSpace:
             if floor is not None:
                 _assign(data, name, _from_free(name, float(value), floor))
         fitted = {e: EngineFactors.model_validate(data["engines"][e]) for e in self.engines}
-        mean = {f: float(np.mean([getattr(e, f) for e in fitted.values()])) for f in ENGINE_FIELDS}
+        mean = {f: float(np.mean([getattr(x, f) for e, x in fitted.items() if (e, f) not in self.unexercised]
+                                 or [getattr(x, f) for x in fitted.values()])) for f in ENGINE_FIELDS}
+        for engine, field in self.unexercised:  # a layer kind its rows never run: as the engines that do
+            data["engines"][engine][field] = mean[field]
         for engine in set(data["engines"]) - set(self.engines):
             # The cohort fraction of the fitted engines that schedule prompts as this one does, where there are
             # any (`costmodel.calibration.SCHEDULING`), else what its policy implies (`POLICY_COHORT`); the
@@ -424,9 +443,13 @@ def provenance(rows: Sequence[Measurement]) -> dict[str, str]:
     return notes
 
 
-def calibration_yaml(calibration: Calibration, rows: Sequence[Measurement]) -> str:
-    """The calibration file, every fitted factor with the data it came from."""
+def calibration_yaml(calibration: Calibration, rows: Sequence[Measurement],
+                     unexercised: frozenset[tuple[str, str]] = frozenset()) -> str:
+    """The calibration file, every fitted factor with the data it came from (`unexercised`: the layer-kind
+    overheads of fitted engines that took the other engines' mean, `ParameterSpace.unexercised`)."""
     notes = provenance(rows)
+    for engine, field in sorted(unexercised):
+        notes[engine] += f"; {field}: no row runs that layer kind, mean of the engines whose rows do"
     data = calibration.model_dump(mode="json")
     lines = [
         "# Calibration of the cost model, written by `python -m benchmarks fit` (do not edit by hand).",
@@ -462,8 +485,9 @@ def calibration_yaml(calibration: Calibration, rows: Sequence[Measurement]) -> s
 
 def main(write: bool = False) -> int:
     rows = [m for m in load_measurements(default_measurements_path()) if not layout_was_guessed(m)]
-    calibration = fit(PlannedRows.build(rows))
-    text = calibration_yaml(calibration, rows)
+    planned = PlannedRows.build(rows)
+    calibration = fit(planned)
+    text = calibration_yaml(calibration, rows, _unexercised(planned, fitted_engines(rows)))
     if write:
         CALIBRATION_FILE.write_text(text, encoding="utf-8")
         print(f"wrote {CALIBRATION_FILE}")
