@@ -74,23 +74,24 @@ def test_each_kind_pays_its_engines_overhead_once_per_step() -> None:
     assert overheads[2] - overheads[1] == pytest.approx(58 * factors.weight_only_layer_overhead_s)
 
 
-def test_an_engine_whose_rows_run_no_mla_takes_the_mean_of_those_that_do() -> None:
+def test_an_engine_whose_rows_run_no_mla_keeps_its_prior() -> None:
     """vLLM's rows here run no MLA model: its MLA overhead is not a free factor of the fit (no row could move
-    it) and takes the mean of the engines whose rows run MLA layers, as a held-out engine would."""
+    it); it keeps its prior, and a held-out engine takes the mean of every fitted engine's value, that prior
+    included (`ParameterSpace.calibration`)."""
     from benchmarks.fit import ParameterSpace
     from costmodel.calibration import prior_calibration
     from tests.fit_rows import RowsStub
 
     engines = ["trtllm"] * 20 + ["sglang"] * 20 + ["vllm"] * 20
     rows = RowsStub(engines, mla_layers=[61] * 40 + [0] * 20, weight_only_layers=[36] * 10 + [0] * 50)
-    space = ParameterSpace.for_rows(rows, prior_calibration())  # type: ignore[arg-type]
+    prior = prior_calibration()
+    space = ParameterSpace.for_rows(rows, prior)  # type: ignore[arg-type]
     assert space.unexercised == {("vllm", "mla_layer_overhead_s"), ("sglang", "weight_only_layer_overhead_s"),
                                  ("vllm", "weight_only_layer_overhead_s")}
     assert "engines.vllm.mla_layer_overhead_s" not in space.names()
     assert "engines.trtllm.weight_only_layer_overhead_s" in space.names()
-    vector = space.initial() + 0.5  # every free factor moved off its prior
-    fitted = space.calibration(vector, "t").engines
-    mla = [fitted[e].mla_layer_overhead_s for e in ("trtllm", "sglang")]
-    assert fitted["vllm"].mla_layer_overhead_s == pytest.approx(sum(mla) / 2)
-    assert fitted["vllm"].weight_only_layer_overhead_s == fitted["trtllm"].weight_only_layer_overhead_s
-    assert fitted["generic"].mla_layer_overhead_s == pytest.approx(sum(mla) / 2)
+    fitted = space.calibration(space.initial() + 0.5, "t").engines  # every free factor moved off its prior
+    assert fitted["vllm"].mla_layer_overhead_s == prior.engine("vllm").mla_layer_overhead_s
+    assert fitted["trtllm"].mla_layer_overhead_s != prior.engine("trtllm").mla_layer_overhead_s
+    mla = [fitted[e].mla_layer_overhead_s for e in ("trtllm", "sglang", "vllm")]
+    assert fitted["generic"].mla_layer_overhead_s == pytest.approx(sum(mla) / 3)
