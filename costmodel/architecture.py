@@ -386,6 +386,9 @@ class Architecture(BaseModel):
     max_position_embeddings: int = Field(gt=0)  # tokens
     native_weights: Dtype = Dtype.BF16  # format of the published non-expert weights
     native_experts: Dtype = Dtype.BF16  # format of the published routed-expert weights
+    # bytes per element of the published experts where their block scales differ from the format's default
+    # (`costmodel.precision`: MXFP4's one byte per 32 elements against NVFP4's per 16); None: the default
+    native_expert_bytes: float | None = Field(default=None, gt=0)
     notes: tuple[str, ...] = ()  # assumptions made while parsing
 
     @model_validator(mode="after")

@@ -101,7 +101,7 @@ def pool_context(resolved: ResolvedScenario, pool: Pool) -> PoolContext:
     scenario = resolved.scenario
     fmt = Formats(
         weight_bytes=bytes_per_element(resolved.weights),
-        expert_bytes=bytes_per_element(resolved.experts),
+        expert_bytes=resolved.expert_bytes,
         kv_dtype=resolved.kv_cache,
         activation_bytes=bytes_per_element(Dtype(scenario.precision.activations)),
         weight_compute=compute_dtype(resolved.weights, system),

@@ -16,7 +16,7 @@ from costmodel.architecture import Architecture, Layer, group_layers
 from costmodel.errors import ConfigError
 from costmodel.hf_fields import ConfigReader
 from costmodel.hf_layers import attention_layers, ffn_layers, model_type
-from costmodel.precision import Dtype
+from costmodel.precision import Dtype, scaled_bytes
 
 _TORCH_DTYPES = {"bfloat16": Dtype.BF16, "float16": Dtype.BF16, "float32": Dtype.BF16}
 _CONTEXT_KEYS = ("max_position_embeddings", "model_max_length")
@@ -41,7 +41,7 @@ def parse_hf_config(config: Mapping[str, Any], name: str) -> Architecture:
         ffns = ffn_layers(cfg, hidden, n, mtype, notes)
         layers = [Layer(attention=a, ffn=f) for a, f in zip(attentions, ffns, strict=True)]
         mtp = _mtp_modules(cfg, notes)
-        weights, experts = native_dtypes(root, cfg, notes)
+        weights, experts, expert_bytes = native_formats(root, cfg, notes)
         return Architecture(
             name=name,
             model_type=mtype,
@@ -54,6 +54,7 @@ def parse_hf_config(config: Mapping[str, Any], name: str) -> Architecture:
             max_position_embeddings=_context(cfg, notes),
             native_weights=weights,
             native_experts=experts,
+            native_expert_bytes=expert_bytes,
             notes=tuple(dict.fromkeys(notes)),
         )
     except ValidationError as exc:
@@ -91,26 +92,34 @@ def _mtp_modules(cfg: ConfigReader, notes: list[str]) -> int:
     return count
 
 
-def native_dtypes(root: ConfigReader, cfg: ConfigReader, notes: list[str]) -> tuple[Dtype, Dtype]:
-    """(non-expert weights, routed experts) formats of the published checkpoint."""
+# MXFP4 (OCP Microscaling): 4-bit e2m1 elements, one 8-bit e8m0 scale per 32 (gpt-oss's `quant_method: mxfp4`).
+MXFP4_GROUP = 32
+
+
+def native_formats(root: ConfigReader, cfg: ConfigReader,
+                   notes: list[str]) -> tuple[Dtype, Dtype, float | None]:
+    """(non-expert weights, routed experts) formats of the published checkpoint, and the experts' bytes per
+    element where their block scales differ from the format's default (`costmodel.precision`)."""
     quant = cfg.sub("quantization_config") or root.sub("quantization_config")
     base = _torch_dtype(root, cfg, notes)
     if quant is None:
-        return base, base
+        return base, base, None
     method = quant.str_or("quant_method", "")
     if method == "fp8":  # DeepSeek-style 128x128 block fp8 on all linear layers
-        return Dtype.FP8, Dtype.FP8
+        return Dtype.FP8, Dtype.FP8, None
     if method == "mxfp4":  # gpt-oss: experts only; attention, router, embeddings stay bf16
-        return base, Dtype.FP4
+        return base, Dtype.FP4, scaled_bytes(4, MXFP4_GROUP, 1.0)
     if method == "compressed-tensors":
-        return base, _compressed_tensors_experts(quant, notes)
+        return (base, *_compressed_tensors_experts(quant, notes))
     notes.append(f"quantization method {method!r} not modelled: assumed {base} weights")
-    return base, base
+    return base, base, None
 
 
-def _compressed_tensors_experts(quant: ConfigReader, notes: list[str]) -> Dtype:
-    """Kimi K2.5 (int4 group 32) and K3 (mxfp4): 4-bit routed experts; the ignore list keeps
-    attention, shared experts, dense MLPs and the lm head in bf16."""
+def _compressed_tensors_experts(quant: ConfigReader, notes: list[str]) -> tuple[Dtype, float | None]:
+    """Kimi K2.5 (int4, one bf16 scale per 32) and K3 (mxfp4: float, one uint8 scale per 32): 4-bit routed
+    experts with their bytes per element; the ignore list keeps attention, shared experts, dense MLPs and the lm
+    head in bf16. Scales are 2 bytes (compressed-tensors' fp16/bf16 default) unless `scale_dtype` names a byte
+    type."""
     groups = quant.sub("config_groups")
     members = [groups.sub(key) for key in groups.data] if groups is not None else []
     for member in members:
@@ -118,9 +127,12 @@ def _compressed_tensors_experts(quant: ConfigReader, notes: list[str]) -> Dtype:
         if spec is None or spec.int_or("num_bits", 16) != 4:
             continue
         notes.append("compressed-tensors 4-bit weights read as routed experts only")
-        return Dtype.FP4 if spec.str_or("type", "int") == "float" else Dtype.INT4
+        dtype = Dtype.FP4 if spec.str_or("type", "int") == "float" else Dtype.INT4
+        group = spec.int_or("group_size", 0)
+        scale = 1.0 if any(t in spec.str_or("scale_dtype", "") for t in ("uint8", "int8", "float8")) else 2.0
+        return dtype, (scaled_bytes(4, group, scale) if group > 0 else None)
     notes.append("compressed-tensors config without 4-bit weight groups: assumed bf16 experts")
-    return Dtype.BF16
+    return Dtype.BF16, None
 
 
 def _torch_dtype(root: ConfigReader, cfg: ConfigReader, notes: list[str]) -> Dtype:

@@ -7,8 +7,9 @@ the cost model charges HBM traffic and capacity for the scales too:
 - fp8: 1 byte; DeepSeek-style 128x128 block scales add one fp32 per 16,384 elements (2.4e-4 B/elem),
   which we neglect (below 0.03%).
 - fp4: 4 bits plus one 8-bit scale per 16 elements (NVFP4, e4m3 scale per 16-element block:
-  0.5 + 1/16 = 0.5625 B). MXFP4 (gpt-oss) uses one e8m0 scale per 32 elements (0.53125 B); we use the
-  NVFP4 figure for every fp4 weight, an overestimate of at most 6% for MXFP4 weights.
+  0.5 + 1/16 = 0.5625 B), the format an engine quantises to. A published checkpoint's own 4-bit experts
+  keep its block scales (`scaled_bytes`, `Architecture.native_expert_bytes`): MXFP4 (gpt-oss, Kimi K3)
+  one e8m0 scale per 32 elements, 0.53125 B; Kimi K2.5's int4 one bf16 scale per 32, 0.5625 B.
 - int4: weight-only int4 (AWQ/GPTQ style) with one bf16 scale per 128-element group: 0.5 + 2/128.
 """
 
@@ -40,6 +41,12 @@ KV_DTYPES: frozenset[Dtype] = frozenset({Dtype.BF16, Dtype.FP8})
 # `mamba_ssm_cache_dtype: auto` for Qwen3-Next and Kimi-Linear, SGLang likewise); the fla reference kernels
 # accumulate in fp32 registers but read and write the cached state in its storage dtype.
 STATE_BYTES_PER_ELEMENT = 2.0
+
+
+def scaled_bytes(bits: int, group_size: int, scale_bytes: float) -> float:
+    """Bytes per element of a block-scaled format: `bits` per element plus one scale of `scale_bytes` per
+    `group_size` elements (MXFP4: 4 bits, one 1-byte e8m0 scale per 32 -> 0.53125)."""
+    return bits / 8.0 + scale_bytes / group_size
 
 
 def bytes_per_element(dtype: Dtype | str) -> float:

@@ -14,7 +14,7 @@ from costmodel.hardware import SystemSpec, load_system, with_overrides
 from costmodel.inventory import ClusterGroup, GpuIndex, parse_gpu_id, uplink_bytes_per_s
 from costmodel.layout import Layout, Pool
 from costmodel.models import load_model
-from costmodel.precision import Dtype
+from costmodel.precision import Dtype, bytes_per_element
 from costmodel.scenario import MAX_GPUS, Cluster, Scenario
 
 
@@ -32,6 +32,14 @@ class ResolvedScenario:
     weights: Dtype
     experts: Dtype
     kv_cache: Dtype
+
+    @property
+    def expert_bytes(self) -> float:
+        """Bytes per element of the routed experts as stored: the published checkpoint's own (its block
+        scales: MXFP4's one byte per 32 elements) where they keep its format, else the format's default."""
+        native = self.architecture.native_expert_bytes
+        return native if native is not None and self.experts is self.architecture.native_experts else \
+            bytes_per_element(self.experts)
 
     @property
     def system(self) -> SystemSpec:
