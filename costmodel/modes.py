@@ -33,6 +33,7 @@ from costmodel.work import Op, StepWork, Tier, Transfer
 
 # Embedding and LM head stay in bf16 in the published FP8/FP4 checkpoints (DeepSeek, Kimi, gpt-oss).
 HEAD_BYTES = bytes_per_element(Dtype.BF16)
+QK_VARIANCE_BYTES = 4.0  # fp32: a whole-width q/k norm's per-token variance
 CacheTier = Literal["hbm", "host_dram", "ssd", "store"]  # "store": the shared KV store, over the NIC
 _FETCH_PATH: dict[str, Tier] = {"host_dram": "host", "ssd": "storage", "store": "nic"}
 
@@ -157,6 +158,10 @@ def layer_work(ctx: PoolContext, layer: Layer, shape: StepShape) -> StepWork:
     work.ops += dense_ffn_ops(layer.ffn, shape, par, ctx.fmt)
     work.ops.append(activation_traffic_op(layer.ffn, shape, par, ctx.fmt, hidden))
     payload = shape.tokens * hidden * HEAD_BYTES
+    if layer.attention.qk_norm == "layer":  # q and k normalised over all heads: each TP rank holds some, so the
+        # variances (one fp32 each for q and k per token) are all-reduced first (vLLM's MiniMax-M2,
+        # `MiniMaxText01RMSNormTP.forward_qk`, 0.16.0)
+        work.transfers += all_reduce("qk_norm_allreduce", par.tp, shape.tokens * 2 * QK_VARIANCE_BYTES, ctx.system)
     work.transfers += all_reduce("tp_allreduce", par.tp, payload, ctx.system)  # after attention
     work.transfers += all_reduce("tp_allreduce", par.tp, payload, ctx.system)  # after the FFN
     if layer.ffn.kind == "moe":

@@ -235,3 +235,25 @@ def test_a_collective_across_the_nic_pays_the_nic_latency_on_each_call() -> None
     assert slow["scaleout_network"] - without["scaleout_network"] == pytest.approx(3 * 1e-4)
     assert slow["scaleup_network"] == without["scaleup_network"]
     assert slow["host_link"] == without["host_link"]
+
+
+def test_a_whole_width_qk_norm_all_reduces_its_variances_under_tp() -> None:
+    """MiniMax-M2's q/k RMSNorm spans all heads (`qk_norm_type: per_layer`): each TP rank holds some heads, so
+    every layer all-reduces two fp32 variances per token (vLLM's `MiniMaxText01RMSNormTP.forward_qk`); without
+    TP, or with per-head norms (Qwen3), there is nothing to reduce."""
+    from costmodel.modes import decode_work
+
+    def transfers(model: str, tp: int) -> list[Transfer]:
+        resolved = scenario_from_data({
+            "schema_version": 1, "name": "t", "model": model, "cluster": {"system": "h200-sxm", "gpus": 8},
+            "workload": {"input_tokens": 1024, "output_tokens": 1024}, "engine": "vllm"})
+        pool = Layout.model_validate({"serving": "aggregated", "pools": [
+            {"role": "mixed", "tp": tp, "moe_tp": tp, "batch": 16}]}).pools[0]
+        work = decode_work(pool_context(resolved, pool), 0, 16, 1024)
+        return [t for t in work.transfers if t.name == "qk_norm_allreduce"]
+
+    reduced = transfers("minimax-m2.5", 4)
+    assert sum(t.calls for t in reduced) == 62  # one per layer
+    assert sum(t.bytes for t in reduced) == pytest.approx(62 * 2 * 3 / 4 * 16 * 2 * 4.0)  # ring bytes of 16 tokens
+    assert transfers("minimax-m2.5", 1) == []
+    assert transfers("qwen3-235b", 4) == []  # per-head q/k norms stay on their rank
