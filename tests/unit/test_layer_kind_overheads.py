@@ -13,21 +13,8 @@ from costmodel.hardware import load_system
 from costmodel.layout import Layout
 from costmodel.modes import decode_work, merged_work, prefill_work
 from costmodel.pricing import WorkTable
-from costmodel.resolve import ResolvedScenario
 from costmodel.work import StepWork
-from planner.scenario import scenario_from_data
-
-
-def _scenario(model: str, system: str = "h200-sxm", precision: str = "fp8", **workload: object) -> ResolvedScenario:
-    return scenario_from_data({
-        "schema_version": 1, "name": "t", "model": model, "precision": {"weights": precision},
-        "cluster": {"system": system, "gpus": 8},
-        "workload": {"input_tokens": 2048, "output_tokens": 512, **workload}, "engine": "trtllm"})
-
-
-def _pool(pp: int = 1) -> Layout:
-    return Layout.model_validate({"serving": "aggregated", "pools": [
-        {"role": "mixed", "tp": 8 // pp, "pp": pp, "moe_ep": 8 // pp, "batch": 16}]})
+from tests.unit.test_moe_layer_overhead import _pool, _scenario
 
 
 def test_every_deepseek_layer_is_mla_and_no_gqa_layer_is() -> None:

@@ -21,10 +21,10 @@ from planner.scenario import scenario_from_data
 MTP = {"method": "mtp", "draft_tokens": 2, "acceptance_rate": 0.7}
 
 
-def _scenario(model: str, **workload: object) -> ResolvedScenario:
+def _scenario(model: str, system: str = "h200-sxm", precision: str = "fp8", **workload: object) -> ResolvedScenario:
     return scenario_from_data({
-        "schema_version": 1, "name": "t", "model": model, "precision": {"weights": "fp8"},
-        "cluster": {"system": "h200-sxm", "gpus": 8},
+        "schema_version": 1, "name": "t", "model": model, "precision": {"weights": precision},
+        "cluster": {"system": system, "gpus": 8},
         "workload": {"input_tokens": 2048, "output_tokens": 512, **workload}, "engine": "trtllm"})
 
 
