@@ -129,7 +129,7 @@ def _compressed_tensors_experts(quant: ConfigReader, notes: list[str]) -> tuple[
         notes.append("compressed-tensors 4-bit weights read as routed experts only")
         dtype = Dtype.FP4 if spec.str_or("type", "int") == "float" else Dtype.INT4
         group = spec.int_or("group_size", 0)
-        scale = 1.0 if any(t in spec.str_or("scale_dtype", "") for t in ("uint8", "int8", "float8")) else 2.0
+        scale = 1.0 if any(t in spec.str_or("scale_dtype", "") for t in ("int8", "float8")) else 2.0
         return dtype, (scaled_bytes(4, group, scale) if group > 0 else None)
     notes.append("compressed-tensors config without 4-bit weight groups: assumed bf16 experts")
     return Dtype.BF16, None

@@ -27,11 +27,17 @@ class Dtype(StrEnum):
     INT4 = "int4"
 
 
+def scaled_bytes(bits: int, group_size: int, scale_bytes: float) -> float:
+    """Bytes per element of a block-scaled format: `bits` per element plus one scale of `scale_bytes` per
+    `group_size` elements (MXFP4: 4 bits, one 1-byte e8m0 scale per 32 -> 0.53125)."""
+    return bits / 8.0 + scale_bytes / group_size
+
+
 BYTES_PER_ELEMENT: dict[Dtype, float] = {
     Dtype.BF16: 2.0,
     Dtype.FP8: 1.0,
-    Dtype.FP4: 0.5 + 1.0 / 16.0,
-    Dtype.INT4: 0.5 + 2.0 / 128.0,
+    Dtype.FP4: scaled_bytes(4, 16, 1.0),  # NVFP4
+    Dtype.INT4: scaled_bytes(4, 128, 2.0),
 }
 
 # Formats a KV cache may be stored in (4-bit KV is not offered by the engines we model).
@@ -41,12 +47,6 @@ KV_DTYPES: frozenset[Dtype] = frozenset({Dtype.BF16, Dtype.FP8})
 # `mamba_ssm_cache_dtype: auto` for Qwen3-Next and Kimi-Linear, SGLang likewise); the fla reference kernels
 # accumulate in fp32 registers but read and write the cached state in its storage dtype.
 STATE_BYTES_PER_ELEMENT = 2.0
-
-
-def scaled_bytes(bits: int, group_size: int, scale_bytes: float) -> float:
-    """Bytes per element of a block-scaled format: `bits` per element plus one scale of `scale_bytes` per
-    `group_size` elements (MXFP4: 4 bits, one 1-byte e8m0 scale per 32 -> 0.53125)."""
-    return bits / 8.0 + scale_bytes / group_size
 
 
 def bytes_per_element(dtype: Dtype | str) -> float:
