@@ -19,10 +19,11 @@ from typing import Any
 import numpy as np
 
 from benchmarks.crossval import HeldOutPrediction, error_table, format_table, in_sample, leave_group_out, to_markdown
-from benchmarks.fit import PlannedRows, fit, layout_was_guessed
+from benchmarks.fit import layout_was_guessed
 from benchmarks.measurements import Measurement, default_measurements_path, load_measurements
 from benchmarks.worker_counts import bounded
 from costmodel.calibration import Calibration
+from costmodel.fitting import PlannedRows, fit
 
 KEYS = ("model", "system", "engine", "serving")
 

@@ -20,9 +20,10 @@ from collections.abc import Iterable, Sequence
 
 from benchmarks.accuracy import FastModel
 from benchmarks.crossval import HeldOutPrediction, error_table, format_table
-from benchmarks.fit import ENGINE_FIELDS, layout_was_guessed
+from benchmarks.fit import layout_was_guessed
 from benchmarks.measurements import Measurement, default_measurements_path, load_measurements
 from costmodel.calibration import Calibration
+from costmodel.fitting import ENGINE_FIELDS
 
 # The factors that chiefly shape TTFT (`costmodel.serving`): first-token latency, arrival bunching, the prompt
 # hold under attention DP. TPOT sees the bunching too, through the closed-loop round ((round - TTFT) / (osl - 1)).

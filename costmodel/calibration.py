@@ -110,7 +110,7 @@ HOLDS_PROMPTS_UNDER_DP: frozenset[str] = frozenset({"trtllm"})
 
 # How each engine schedules waiting prompts by default, which sets how bunched closed-loop arrivals stay (the
 # cohort fraction): an engine without fitted factors (held out, or too few rows) takes the cohort fraction of
-# the fitted engines that schedule as it does (`benchmarks.fit`).
+# the fitted engines that schedule as it does (`costmodel.fitting`).
 # - piggyback: prompts ride on decode steps in chunks, decodes first. vLLM V1 (every vLLM row: 0.11-0.19) always
 #   enables chunked prefill and "batches all pending decode requests before scheduling any prefill operations"
 #   (vLLM docs, Optimization and Tuning, Chunked Prefill); TensorRT-LLM's in-flight batching runs context and
@@ -131,7 +131,7 @@ POLICY_COHORT: dict[str, float] = {"prefill_first": 1.0}
 
 # How each engine runs a prefill by default, which sets how much host time a request's first token waits
 # beyond its kernels (the first-token latency per layer): an engine without fitted factors takes the
-# first-token latency of the fitted engines that run prefills as it does (`benchmarks.fit`).
+# first-token latency of the fitted engines that run prefills as it does (`costmodel.fitting`).
 # - compiled: vLLM V1 compiles every forward pass with torch.compile by default (fused kernels, few launches)
 #   and replays piecewise CUDA graphs for small batches (vLLM docs, torch.compile integration);
 # - eager: SGLang captures CUDA graphs for decode batches only (`cuda_graph_max_bs`) and leaves torch.compile

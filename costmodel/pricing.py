@@ -61,7 +61,7 @@ def grouped_gemm_share(rows: np.ndarray, ridge_rows: np.ndarray, efficiency: np.
     295 rows) reach 1346/1214 TFLOPS with 8192 rows per group, 1233/925 with 1024 and 932/815 with 256,
     against 1520 for its best dense shape (e = 0.77): shares 0.8-0.9, 0.6-0.8 and 0.54-0.61, about what
     k = 0.7-1.0 gives for short groups (k = 0.85: 0.97, 0.84, 0.56), which most serving steps' experts
-    are. k is fitted (`benchmarks.fit`)."""
+    are. k is fitted (`costmodel.fitting`)."""
     if load_exposed <= 0:
         return np.ones_like(rows)
     grouped = rows > 0

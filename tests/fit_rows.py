@@ -1,4 +1,4 @@
-"""A stand-in for `benchmarks.fit.PlannedRows` in tests of the fit's parameter space."""
+"""A stand-in for `costmodel.fitting.PlannedRows` in tests of the fit's parameter space."""
 
 from __future__ import annotations
 

@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from benchmarks.fit import ParameterSpace
 from costmodel.calibration import Calibration, default_calibration, prior_calibration
 from costmodel.evaluate import evaluate, plan_layout
+from costmodel.fitting import ParameterSpace
 from costmodel.layout import Layout
 from costmodel.pricing import DirectPricer
 from costmodel.resolve import ResolvedScenario

@@ -7,9 +7,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from benchmarks.fit import BOUNDS, MIN_GENERATION_ROWS, ParameterSpace, PlannedRows, fit, layout_was_guessed, provenance
+from benchmarks.fit import layout_was_guessed, provenance
 from benchmarks.measurements import load_measurements
 from costmodel.calibration import Calibration, default_calibration, prior_calibration
+from costmodel.fitting import BOUNDS, MIN_GENERATION_ROWS, ParameterSpace, PlannedRows, fit
 from tests.fit_rows import RowsStub
 
 

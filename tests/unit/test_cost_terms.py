@@ -7,11 +7,11 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from benchmarks.fit import _generation_floor, _systems
 from benchmarks.published import CASES, predict
 from costmodel.calibration import default_calibration, prior_calibration
 from costmodel.collectives import all_reduce
 from costmodel.evaluate import evaluate, plan_layout, pool_context
+from costmodel.fitting import _generation_floor, _systems
 from costmodel.hardware import load_system
 from costmodel.layout import Layout
 from costmodel.modes import decode_work

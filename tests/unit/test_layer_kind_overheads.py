@@ -65,8 +65,8 @@ def test_an_engine_whose_rows_run_no_mla_keeps_its_prior() -> None:
     """vLLM's rows here run no MLA model: its MLA overhead is not a free factor of the fit (no row could move
     it); it keeps its prior, and a held-out engine takes the mean of every fitted engine's value, that prior
     included (`ParameterSpace.calibration`)."""
-    from benchmarks.fit import ParameterSpace
     from costmodel.calibration import prior_calibration
+    from costmodel.fitting import ParameterSpace
     from tests.fit_rows import RowsStub
 
     engines = ["trtllm"] * 20 + ["sglang"] * 20 + ["vllm"] * 20
