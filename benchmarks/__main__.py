@@ -1,6 +1,7 @@
 """`python -m benchmarks <command>`: fit (calibration), accuracy (held-out cost-model error), ceiling (the
 held-out-engine error with the engine's own factors), published (against published figures), speed,
-solver (front quality and time against a baseline), scaling (time and memory against size)."""
+solver (front quality and time against a baseline), scaling (time and memory against size), own-calibration
+(what calibrating on one's own runs buys, campaign by campaign)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from benchmarks import accuracy, ceiling, fit, published, scaling, solver, speed
+from benchmarks import accuracy, ceiling, fit, own_calibration, published, scaling, solver, speed
 from benchmarks.measurements import GROUP_KEYS
 
 
@@ -25,6 +26,8 @@ def main(argv: list[str] | None = None) -> int:
                                 help="engine factors the held-out rows' engines keep (comma-separated)")
     ceiling_parser.add_argument("--key", choices=GROUP_KEYS, default="engine", help="what is held out in turn")
     commands.add_parser("published", help="the calibration against published serving figures (never fitted)")
+    own_parser = commands.add_parser("own-calibration", help="error on half of each campaign, calibrated on the other")
+    own_parser.add_argument("--json", type=Path, help="also write the figures as JSON here")
     speed_parser = commands.add_parser("speed", help="cost-model evaluations per second")
     speed_parser.add_argument("--count", type=int, default=10_000)
     solver_parser = commands.add_parser("solver", help="front quality and solve time against the baseline")
@@ -61,6 +64,8 @@ def main(argv: list[str] | None = None) -> int:
         except ValueError as error:
             parser.error(f"--factors: {error}")  # exit code 2, before any fitting
         return ceiling.main(fields, args.key)
+    if args.command == "own-calibration":
+        return own_calibration.main(args.json)
     if args.command == "published":
         return published.main()
     if args.command == "fit":

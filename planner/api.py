@@ -12,12 +12,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from costmodel.calibration import Calibration
 from costmodel.evaluate import Prediction
 from costmodel.evaluate import evaluate as _evaluate
 from costmodel.layout import Layout
 from costmodel.resolve import ResolvedScenario
 from planner import plan_output
 from planner import scenario as _scenario
+from planner.calibrate import load_calibration
 from planner.solve import SolveResult, settings_for
 from planner.solve import solve as _solve
 from planner.sourcefile import SourceDocument
@@ -70,12 +72,14 @@ class Front:
 
 def solve(scenario: ResolvedScenario | str | Path, *, solver: str | None = None, time_limit_s: float | None = None,
           threads: int | None = None, seed: int | None = None, resolution: Resolution | None = None,
-          points: int | Literal["all"] | None = None, batch_tolerance: float | None = None) -> Front:
-    """The Pareto front, with `plan solve`'s defaults: each setting left out comes from the scenario."""
+          points: int | Literal["all"] | None = None, batch_tolerance: float | None = None,
+          calibration: Calibration | str | Path | None = None) -> Front:
+    """The Pareto front, with `plan solve`'s defaults: each setting left out comes from the scenario;
+    `calibration`: a calibration file (`plan calibrate`) or object instead of the bundled one."""
     resolved = scenario if isinstance(scenario, ResolvedScenario) else load_scenario(scenario)
     settings = settings_for(resolved.scenario.search, solver=solver, time_limit_s=time_limit_s, threads=threads,
                             seed=seed, resolution=resolution, points=points, batch_tolerance=batch_tolerance)
-    result = _solve(resolved, settings)
+    result = _solve(resolved, settings, _calibration(calibration))
     data = plan_output.result_dict(result)
     found = tuple(_point(index, entry) for index, entry in enumerate(data["front"]))
     return Front(scenario=resolved, points=found, result=result, _data=data)
@@ -89,10 +93,10 @@ def _point(index: int, entry: dict[str, Any]) -> FrontPoint:
                       data=entry)
 
 
-def evaluate(scenario: ResolvedScenario | str | Path, layout: Layout | FrontPoint | str | Path | dict[str, Any]
-             ) -> Prediction:
+def evaluate(scenario: ResolvedScenario | str | Path, layout: Layout | FrontPoint | str | Path | dict[str, Any],
+             calibration: Calibration | str | Path | None = None) -> Prediction:
     """One deployment's figures (`plan evaluate`); `to_dict()` is its JSON. A layout may be a layout or plan
-    file, a mapping, a `Layout` or a front point."""
+    file, a mapping, a `Layout` or a front point; `calibration` as for `solve`."""
     resolved = scenario if isinstance(scenario, ResolvedScenario) else load_scenario(scenario)
     if isinstance(layout, FrontPoint):
         layout = layout.layout
@@ -100,4 +104,8 @@ def evaluate(scenario: ResolvedScenario | str | Path, layout: Layout | FrontPoin
         layout = _scenario.layout_from_document(SourceDocument(None, layout, None), resolved)
     elif not isinstance(layout, Layout):
         layout = _scenario.load_layout(Path(layout), resolved)
-    return _evaluate(resolved, layout)
+    return _evaluate(resolved, layout, _calibration(calibration))
+
+
+def _calibration(source: Calibration | str | Path | None) -> Calibration | None:
+    return source if source is None or isinstance(source, Calibration) else load_calibration(Path(source))

@@ -20,6 +20,7 @@ from costmodel.errors import CostModelError
 from costmodel.evaluate import evaluate
 from costmodel.scenario import MAX_SEED, MAX_THREADS
 from planner import __version__, evaluation, finite, interrupt, plan_output, report
+from planner.calibrate import calibrate, calibration_text, load_calibration
 from planner.cli_studies import register as register_studies
 from planner.errors import InputError, PlannerError
 from planner.out_dir import OutputFolder
@@ -33,6 +34,12 @@ from planner.sweep_result import Resolution, SolvedPoint
 FORMAT = click.option(
     "--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True,
     help="table for people, json for scripts.",
+)
+
+
+CALIBRATION = click.option(
+    "--calibration", "calibration_path", type=click.Path(path_type=Path),
+    help="Calibration file (`plan calibrate`) to price with instead of the bundled one.",
 )
 
 
@@ -111,17 +118,20 @@ def show_system(name: str, fmt: str) -> None:
 @click.argument("scenario", type=click.Path(path_type=Path), required=False)
 @click.option("--layout", "layout_path", type=click.Path(path_type=Path), help="Layout YAML to evaluate.")
 @click.option("--cases", type=click.Path(path_type=Path), help="JSONL of {scenario, layout} per line.")
+@CALIBRATION
 @FORMAT
-def evaluate_command(scenario: Path | None, layout_path: Path | None, cases: Path | None, fmt: str) -> None:
+def evaluate_command(scenario: Path | None, layout_path: Path | None, cases: Path | None,
+                     calibration_path: Path | None, fmt: str) -> None:
     """Predict TTFT, TPOT, tokens/s per GPU and memory of one layout (or every line of --cases)."""
+    calibration = None if calibration_path is None else load_calibration(calibration_path)
     if cases is not None:
-        for line in evaluation.evaluate_cases(cases):
+        for line in evaluation.evaluate_cases(cases, calibration):
             click.echo(finite.dumps(line))
         return
     if scenario is None or layout_path is None:
         raise click.UsageError("give SCENARIO and --layout LAYOUT, or --cases CASES.jsonl")
     resolved = load_scenario(scenario)
-    prediction = evaluate(resolved, load_layout(layout_path, resolved))
+    prediction = evaluate(resolved, load_layout(layout_path, resolved), calibration)
     finite.finite_or_error(prediction.to_dict())  # no "TTFT nan ms (fits)" in the table either
     if fmt == "json":
         _echo_json(prediction.to_dict())
@@ -146,11 +156,13 @@ def evaluate_command(scenario: Path | None, layout_path: Path | None, cases: Pat
 @click.option("--batch-tolerance", "batch_tolerance", type=click.FloatRange(min=0.0, max=0.2),
               help="Search batches until none untimed could beat the front by more than this share (default 0.01).")
 @click.option("--model-stats", is_flag=True, help="Also print variables and constraints per constraint family.")
+@CALIBRATION
 def solve_command(scenario: Path, fmt: str, out_dir: Path | None, solver: str | None, time_limit: float | None,
                   threads: int | None, seed: int | None, resolution: str | None, points: str | None,
-                  batch_tolerance: float | None, model_stats: bool) -> None:
+                  batch_tolerance: float | None, model_stats: bool, calibration_path: Path | None) -> None:
     """Pareto front of TTFT against tokens/s per GPU for SCENARIO, every point a deployment that fits."""
     resolved = load_scenario(scenario)
+    calibration = None if calibration_path is None else load_calibration(calibration_path)
     out = OutputFolder.prepare(out_dir) if out_dir is not None else None  # unwritable: exit 2 before solving
     if out is not None:
         click.get_current_context().call_on_close(out.discard)  # a failed run writes nothing
@@ -164,9 +176,9 @@ def solve_command(scenario: Path, fmt: str, out_dir: Path | None, solver: str | 
                 status.update(f"solving {resolved.scenario.name} with {settings.backend}: {count} front points, "
                               f"down to TTFT {point.point.ttft_ms:.1f} ms")
 
-            result = solve(resolved, replace(settings, on_point=progress))
+            result = solve(resolved, replace(settings, on_point=progress), calibration)
     else:
-        result = solve(resolved, settings)
+        result = solve(resolved, settings, calibration)
     data = plan_output.result_dict(result) if out is not None or fmt == "json" else None
     if out is not None:
         for path in plan_output.write_outputs(result, out, data):
@@ -180,6 +192,31 @@ def solve_command(scenario: Path, fmt: str, out_dir: Path | None, solver: str | 
         click.echo(plan_output.csv_text(result), nl=False)
     else:
         plan_output.print_table(result, console, model_stats)
+
+
+@cli.command("calibrate")
+@click.argument("measurements", type=click.Path(path_type=Path))
+@click.option("-o", "--output", type=click.Path(path_type=Path), help="Write the calibration here instead of stdout.")
+@click.option("--from", "start_path", type=click.Path(path_type=Path),
+              help="Calibration to start from and keep where the runs say nothing (default: the bundled one).")
+def calibrate_command(measurements: Path, output: Path | None, start_path: Path | None) -> None:
+    """Fit the cost model to your own measured runs (MEASUREMENTS: a YAML list of scenario, layout, ttft_ms,
+    tpot_ms); use the result with --calibration."""
+    start = None if start_path is None else load_calibration(start_path)
+    result = calibrate(measurements, start)
+    text = calibration_text(result, measurements)
+    click.echo(f"{len(result.runs)} runs; refitted engines: {', '.join(result.engines) or 'none'}; GPU generations: "
+               f"{', '.join(result.generations) or 'none (too few runs: starting values)'}", err=True)
+    click.echo(f"median error over the runs, TTFT / TPOT: {result.before_pct[0]:.1f}% / {result.before_pct[1]:.1f}% "
+               f"before, {result.after_pct[0]:.1f}% / {result.after_pct[1]:.1f}% after", err=True)
+    if output is None:
+        click.echo(text, nl=False)
+        return
+    try:
+        output.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        raise InputError.single(output, None, "", f"cannot write the calibration: {exc.strerror or exc}") from None
+    click.echo(f"wrote {output}", err=True)
 
 
 @cli.command("import-hf")
@@ -201,9 +238,9 @@ def import_hf(config: Path, output: Path | None, name: str | None) -> None:
 
 
 @cli.command()
-@click.argument("what", type=click.Choice(["scenario", "layout"]), default="scenario")
+@click.argument("what", type=click.Choice(["scenario", "layout", "measurements"]), default="scenario")
 def schema(what: str) -> None:
-    """Print the JSON Schema of a scenario (default) or layout file."""
+    """Print the JSON Schema of a scenario (default), layout or measurements (`plan calibrate`) file."""
     _echo_json(json_schema(what))
 
 

@@ -47,9 +47,10 @@ def economics_of(resolved: ResolvedScenario, point: FrontPoint,
                            calibration or default_calibration())
 
 
-def point_fields(resolved: ResolvedScenario, point: FrontPoint) -> dict[str, Any]:
-    """The economics keys of a front point's JSON."""
-    economics = economics_of(resolved, point)
+def point_fields(resolved: ResolvedScenario, point: FrontPoint,
+                 calibration: Calibration | None = None) -> dict[str, Any]:
+    """The economics keys of a front point's JSON (`calibration`: the front's, None for the bundled one)."""
+    economics = economics_of(resolved, point, calibration)
     return {"usd_per_million_tokens": economics.usd_per_million_tokens,
             "tokens_per_s_per_mw": economics.tokens_per_s_per_mw, "economics": economics.to_dict()}
 

@@ -9,6 +9,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from costmodel.calibration import Calibration
 from costmodel.errors import CostModelError
 from costmodel.evaluate import Prediction, evaluate
 from costmodel.safe_load import InputLimitError, decode_utf8, load_json, read_bytes
@@ -18,7 +19,7 @@ from planner.scenario import layout_from_document, scenario_from_data
 from planner.sourcefile import SourceDocument
 
 
-def evaluate_cases(path: Path) -> Iterator[dict[str, Any]]:
+def evaluate_cases(path: Path, calibration: Calibration | None = None) -> Iterator[dict[str, Any]]:
     """One result per non-empty line, in order; a bad line yields an error object, never a crash. Lines are
     decoded one by one, so a stray non-UTF-8 byte spoils only its own line."""
     try:
@@ -27,16 +28,16 @@ def evaluate_cases(path: Path) -> Iterator[dict[str, Any]]:
         raise InputError.single(path, exc.line, "", str(exc)) from None
     for number, raw in enumerate(data.split(b"\n"), start=1):
         if raw.strip():
-            yield evaluate_line(path, number, raw)
+            yield evaluate_line(path, number, raw, calibration)
 
 
-def evaluate_line(path: Path, number: int, raw: bytes) -> dict[str, Any]:
+def evaluate_line(path: Path, number: int, raw: bytes, calibration: Calibration | None = None) -> dict[str, Any]:
     """The prediction of one `{"scenario": ..., "layout": ...}` line, or `{"line": n, "error": ...}`.
 
     Expected failures say what to change; anything else (a bug) is reported on its line too, so that one
     poison line never ends the batch."""
     try:
-        return {"line": number, **_evaluate_case(path, number, raw)}
+        return {"line": number, **_evaluate_case(path, number, raw, calibration)}
     except InputLimitError as exc:
         return {"line": number, "error": str(exc)}
     except InputError as exc:
@@ -48,13 +49,13 @@ def evaluate_line(path: Path, number: int, raw: bytes) -> dict[str, Any]:
         return {"line": number, "error": f"cannot evaluate this case ({type(exc).__name__}: {exc})"}
 
 
-def _evaluate_case(path: Path, number: int, raw: bytes) -> dict[str, Any]:
+def _evaluate_case(path: Path, number: int, raw: bytes, calibration: Calibration | None) -> dict[str, Any]:
     case = load_json(decode_utf8(raw))
     if not isinstance(case, dict) or set(case) != {"scenario", "layout"}:
         raise InputError.single(path, number, "", 'each line must be {"scenario": {...}, "layout": {...}}')
     resolved = scenario_from_data(case["scenario"], base_dir=path.parent)
     layout = layout_from_document(SourceDocument(None, case["layout"], None), resolved)
-    return finite_or_error(evaluate(resolved, layout).to_dict())
+    return finite_or_error(evaluate(resolved, layout, calibration).to_dict())
 
 
 def print_prediction(prediction: Prediction) -> None:

@@ -167,10 +167,11 @@ def point_dict(result: SolveResult, point: SolvedPoint) -> dict[str, Any]:
         "tokens_per_s_per_gpu_used": p.tokens_per_s_per_gpu_used,
         "tokens_per_s_per_cluster_gpu": p.tokens_per_s_per_cluster_gpu,
         "tokens_per_s_per_user": p.tokens_per_s_per_user, "gpus": p.gpus, "idle_gpus": p.idle_gpus,
-        **economics_report.point_fields(result.resolved, p), "serving": p.layout.serving,
+        **economics_report.point_fields(result.resolved, p, result.calibration), "serving": p.layout.serving,
         "status": point.status.value, "gap": _gap(point.gap), "proof": point.proof,
         "binding": binding(result.resolved, p.layout, p.tokens_per_s / result.resolved.scenario.workload.output_tokens,
-                           default_calibration(), [pool["instances"][0]["gpus"][0] for pool in placed["pools"]]),
+                           result.calibration or default_calibration(),
+                           [pool["instances"][0]["gpus"][0] for pool in placed["pools"]]),
         "layout": layout_dict(p.layout), "placement": placed, **extra,
     }
 
@@ -183,6 +184,7 @@ def result_dict(result: SolveResult) -> dict[str, Any]:
         "scenario": result.resolved.scenario.name,
         "gpu_accounting": result.resolved.scenario.search.gpu_accounting,
         "cluster_gpus": result.resolved.gpus,
+        **({"calibration": result.calibration.fitted_on} if result.calibration is not None else {}),
         **economics_report.result_fields(result.resolved),
         "coverage": coverage_dict(result),
         "front": [point_dict(result, p) for p in result.front],

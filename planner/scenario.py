@@ -27,6 +27,12 @@ def load_scenario(path: Path) -> ResolvedScenario:
     return _resolve_document(read_document(path))
 
 
+def load_scenario_document(document: SourceDocument, base_dir: Path | None = None) -> ResolvedScenario:
+    """Validate and resolve a scenario document already read (paths in it relative to `base_dir`, by
+    default its file's folder)."""
+    return _resolve_document(document, base_dir)
+
+
 def scenario_from_data(data: dict[str, Any], base_dir: Path | None = None) -> ResolvedScenario:
     """Validate and resolve a scenario given as a mapping (e.g. one line of a JSONL file)."""
     document = SourceDocument(path=None, data=data, root=None)

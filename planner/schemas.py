@@ -8,12 +8,13 @@ from pydantic import BaseModel
 
 from costmodel.layout import Layout
 from costmodel.scenario import Scenario
+from planner.calibrate import MeasurementsFile
 
-_MODELS: dict[str, type[BaseModel]] = {"scenario": Scenario, "layout": Layout}
+_MODELS: dict[str, type[BaseModel]] = {"scenario": Scenario, "layout": Layout, "measurements": MeasurementsFile}
 
 
 def json_schema(what: str) -> dict[str, Any]:
-    """The JSON Schema of a `scenario` or `layout` document."""
+    """The JSON Schema of a `scenario`, `layout` or `measurements` (`plan calibrate`) document."""
     schema: dict[str, Any] = _MODELS[what].model_json_schema()
     schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
     return schema

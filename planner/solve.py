@@ -81,6 +81,7 @@ class SolveResult:
     batches: BatchCoverage = field(default_factory=lambda: BatchCoverage(certified=False))
     fastest_ttft_s: float = 0.0  # no deployment has a lower TTFT (the fastest fill of any layout)
     blocks: list[DeploymentOptions] = field(default_factory=list)  # structure blocks (one per group and pair)
+    calibration: Calibration | None = None  # what the front was priced with (None: the bundled calibration)
 
     @property
     def first_feasible_s(self) -> float | None:
@@ -145,6 +146,7 @@ def solve(resolved: ResolvedScenario, settings: SolveSettings, calibration: Cali
 
 def _solve(resolved: ResolvedScenario, settings: SolveSettings, calibration: Calibration | None) -> SolveResult:
     start = time.perf_counter()
+    custom = calibration
     calibration = calibration or default_calibration()
     # one group: the grid's batches until the deadline (refine bounds those left); several: the whole grid
     limit = settings.time_limit_s
@@ -179,7 +181,7 @@ def _solve(resolved: ResolvedScenario, settings: SolveSettings, calibration: Cal
     composed = composing(resolved, [b.groups for b in blocks])
     front = [_with_batch_bound(solved, batches, resolved.gpus, composed) for solved in front]
     solved = SolveResult(resolved, settings, front, result, 0.0, counts, options=blocks[0], prepare_s=prepare_s,
-                         fastest_ttft_s=fastest, batches=batches, blocks=blocks)
+                         fastest_ttft_s=fastest, batches=batches, blocks=blocks, calibration=custom)
     solved.experts = _expert_placements(resolved, front, settings)
     solved.time_s = time.perf_counter() - start
     return solved

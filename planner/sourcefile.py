@@ -85,6 +85,10 @@ class SourceDocument:
         """The document under top-level `key` (lines still point into the same file)."""
         return SourceDocument(self.path, self.data[key], _child(self.root, key))
 
+    def item(self, index: int) -> SourceDocument:
+        """Item `index` of a list document (lines still point into the same file)."""
+        return SourceDocument(self.path, self.data[index], _child(self.root, index))
+
 
 def _child(node: yaml.Node | None, part: str | int) -> yaml.Node | None:
     if isinstance(node, yaml.MappingNode):

@@ -1,0 +1,73 @@
+"""`python -m benchmarks own-calibration`: what calibrating on one's own runs (`plan calibrate`) buys.
+
+Each campaign of the calibration rows (one engine build on one system in one serving mode: what one team
+measures on its own cluster) with at least `MIN_CAMPAIGN_ROWS` rows is split in two by row id (alternate
+rows). The shipped calibration is refitted without the second half (so it has never seen those rows), then
+calibrated as `plan calibrate` does on the first half (`costmodel.fitting.fit`, starting from and pulled
+towards the shipped one, engines and generations absent from the half keeping its values), and both predict
+the second half: median APE of TTFT and TPOT per campaign and over all of them.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from collections.abc import Sequence
+from pathlib import Path
+
+import numpy as np
+
+from benchmarks.fit import layout_was_guessed
+from benchmarks.measurements import Measurement, default_measurements_path, load_measurements
+from costmodel.fitting import PlannedRows, fit
+
+MIN_CAMPAIGN_ROWS = 10  # five runs to calibrate on and five to check
+
+
+def campaigns(rows: Sequence[Measurement]) -> dict[tuple[str, str, str, str], list[int]]:
+    """Row indices of each campaign with enough rows, by (engine, version, system, serving), sorted by row id."""
+    found: dict[tuple[str, str, str, str], list[int]] = defaultdict(list)
+    for index, m in enumerate(rows):
+        found[(m.engine, m.engine_version, m.system, m.serving)].append(index)
+    return {key: sorted(idx, key=lambda i: rows[i].id) for key, idx in sorted(found.items())
+            if len(idx) >= MIN_CAMPAIGN_ROWS}
+
+
+def _ape(predicted: np.ndarray, measured: np.ndarray) -> np.ndarray:
+    return np.asarray(np.abs(predicted / measured - 1.0) * 100.0)
+
+
+def _medians(prefix: str, errors: np.ndarray) -> dict[str, float]:
+    return {f"{prefix}_ttft_pct": float(np.median(errors[:, 0])), f"{prefix}_tpot_pct": float(np.median(errors[:, 1]))}
+
+
+def main(json_out: Path | None = None) -> int:
+    rows = [m for m in load_measurements(default_measurements_path()) if not layout_was_guessed(m)]
+    planned = PlannedRows.build(rows)
+    measured = planned.measured()
+    shipped_errors, own_errors, table = [], [], []
+    for key, indices in campaigns(rows).items():
+        calibrate_on, check = indices[0::2], indices[1::2]
+        held = set(check)
+        shipped = fit(planned.subset([i for i in range(len(rows)) if i not in held]))
+        own = fit(planned.subset(calibrate_on), prior=shipped, absent="prior")
+        before = _ape(planned.predict(shipped)[check], measured[check])
+        after = _ape(planned.predict(own)[check], measured[check])
+        shipped_errors.append(before)
+        own_errors.append(after)
+        entry = {"engine": key[0], "version": key[1] or "(none)", "system": key[2], "serving": key[3],
+                 "calibrated_on": len(calibrate_on), "checked": len(check),
+                 **_medians("shipped", before), **_medians("own", after)}
+        table.append(entry)
+        print(f"{key[0]:7} {entry['version']:26} {key[2]:12} {key[3]:14} {len(calibrate_on):3} / {len(check):3}  "
+              f"TTFT {entry['shipped_ttft_pct']:5.1f} -> {entry['own_ttft_pct']:5.1f}  "
+              f"TPOT {entry['shipped_tpot_pct']:5.1f} -> {entry['own_tpot_pct']:5.1f}", flush=True)
+    before_all, after_all = np.vstack(shipped_errors), np.vstack(own_errors)
+    summary = {"rows_checked": len(before_all), "campaigns": len(table),
+               **_medians("shipped", before_all), **_medians("own", after_all)}
+    print(f"all {summary['campaigns']} campaigns, {summary['rows_checked']} rows checked: TTFT "
+          f"{summary['shipped_ttft_pct']:.1f}% -> {summary['own_ttft_pct']:.1f}%, TPOT "
+          f"{summary['shipped_tpot_pct']:.1f}% -> {summary['own_tpot_pct']:.1f}% (median APE, shipped -> own)")
+    if json_out is not None:
+        json_out.write_text(json.dumps({"summary": summary, "campaigns": table}, indent=2) + "\n", encoding="utf-8")
+    return 0

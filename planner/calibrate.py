@@ -1,0 +1,209 @@
+"""Calibrate the cost model on one's own measurements (`plan calibrate`), and read a calibration file back.
+
+The bundled calibration is fitted to public benchmark campaigns whose unrecorded settings (benchmark client,
+warm-up, arrival pattern, engine flags) move TTFT by up to 0.5-0.6 in log from one campaign to the next
+(README, "Calibrating on your own measurements"). Runs measured on one's own engine build, client and
+cluster pin those down: the same least-squares fit (`costmodel.fitting`) starts from the bundled
+calibration (or `--from` another), is pulled towards it, and refits only what the runs exercise: engines and
+GPU generations absent from them, or with too few runs (`MIN_ENGINE_ROWS`, `MIN_GENERATION_ROWS`), keep the
+starting values.
+
+A measurements file lists runs, each a scenario and the layout that ran (a layout file, or a
+`plan-<i>.yaml` written by `plan solve --out`; paths relative to the measurements file, or the documents
+inline), with the measured mean TTFT and TPOT; `workload` overrides the scenario's workload for that run
+(say, its concurrency):
+
+    schema_version: 1
+    measurements:
+      - {scenario: scenario.yaml, layout: plan-3.yaml, ttft_ms: 412, tpot_ms: 23.1}
+      - {scenario: scenario.yaml, layout: plan-3.yaml, workload: {concurrency: 32}, ttft_ms: 260, tpot_ms: 17.9}
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import numpy as np
+import yaml
+from pydantic import BaseModel, ConfigDict, Field
+
+from costmodel.calibration import Calibration, default_calibration
+from costmodel.evaluate import LayoutPlan, plan_layout
+from costmodel.fitting import PlannedRows, fit, fitted_engines, fitted_generations
+from costmodel.resolve import ResolvedScenario
+from planner.errors import InputError, InputProblem
+from planner.scenario import layout_from_document, load_scenario_document, scenario_from_data
+from planner.sourcefile import SourceDocument, read_document
+from planner.validation import validate_document
+
+Positive = Annotated[float, Field(gt=0, allow_inf_nan=False)]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class RunSpec(_Strict):
+    """One measured run, as the measurements file gives it."""
+
+    name: str | None = Field(None, description="A label for reports (default: its position in the file).")
+    scenario: str | dict[str, Any] = Field(description="Scenario file, relative to the measurements file, or the "
+                                           "scenario itself.")
+    layout: str | dict[str, Any] = Field(description="Layout file, or a plan-<i>.yaml from `plan solve --out`, "
+                                         "relative to the measurements file; or the layout itself.")
+    workload: dict[str, Any] = Field(default_factory=dict,
+                                     description="Workload fields of this run that differ from the scenario's.")
+    ttft_ms: Positive = Field(description="Measured mean time to first token, ms.")
+    tpot_ms: Positive = Field(description="Measured mean time per output token after the first, ms.")
+
+
+class MeasurementsFile(_Strict):
+    schema_version: Literal[1]
+    measurements: list[RunSpec] = Field(min_length=1)
+
+
+@dataclass(frozen=True)
+class Run:
+    """A run ready for the fit (a `costmodel.fitting.MeasuredRun`)."""
+
+    name: str
+    engine: str
+    system: str
+    model: str
+    scenario: dict[str, Any]
+    layout: dict[str, Any]
+    ttft_ms: float
+    tpot_ms: float
+
+
+@dataclass(frozen=True)
+class CalibrationRun:
+    """What `plan calibrate` fitted and how well: median absolute percentage errors of the runs, with the
+    starting calibration and the fitted one."""
+
+    calibration: Calibration
+    runs: list[Run]
+    engines: list[str]  # engines whose factors were refitted
+    generations: list[str]  # GPU generations whose factors were refitted
+    before_pct: tuple[float, float]  # (TTFT, TPOT) median APE with the starting calibration
+    after_pct: tuple[float, float]
+
+
+def load_runs(path: Path) -> tuple[list[Run], list[LayoutPlan]]:
+    """The runs of a measurements file, each planned; InputError naming file, line and field otherwise."""
+    document = read_document(path)
+    spec = validate_document(MeasurementsFile, document, "measurements file")
+    runs, plans = [], []
+    for index, run in enumerate(spec.measurements):
+        entry = document.sub("measurements").item(index)
+        run_doc, plan = _planned(path.parent, run, entry, index)
+        runs.append(run_doc)
+        plans.append(plan)
+    return runs, plans
+
+
+def _planned(base: Path, run: RunSpec, entry: SourceDocument, index: int) -> tuple[Run, LayoutPlan]:
+    resolved = _run_scenario(base, run, entry)
+    if len(resolved.groups) != 1:
+        raise InputError.single(entry.path, entry.line_of(("scenario",)), "scenario",
+                                "a measured run is one layout on one system; give a scenario with a single "
+                                "`cluster: {system, gpus}`")
+    layout = layout_from_document(_document(base, run.layout, entry, "layout"), resolved)
+    measured = Run(run.name or f"measurements[{index}]", resolved.scenario.engine, resolved.system.name,
+                   resolved.architecture.name, resolved.scenario.model_dump(mode="json"),
+                   layout.model_dump(mode="json"), run.ttft_ms, run.tpot_ms)
+    return measured, plan_layout(resolved, layout)
+
+
+def _run_scenario(base: Path, run: RunSpec, entry: SourceDocument) -> ResolvedScenario:
+    """The run's scenario (a file's, paths in it relative to that file, or the entry's own) with its workload
+    overrides; the scenario as overridden has no file of its own, so its problems point at the entry."""
+    source = _document(base, run.scenario, entry, "scenario")
+    folder = (base / run.scenario).parent if isinstance(run.scenario, str) else base
+    if not run.workload:
+        return load_scenario_document(source, folder)
+    data = dict(source.data) if isinstance(source.data, dict) else {}
+    data["workload"] = {**(data.get("workload") or {}), **run.workload}
+    return _with_entry(entry, "workload", lambda: scenario_from_data(data, folder))
+
+
+def _document(base: Path, value: str | dict[str, Any], entry: SourceDocument, field: str) -> SourceDocument:
+    """A file named relative to the measurements file, or the document written inline in the entry."""
+    if not isinstance(value, str):
+        return entry.sub(field)
+    path = base / value
+    if not path.is_file():
+        raise InputError.single(entry.path, entry.line_of((field,)), field,
+                                f"{path} does not exist or is not a file; give a path relative to the measurements "
+                                "file")
+    return read_document(path)
+
+
+def _with_entry(entry: SourceDocument, field: str, load: Callable[[], ResolvedScenario]) -> ResolvedScenario:
+    """Run `load`; an InputError without a file (the scenario as overridden) points at the run's entry."""
+    try:
+        return load()
+    except InputError as exc:
+        problems = [p if p.path is not None else InputProblem(entry.path, entry.line_of((field,)), field,
+                                                              f"{p.field}: {p.message}" if p.field else p.message)
+                    for p in exc.problems]
+        raise InputError(problems) from None
+
+
+def calibrate(path: Path, start: Calibration | None = None) -> CalibrationRun:
+    """Fit the cost model to the runs of measurements file `path`, from `start` (the bundled calibration)."""
+    start = start or default_calibration()
+    runs, plans = load_runs(path)
+    planned = PlannedRows.build(runs, plans)
+    calibration = fit(planned, prior=start, absent="prior", label=f"{len(runs)} runs of {path.name}, from "
+                      f"{start.fitted_on}")
+    return CalibrationRun(calibration, runs, fitted_engines(runs), fitted_generations(runs),
+                          _median_ape(planned, start), _median_ape(planned, calibration))
+
+
+def _median_ape(planned: PlannedRows, calibration: Calibration) -> tuple[float, float]:
+    errors = np.abs(planned.predict(calibration) / planned.measured() - 1.0)
+    ttft, tpot = (float(np.median(column)) * 100.0 for column in errors.T)
+    return ttft, tpot
+
+
+def calibration_text(result: CalibrationRun, source: Path) -> str:
+    """The calibration file `plan calibrate` writes: readable by `--calibration`, every value at full precision."""
+    systems = sorted({r.system for r in result.runs})
+    header = [
+        f"# Calibration fitted by `plan calibrate` to {len(result.runs)} runs of {source.name} "
+        f"({', '.join(systems)}; engines {', '.join(sorted({r.engine for r in result.runs}))}).",
+        f"# Refitted: engines {', '.join(result.engines) or 'none'}; GPU generations "
+        f"{', '.join(result.generations) or 'none (too few runs: starting values)'}; collectives and the NIC, and",
+        "# the grouped-GEMM share when the runs have routed experts.",
+        "# Everything else keeps the starting calibration's values. Median APE over the runs, TTFT / TPOT: "
+        f"{result.before_pct[0]:.1f}% / {result.before_pct[1]:.1f}% before, "
+        f"{result.after_pct[0]:.1f}% / {result.after_pct[1]:.1f}% after.",
+    ]
+    body = yaml.safe_dump(result.calibration.model_dump(mode="json"), sort_keys=False, width=120)
+    return "\n".join(header) + "\n" + body
+
+
+def load_calibration(path: Path) -> Calibration:
+    """A calibration file (`plan calibrate`'s, or the bundled default.yaml's format)."""
+    document = read_document(path)
+    calibration = validate_document(Calibration, document, "calibration")
+    if "generic" not in calibration.engines:
+        raise InputError.single(path, document.line_of(("engines",)), "engines",
+                                "needs a `generic` entry (the factors of engines it has none for)")
+    _check_finite(calibration, path, document)
+    return calibration
+
+
+def _check_finite(calibration: Calibration, path: Path, document: SourceDocument) -> None:
+    def walk(value: Any, loc: tuple[str, ...]) -> None:
+        if isinstance(value, dict):
+            for key, item in value.items():
+                walk(item, (*loc, str(key)))
+        elif isinstance(value, float) and not math.isfinite(value):
+            raise InputError.single(path, document.line_of(loc), ".".join(loc), "must be a finite number")
+    walk(calibration.model_dump(mode="json"), ())

@@ -1,0 +1,122 @@
+"""`plan calibrate`: fitting the cost model to one's own measured runs, and pricing with the result."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from costmodel.calibration import default_calibration
+from planner import api
+from planner.calibrate import calibrate, calibration_text, load_calibration, load_runs
+from planner.cli import main
+from planner.errors import InputError
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "calibration"
+MEASUREMENTS = EXAMPLES / "llama-70b-h200-vllm.measurements.yaml"
+SCENARIO = EXAMPLES / "llama-70b-h200-vllm.yaml"
+LAYOUT = "serving: aggregated\npools: [{role: mixed, tp: 8, moe_tp: 8, batch: 16}]\n"
+
+
+@pytest.fixture(scope="module")
+def fitted() -> tuple[str, object]:
+    result = calibrate(MEASUREMENTS)
+    return calibration_text(result, MEASUREMENTS), result
+
+
+def test_the_runs_are_read_with_their_overrides() -> None:
+    runs, plans = load_runs(MEASUREMENTS)
+    assert len(runs) == len(plans) == 24
+    first = runs[0]
+    assert (first.engine, first.system, first.name) == ("vllm", "h200-sxm", "tp1-1024x1024-c4")
+    assert first.scenario["workload"]["concurrency"] == 4  # the run's override, not the scenario file's 16
+    assert first.layout["pools"][0]["batch"] == 4
+
+
+def test_calibrating_on_the_runs_fits_them_better(fitted: tuple[str, object]) -> None:
+    _, result = fitted
+    before_ttft, before_tpot = result.before_pct  # type: ignore[attr-defined]
+    after_ttft, after_tpot = result.after_pct  # type: ignore[attr-defined]
+    assert before_ttft > 40.0  # the bundled calibration's first-token latency is another campaign's
+    assert after_ttft < before_ttft / 2 and after_tpot <= before_tpot + 0.5
+
+
+def test_engines_the_runs_leave_out_keep_the_starting_values(fitted: tuple[str, object]) -> None:
+    _, result = fitted
+    calibration, bundled = result.calibration, default_calibration()  # type: ignore[attr-defined]
+    assert result.engines == ["vllm"]  # type: ignore[attr-defined]
+    for engine in ("trtllm", "sglang", "generic"):
+        assert calibration.engines[engine] == bundled.engines[engine]
+    assert calibration.engines["vllm"] != bundled.engines["vllm"]
+    assert calibration.generations["blackwell"] == bundled.generations["blackwell"]  # no B200 run
+
+
+def test_the_file_reads_back_exactly_and_the_fit_is_deterministic(fitted: tuple[str, object], tmp_path: Path) -> None:
+    text, result = fitted
+    path = tmp_path / "mine.yaml"
+    path.write_text(text, encoding="utf-8")
+    assert load_calibration(path) == result.calibration  # type: ignore[attr-defined]
+    assert calibration_text(calibrate(MEASUREMENTS), MEASUREMENTS) == text
+
+
+def test_evaluate_and_solve_price_with_the_given_calibration(fitted: tuple[str, object], tmp_path: Path,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    text, result = fitted
+    calibration_file, layout = tmp_path / "mine.yaml", tmp_path / "layout.yaml"
+    calibration_file.write_text(text, encoding="utf-8")
+    layout.write_text(LAYOUT, encoding="utf-8")
+    main(["evaluate", str(SCENARIO), "--layout", str(layout), "--calibration", str(calibration_file),
+          "--format", "json"])
+    printed = json.loads(capsys.readouterr().out)
+    mine = api.evaluate(SCENARIO, layout, calibration=result.calibration)  # type: ignore[attr-defined]
+    bundled = api.evaluate(SCENARIO, layout)
+    assert printed["ttft_ms"] == pytest.approx(mine.ttft_ms, rel=1e-12)
+    assert mine.ttft_ms < 0.8 * bundled.ttft_ms  # measured 109 ms at this layout; bundled 157 ms
+    front = api.solve(SCENARIO, calibration=calibration_file, time_limit_s=20)
+    assert front.to_dict()["calibration"] == result.calibration.fitted_on  # type: ignore[attr-defined]
+    assert "calibration" not in api.solve(SCENARIO, time_limit_s=20).to_dict()
+
+
+def _run(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str]:
+    with pytest.raises(SystemExit) as exit_info:
+        main(args)
+    return int(exit_info.value.code or 0), capsys.readouterr().err
+
+
+def test_a_run_without_its_measurement_names_file_line_and_field(tmp_path: Path,
+                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    bad = tmp_path / "runs.yaml"
+    bad.write_text(f"schema_version: 1\nmeasurements:\n  - scenario: {SCENARIO}\n    layout: {{}}\n"
+                   "    tpot_ms: 9.7\n", encoding="utf-8")
+    code, err = _run(["calibrate", str(bad)], capsys)
+    assert code == 2 and f"{bad}:3: measurements.0.ttft_ms" in err and "Traceback" not in err
+
+
+def test_a_missing_scenario_file_is_named(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    bad = tmp_path / "runs.yaml"
+    bad.write_text("schema_version: 1\nmeasurements:\n  - {scenario: nowhere.yaml, layout: {}, ttft_ms: 1, "
+                   "tpot_ms: 1}\n", encoding="utf-8")
+    code, err = _run(["calibrate", str(bad)], capsys)
+    assert code == 2 and f"{bad}:3: scenario:" in err and "nowhere.yaml does not exist" in err
+
+
+def test_an_override_that_breaks_the_scenario_points_at_the_run(tmp_path: Path,
+                                                                capsys: pytest.CaptureFixture[str]) -> None:
+    bad = tmp_path / "runs.yaml"
+    bad.write_text(f"schema_version: 1\nmeasurements:\n  - scenario: {SCENARIO}\n    layout: {{}}\n"
+                   "    workload: {concurrency: -3}\n    ttft_ms: 1\n    tpot_ms: 1\n", encoding="utf-8")
+    code, err = _run(["calibrate", str(bad)], capsys)
+    assert code == 2 and f"{bad}:5: workload:" in err and "concurrency" in err
+
+
+def test_a_bad_calibration_file_names_line_and_field(fitted: tuple[str, object], tmp_path: Path,
+                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    text, _ = fitted
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(text.replace("hbm_efficiency: 0.", "hbm_efficiency: 3.", 1), encoding="utf-8")
+    code, err = _run(["evaluate", str(SCENARIO), "--layout", str(SCENARIO), "--calibration", str(bad)], capsys)
+    line = next(i for i, row in enumerate(bad.read_text().splitlines(), start=1) if "hbm_efficiency: 3." in row)
+    assert code == 2 and f"{bad}:{line}:" in err and "hbm_efficiency" in err
+    with pytest.raises(InputError):
+        load_calibration(bad)
