@@ -21,6 +21,7 @@ from costmodel.evaluate import evaluate
 from costmodel.scenario import MAX_SEED, MAX_THREADS
 from planner import __version__, evaluation, finite, interrupt, plan_output, report
 from planner.calibrate import calibrate, calibration_text, load_calibration
+from planner.cli_studies import CALIBRATION
 from planner.cli_studies import register as register_studies
 from planner.errors import InputError, PlannerError
 from planner.out_dir import OutputFolder
@@ -34,12 +35,6 @@ from planner.sweep_result import Resolution, SolvedPoint
 FORMAT = click.option(
     "--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True,
     help="table for people, json for scripts.",
-)
-
-
-CALIBRATION = click.option(
-    "--calibration", "calibration_path", type=click.Path(path_type=Path),
-    help="Calibration file (`plan calibrate`) to price with instead of the bundled one.",
 )
 
 

@@ -3,10 +3,12 @@ of the CLI: parse, call `planner.studies`, print, and leave errors to `planner.c
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import click
 
+from planner.calibrate import load_calibration
 from planner.errors import PlannerError
 from planner.finite import dumps
 from planner.out_dir import OutputFolder
@@ -15,7 +17,13 @@ from planner.studies import compare_report
 from planner.studies.compare import compare_dict, comparison_study
 from planner.studies.progress import StudyProgress
 from planner.studies.runner import CaseResult, Executor, run_cases
+from planner.studies.study import Study, with_calibration
 from planner.studies.sweep import CACHE, objective_of, run_sweep
+
+CALIBRATION = click.option(
+    "--calibration", "calibration_path", type=click.Path(path_type=Path),
+    help="Calibration file (`plan calibrate`) to price with instead of the bundled one.",
+)
 
 
 def _executor(ray_address: str | None, jobs: int | None) -> Executor:
@@ -30,6 +38,14 @@ def _check_failed(results: list[CaseResult]) -> None:
         lines = [f"case {r.case.index} ({r.case.label}): {(r.message or '').splitlines()[0]}" for r in failed[:5]]
         raise PlannerError(f"{len(failed)} case(s) failed (a bug: rerun the case's scenario with plan solve --debug); "
                            "the other cases' results are written\n" + "\n".join(lines))
+
+
+def _calibrated(study: Study, calibration_path: Path | None) -> Study:
+    """The study's cases priced with the calibration file, where one is given (their hashes cover it)."""
+    if calibration_path is None:
+        return study
+    calibration = load_calibration(calibration_path).model_dump(mode="json")
+    return replace(study, cases=with_calibration(study.cases, calibration))
 
 
 def _names(text: str | None) -> list[str] | None:
@@ -61,11 +77,13 @@ JOBS = click.option("--jobs", type=click.IntRange(1, 1024), help="Cases solved a
 @JOBS
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True,
               help="What to print at the end: a table of the cases, or the JSON summary.")
-def sweep_command(study_file: Path, out_dir: Path, ray_address: str | None, jobs: int | None, fmt: str) -> None:
+@CALIBRATION
+def sweep_command(study_file: Path, out_dir: Path, ray_address: str | None, jobs: int | None, fmt: str,
+                  calibration_path: Path | None) -> None:
     """Solve every case of STUDY (a base scenario and a grid of values), resumably, and tabulate the fronts."""
     from planner.studies.study import load_study
 
-    study = load_study(study_file)
+    study = _calibrated(load_study(study_file), calibration_path)
     out = OutputFolder.prepare(out_dir)
     click.get_current_context().call_on_close(out.discard)
     executor = _executor(ray_address, jobs)
@@ -113,11 +131,13 @@ def _print_sweep(summary: dict[str, object]) -> None:
               help="Write compare.json, compare.csv, compare.png here, and cases/<hash>.json (a rerun resumes).")
 @RAY
 @JOBS
+@CALIBRATION
 def compare_command(scenario: Path, systems: str | None, gpu_counts: str | None, bands: str | None, fmt: str,
-                    out_dir: Path | None, ray_address: str | None, jobs: int | None) -> None:
+                    out_dir: Path | None, ray_address: str | None, jobs: int | None,
+                    calibration_path: Path | None) -> None:
     """Fronts of SCENARIO (or a study file) on several systems and GPU counts, side by side, with each
     system's best point per TTFT band."""
-    study = comparison_study(scenario, _names(systems), _counts(gpu_counts, "--gpus"))
+    study = _calibrated(comparison_study(scenario, _names(systems), _counts(gpu_counts, "--gpus")), calibration_path)
     caps = None
     if bands is not None:
         try:

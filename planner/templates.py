@@ -292,7 +292,7 @@ def _generate_anytime(resolved: ResolvedScenario, calibration: Calibration, dead
     # the other grid batches, in waves (each live layout's next batch, layouts by potential); a layout whose
     # batch breaks an SLO its figures only worsen in (TPOT of mixed and decode pools, fill latency of
     # prefill pools) breaks it at every larger batch too: those are counted as such, not timed
-    order = [group for group in _by_potential(layouts) if not _stops(resolved, group)]
+    order = [group for group in _by_potential(layouts) if group.queue and not _stops(resolved, group)]
     cut: list[tuple[Pool, _Layout]] = []  # batches of the wave the deadline stopped
     while order and not cut:
         wave = [(group.queue.pop(0), group) for group in order]

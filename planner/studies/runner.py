@@ -51,16 +51,20 @@ class CaseResult:
                 "result": self.result}
 
 
-def solve_case(scenario: dict[str, Any], base_dir: str | None) -> dict[str, Any]:
-    """Solve one case's scenario: `{status, message, time_s, result, planner_version}`. Expected failures
-    (infeasible, no solution in time) are results; anything else is an `error` with its traceback."""
+def solve_case(scenario: dict[str, Any], base_dir: str | None,
+               calibration: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Solve one case's scenario (priced with `calibration`, as JSON, where given): `{status, message, time_s,
+    result, planner_version}`. Expected failures (infeasible, no solution in time) are results; anything else
+    is an `error` with its traceback."""
+    from costmodel.calibration import Calibration
     from planner.api import solve
     from planner.scenario import scenario_from_data
 
     start = time.perf_counter()
     status, message, result = "solved", None, None
     try:
-        front = solve(scenario_from_data(scenario, None if base_dir is None else Path(base_dir)))
+        front = solve(scenario_from_data(scenario, None if base_dir is None else Path(base_dir)),
+                      calibration=None if calibration is None else Calibration.model_validate(calibration))
         result = _slim(front.to_dict())
     except InfeasibleError as exc:
         status, message = "infeasible", str(exc)
@@ -103,7 +107,7 @@ class Executor:
         return f"Ray cluster at {self.address}" if self.address else f"local Ray instance, {self.jobs} CPUs"
 
 
-Payload = tuple[dict[str, Any], str | None]
+Payload = tuple[dict[str, Any], str | None, dict[str, Any] | None]  # scenario, base_dir, calibration
 
 
 def _local(payloads: dict[str, Payload], jobs: int) -> Iterator[tuple[str, dict[str, Any]]]:
@@ -119,7 +123,7 @@ def _local(payloads: dict[str, Payload], jobs: int) -> Iterator[tuple[str, dict[
     interrupt.on_interrupt(kill_workers)
     try:
         futures: dict[Future[dict[str, Any]], str] = {
-            pool.submit(solve_case, scenario, base_dir): key for key, (scenario, base_dir) in payloads.items()}
+            pool.submit(solve_case, *payload): key for key, payload in payloads.items()}
         pending = set(futures)
         while pending:
             done, pending = wait(pending, return_when=FIRST_COMPLETED)
@@ -146,7 +150,7 @@ def _ray(payloads: dict[str, Payload], jobs: int, address: str | None) -> Iterat
     interrupt.on_interrupt(ray.shutdown)
     try:
         task = ray.remote(num_cpus=1, max_retries=0)(solve_case)  # one task per case, one CPU each
-        refs = {task.remote(scenario, base_dir): key for key, (scenario, base_dir) in payloads.items()}
+        refs = {task.remote(*payload): key for key, payload in payloads.items()}
         pending = list(refs)
         while pending:
             done, pending = ray.wait(pending, num_returns=1)
@@ -186,7 +190,8 @@ def run_cases(cases: tuple[Case, ...], executor: Executor, cache: Path | None,
         done += 1
         if on_result is not None:
             on_result(result, done, len(unique))
-    payloads = {key: (case.scenario, case.base_dir) for key, case in unique.items() if key not in results}
+    payloads = {key: (case.scenario, case.base_dir, case.calibration) for key, case in unique.items()
+                if key not in results}
     if payloads and cache is not None:
         interrupt.on_interrupt(lambda: _kept(cache))
     if payloads:

@@ -17,7 +17,7 @@ import hashlib
 import itertools
 import json
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -62,6 +62,7 @@ class Case:
     scenario: dict[str, Any]  # the validated scenario, as JSON (defaults filled in)
     base_dir: str | None  # where a relative model path is looked up
     hash: str
+    calibration: dict[str, Any] | None = None  # priced with this calibration (`plan calibrate`), else the bundled
 
     @property
     def label(self) -> str:
@@ -170,6 +171,16 @@ def _case(index: int, base: dict[str, Any], values: dict[str, Any], base_dir: Pa
     scenario = resolved.scenario.model_dump(mode="json")
     return Case(index, values, scenario, None if base_dir is None else str(base_dir),
                 case_hash(scenario, base_dir))
+
+
+def with_calibration(cases: tuple[Case, ...], calibration: dict[str, Any] | None) -> tuple[Case, ...]:
+    """The cases priced with `calibration` (a calibration as JSON): their hashes cover it, so that a cached
+    result of another calibration is never taken for theirs."""
+    if calibration is None:
+        return cases
+    text = json.dumps(calibration, sort_keys=True)
+    return tuple(replace(case, calibration=calibration,
+                         hash=hashlib.sha256(f"{case.hash}\n{text}".encode()).hexdigest()[:20]) for case in cases)
 
 
 def case_hash(scenario: dict[str, Any], base_dir: Path | None) -> str:

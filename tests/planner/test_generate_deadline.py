@@ -132,3 +132,17 @@ def test_untimed_grid_batches_are_within_the_stated_bounds(name: str) -> None:
                     continue
                 assert covered(point.ttft_ms, point.tokens_per_s_per_gpu), (prefill.pool, decode.pool)
 
+
+
+def test_a_layout_whose_every_fitting_batch_is_a_range_end_is_not_timed_twice() -> None:
+    """Llama-3.1-70B in fp8 on 8 H100s, disaggregated: a decode pool at tp 1 fits only batch 1 (at tp 2 only
+    1 and 2), which the range ends already timed, so the layout has no grid batch left for the waves (it ended
+    `plan solve` with IndexError: pop from an empty list)."""
+    resolved = scenario_from_data({
+        "schema_version": 1, "name": "llama-70b-fp8-8xh100", "model": "meta-llama/Meta-Llama-3.1-70B",
+        "precision": {"weights": "fp8", "experts": "fp8", "kv_cache": "fp8"},
+        "cluster": {"system": "h100-sxm", "gpus": 8}, "engine": "vllm",
+        "workload": {"input_tokens": 1024, "output_tokens": 1024, "concurrency": 16}})
+    found = generate(resolved, default_calibration(), deadline=float("inf"))
+    tps = {candidate.pool.tp for candidates in found.by_role.values() for candidate in candidates}
+    assert 1 in tps and 8 in tps

@@ -84,30 +84,19 @@ def _run(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str]
     return int(exit_info.value.code or 0), capsys.readouterr().err
 
 
-def test_a_run_without_its_measurement_names_file_line_and_field(tmp_path: Path,
-                                                                 capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.mark.parametrize(("runs", "where", "says"), [
+    (f"  - scenario: {SCENARIO}\n    layout: {{}}\n    tpot_ms: 9.7\n", ":3: measurements.0.ttft_ms", "missing"),
+    ("  - {scenario: nowhere.yaml, layout: {}, ttft_ms: 1, tpot_ms: 1}\n", ":3: scenario:",
+     "nowhere.yaml does not exist"),
+    (f"  - scenario: {SCENARIO}\n    layout: {{}}\n    workload: {{concurrency: -3}}\n    ttft_ms: 1\n"
+     "    tpot_ms: 1\n", ":5: workload:", "concurrency"),  # the overridden scenario's problem points at the run
+])
+def test_a_bad_run_names_file_line_and_field(runs: str, where: str, says: str, tmp_path: Path,
+                                             capsys: pytest.CaptureFixture[str]) -> None:
     bad = tmp_path / "runs.yaml"
-    bad.write_text(f"schema_version: 1\nmeasurements:\n  - scenario: {SCENARIO}\n    layout: {{}}\n"
-                   "    tpot_ms: 9.7\n", encoding="utf-8")
+    bad.write_text(f"schema_version: 1\nmeasurements:\n{runs}", encoding="utf-8")
     code, err = _run(["calibrate", str(bad)], capsys)
-    assert code == 2 and f"{bad}:3: measurements.0.ttft_ms" in err and "Traceback" not in err
-
-
-def test_a_missing_scenario_file_is_named(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    bad = tmp_path / "runs.yaml"
-    bad.write_text("schema_version: 1\nmeasurements:\n  - {scenario: nowhere.yaml, layout: {}, ttft_ms: 1, "
-                   "tpot_ms: 1}\n", encoding="utf-8")
-    code, err = _run(["calibrate", str(bad)], capsys)
-    assert code == 2 and f"{bad}:3: scenario:" in err and "nowhere.yaml does not exist" in err
-
-
-def test_an_override_that_breaks_the_scenario_points_at_the_run(tmp_path: Path,
-                                                                capsys: pytest.CaptureFixture[str]) -> None:
-    bad = tmp_path / "runs.yaml"
-    bad.write_text(f"schema_version: 1\nmeasurements:\n  - scenario: {SCENARIO}\n    layout: {{}}\n"
-                   "    workload: {concurrency: -3}\n    ttft_ms: 1\n    tpot_ms: 1\n", encoding="utf-8")
-    code, err = _run(["calibrate", str(bad)], capsys)
-    assert code == 2 and f"{bad}:5: workload:" in err and "concurrency" in err
+    assert code == 2 and f"{bad}{where}" in err and says in err and "Traceback" not in err
 
 
 def test_a_bad_calibration_file_names_line_and_field(fitted: tuple[str, object], tmp_path: Path,
