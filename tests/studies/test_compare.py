@@ -117,3 +117,31 @@ def test_bad_options_are_exit_2(tmp_path: Path) -> None:
     assert result.code == 2 and "--bands" in result.err
     result = run_cli("compare", str(scenario), "--systems", "h200-sxm", "--gpus", "100000")
     assert result.code == 2 and "--gpus" in result.err and "Traceback" not in result.err
+
+
+def test_a_calibration_prices_every_case_and_keys_its_cache(tmp_path: Path,
+                                                            compared: tuple[Path, Path, dict[str, Any]]) -> None:
+    """`--calibration`: every case solved with it (its JSON names it), under hashes of its own, so that the
+    bundled calibration's cached results are not taken for its."""
+    from costmodel.calibration import default_calibration
+    from planner.studies.study import with_calibration
+
+    scenario, _, bundled = compared
+    slower = default_calibration().model_copy(update={"fitted_on": "test: slower steps"})
+    slower.engines["generic"] = slower.engines["generic"].model_copy(update={"step_overhead_s": 0.005})
+    calibration = tmp_path / "slower.yaml"
+    calibration.write_text(yaml.safe_dump(slower.model_dump(mode="json"), sort_keys=False), encoding="utf-8")
+    result = run_cli("compare", str(scenario), "--systems", "h200-sxm,b200-sxm", "--gpus", "4", "--format", "json",
+                     "--jobs", "1", "--calibration", str(calibration))
+    assert result.code == 0, result.err
+    mine = json.loads(result.out)
+    assert {f["case_hash"] for f in mine["fronts"]}.isdisjoint({f["case_hash"] for f in bundled["fronts"]})
+    for ours, theirs in zip(mine["fronts"], bundled["fronts"], strict=True):
+        fastest = [min(p["tpot_ms"] for p in front["front"]) for front in (ours, theirs)]
+        assert fastest[0] > fastest[1] + 4.0  # 5 ms more per step
+    study = comparison_study(scenario, ["h200-sxm"], [4])
+    assert with_calibration(study.cases, None) == study.cases
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("schema_version: 1\nfitted_on: x\n", encoding="utf-8")
+    result = run_cli("compare", str(scenario), "--systems", "h200-sxm", "--gpus", "4", "--calibration", str(bad))
+    assert result.code == 2 and f"{bad}" in result.err and "Traceback" not in result.err
