@@ -20,7 +20,7 @@ from costmodel.errors import CostModelError
 from costmodel.evaluate import evaluate
 from costmodel.scenario import MAX_SEED, MAX_THREADS
 from planner import __version__, evaluation, finite, interrupt, plan_output, report
-from planner.calibrate import calibrate, calibration_text, load_calibration
+from planner.calibrate import calibrate, calibration_text, load_calibration, load_runs
 from planner.cli_studies import CALIBRATION
 from planner.cli_studies import register as register_studies
 from planner.errors import InputError, PlannerError
@@ -48,8 +48,13 @@ def cli(debug: bool) -> None:
 @cli.command()
 @click.argument("file", type=click.Path(path_type=Path))
 def validate(file: Path) -> None:
-    """Check a scenario, layout or study FILE; exit 2 with the line and field of each problem."""
+    """Check a scenario, layout, study or measurements FILE; exit 2 with the line and field of each problem."""
     document = read_document(file)
+    if isinstance(document.data, dict) and "measurements" in document.data:  # `plan calibrate`'s runs
+        runs, _ = load_runs(file)
+        click.echo(f"{file}: valid measurements: {len(runs)} runs ({', '.join(sorted({r.engine for r in runs}))} "
+                   f"on {', '.join(sorted({r.system for r in runs}))})")
+        return
     if isinstance(document.data, dict) and "study" in document.data:  # a study of `plan sweep`
         from planner.studies.study import load_study
 

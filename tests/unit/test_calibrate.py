@@ -25,6 +25,11 @@ def fitted() -> tuple[str, object]:
     return calibration_text(result, MEASUREMENTS), result
 
 
+def test_plan_validate_checks_a_measurements_file(capsys: pytest.CaptureFixture[str]) -> None:
+    main(["validate", str(MEASUREMENTS)])
+    assert "valid measurements: 24 runs (vllm on h200-sxm)" in capsys.readouterr().out
+
+
 def test_the_runs_are_read_with_their_overrides() -> None:
     runs, plans = load_runs(MEASUREMENTS)
     assert len(runs) == len(plans) == 24
