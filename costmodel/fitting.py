@@ -253,13 +253,15 @@ class ParameterSpace:
             floor = _generation_floor(data, name)
             if floor is not None:
                 _assign(data, name, _from_free(name, float(value), floor))
+        _raise_to_floors(data, set(self.names()))
         fitted = {e: EngineFactors.model_validate(data["engines"][e]) for e in self.engines}
         # A layer-kind overhead no row of a fitted engine pays keeps its prior, and counts at it in the mean a
         # held-out engine takes: one or two engines' fitted values spread as wide as the prior's doubt (MLA:
         # TRT-LLM 46 us, SGLang 9 us), and the prior shrinks them. Measured: the mean of only the engines whose
         # rows pay it gave held out by engine TPOT 11.8% -> 12.0% (SGLang 9.3% -> 10.6%, vLLM 13.7% -> 14.1%).
-        mean = {f: float(np.mean([getattr(e, f) for e in fitted.values()])) for f in ENGINE_FIELDS}
-        for engine in set(data["engines"]) - set(self.engines) if self.absent == "mean" else ():
+        mean = {f: float(np.mean([getattr(e, f) for e in fitted.values()])) for f in ENGINE_FIELDS} if fitted else {}
+        # (no fitted engine: nothing to average, every engine keeps its prior)
+        for engine in set(data["engines"]) - set(self.engines) if self.absent == "mean" and fitted else ():
             # The cohort fraction of the fitted engines that schedule prompts as this one does, where there are
             # any (`costmodel.calibration.SCHEDULING`), else what its policy implies (`POLICY_COHORT`); the
             # first-token latency of those that run prefills as it does (`PREFILL_EXECUTION`); the other
@@ -402,6 +404,22 @@ def _generation_floor(data: dict[str, object], name: str) -> float | None:
     else:
         achieved = _lookup(data, ".".join(["generations", older, *parts[2:]]))
     return achieved * older_rate / newer_rate
+
+
+def _raise_to_floors(data: dict[str, Any], free: set[str]) -> None:
+    """Factors of a newer generation the fit leaves at their starting values, raised to their predecessor's
+    achieved rate where a refit predecessor has passed them (a calibration on H100 runs alone must not leave
+    B200 slower than H100: `_generation_floor`)."""
+    for newer in PREDECESSOR:
+        factors = data["generations"].get(newer)
+        if factors is None:
+            continue
+        names = [f"generations.{newer}.gemm_efficiency.{d}" for d in factors["gemm_efficiency"]]
+        names += [f"generations.{newer}.{f}" for f in GENERATION_FIELDS]
+        for name in names:
+            floor = None if name in free else _generation_floor(data, name)
+            if floor is not None and _lookup(data, name) < floor:
+                _assign(data, name, min(floor, BOUNDS[name.split(".")[-1]][1]))
 
 
 def _peak_rate(system: SystemSpec, factor: list[str]) -> float:

@@ -184,6 +184,27 @@ def test_blackwell_factors_are_floored_by_hoppers_achieved_rate() -> None:
     assert transfer.ranks == 0
 
 
+def test_a_newer_generation_left_unfitted_is_raised_to_its_predecessors_refit_rate() -> None:
+    """A calibration on Hopper runs alone (`plan calibrate`) that lifts Hopper's attention kernels above what
+    Blackwell's starting value reaches must not leave a B200 slower than an H200 there: Blackwell's factor is
+    raised to the floor; what the refit did not pass keeps its starting value."""
+    from costmodel.fitting import ParameterSpace
+
+    start = default_calibration()
+    space = ParameterSpace(("hopper",), (), (), start, absent="prior")
+    names = space.names()
+    vector = np.zeros(len(names))
+    vector[names.index("generations.hopper.attention_efficiency")] = 9.0  # near its 0.85 ceiling
+    fitted = space.calibration(vector, "test")
+    hopper, blackwell = fitted.generations["hopper"], fitted.generations["blackwell"]
+    peak = {g: [s.peak_flops_per_s[Dtype.BF16] for s in _systems(g)] for g in ("hopper", "blackwell")}
+    assert hopper.attention_efficiency > 0.84 > start.generations["blackwell"].attention_efficiency
+    assert blackwell.attention_efficiency * min(peak["blackwell"]) == pytest.approx(
+        hopper.attention_efficiency * max(peak["hopper"]))
+    assert blackwell.gemm_efficiency == start.generations["blackwell"].gemm_efficiency
+    assert fitted.engines == start.engines  # no engine fitted: every engine keeps its starting values
+
+
 def test_published_figures_are_within_the_stated_band() -> None:
     """The second check (never fitted): every published case within 0.5x-2.5x of its figures."""
     for case in CASES:
