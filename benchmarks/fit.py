@@ -58,7 +58,7 @@ def calibration_yaml(calibration: Calibration, rows: Sequence[Measurement],
     lines = [
         "# Calibration of the cost model, written by `python -m benchmarks fit` (do not edit by hand).",
         f"# Data: {len(rows)} rows of ../shared/calibration/serving_measurements.csv (layouts fully known);",
-        "# method and loss: benchmarks/fit.py. Factors not fitted keep the kernel-microbenchmark priors.",
+        "# method and loss: costmodel/fitting.py. Factors not fitted keep the kernel-microbenchmark priors.",
         "schema_version: 1",
         f"fitted_on: {json.dumps(data['fitted_on'])}",
         "generations:",

@@ -10,8 +10,10 @@ there says which data it came from.
 from __future__ import annotations
 
 import functools
+import hashlib
+import json
 from importlib import resources
-from typing import Literal
+from typing import Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field
@@ -186,6 +188,14 @@ def generation_of(system: SystemSpec) -> Generation:
 def _load(name: str) -> Calibration:
     text = resources.files("costmodel").joinpath("data", "calibration", name).read_text("utf-8")
     return Calibration.model_validate(yaml.safe_load(text))
+
+
+def fingerprint(calibration: Calibration | dict[str, Any]) -> dict[str, str]:
+    """What outputs priced with a calibration other than the bundled one record of it: what it was fitted on,
+    and a hash of its values (`fitted_on` alone need not be unique)."""
+    data = calibration.model_dump(mode="json") if isinstance(calibration, Calibration) else calibration
+    digest = hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
+    return {"fitted_on": str(data["fitted_on"]), "sha256": digest}
 
 
 def default_calibration() -> Calibration:

@@ -410,10 +410,10 @@ def _raise_to_floors(data: dict[str, Any], free: set[str]) -> None:
     """Factors of a newer generation the fit leaves at their starting values, raised to their predecessor's
     achieved rate where a refit predecessor has passed them (a calibration on H100 runs alone must not leave
     B200 slower than H100: `_generation_floor`)."""
-    for newer in PREDECESSOR:
+    for newer, older in PREDECESSOR.items():
         factors = data["generations"].get(newer)
-        if factors is None:
-            continue
+        if factors is None or not any(name.startswith(f"generations.{older}.") for name in free):
+            continue  # a predecessor the fit left alone passes nothing its starting values did not
         names = [f"generations.{newer}.gemm_efficiency.{d}" for d in factors["gemm_efficiency"]]
         names += [f"generations.{newer}.{f}" for f in GENERATION_FIELDS]
         for name in names:

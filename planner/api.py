@@ -93,7 +93,7 @@ def _point(index: int, entry: dict[str, Any]) -> FrontPoint:
                       data=entry)
 
 
-def evaluate(scenario: ResolvedScenario | str | Path, layout: Layout | FrontPoint | str | Path | dict[str, Any],
+def evaluate(scenario: ResolvedScenario | str | Path, layout: Layout | FrontPoint | str | Path | dict[str, Any], *,
              calibration: Calibration | str | Path | None = None) -> Prediction:
     """One deployment's figures (`plan evaluate`); `to_dict()` is its JSON. A layout may be a layout or plan
     file, a mapping, a `Layout` or a front point; `calibration` as for `solve`."""

@@ -4,9 +4,10 @@ The bundled calibration is fitted to public benchmark campaigns whose unrecorded
 warm-up, arrival pattern, engine flags) move TTFT by up to 0.5-0.6 in log from one campaign to the next
 (README, "Calibrating on your own measurements"). Runs measured on one's own engine build, client and
 cluster pin those down: the same least-squares fit (`costmodel.fitting`) starts from the bundled
-calibration (or `--from` another), is pulled towards it, and refits only what the runs exercise: engines and
-GPU generations absent from them, or with too few runs (`MIN_ENGINE_ROWS`, `MIN_GENERATION_ROWS`), keep the
-starting values.
+calibration (or `--from` another), is pulled towards it, and refits only what the runs exercise: an
+engine's factors once it has `MIN_ENGINE_ROWS` runs (every engine of the runs when none has that many), a GPU
+generation's once it has `MIN_GENERATION_ROWS`, the collectives and NIC, and the grouped-GEMM share when the
+runs have routed experts; every other engine and generation keeps its starting values.
 
 A measurements file lists runs, each a scenario and the layout that ran (a layout file, or a
 `plan-<i>.yaml` written by `plan solve --out`; paths relative to the measurements file, or the documents
@@ -25,26 +26,31 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import numpy as np
 import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
-from costmodel.calibration import Calibration, default_calibration
+from costmodel.calibration import Calibration, default_calibration, generation_of
 from costmodel.evaluate import LayoutPlan, plan_layout
-from costmodel.fitting import PlannedRows, fit, fitted_engines, fitted_generations
+from costmodel.hardware import load_system, system_names
+from costmodel.precision import Dtype
 from costmodel.resolve import ResolvedScenario
 from planner.errors import InputError, InputProblem
 from planner.scenario import layout_from_document, load_scenario_document, scenario_from_data
 from planner.sourcefile import SourceDocument, read_document
 from planner.validation import validate_document
 
-Positive = Annotated[float, Field(gt=0, allow_inf_nan=False)]
+if TYPE_CHECKING:  # the fit needs scipy, imported when a calibration is fitted, not by every `plan` command
+    from costmodel.fitting import PlannedRows
+
+# A measured mean time: positive, and under a day (a larger figure is a unit mistake, not a run).
+Milliseconds = Annotated[float, Field(gt=0, le=86_400_000, allow_inf_nan=False)]
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)  # no `ttft_ms: true` or `'5'` taken for a number
 
 
 class RunSpec(_Strict):
@@ -57,8 +63,8 @@ class RunSpec(_Strict):
                                          "relative to the measurements file; or the layout itself.")
     workload: dict[str, Any] = Field(default_factory=dict,
                                      description="Workload fields of this run that differ from the scenario's.")
-    ttft_ms: Positive = Field(description="Measured mean time to first token, ms.")
-    tpot_ms: Positive = Field(description="Measured mean time per output token after the first, ms.")
+    ttft_ms: Milliseconds = Field(description="Measured mean time to first token, ms.")
+    tpot_ms: Milliseconds = Field(description="Measured mean time per output token after the first, ms.")
 
 
 class MeasurementsFile(_Strict):
@@ -89,6 +95,7 @@ class CalibrationRun:
     runs: list[Run]
     engines: list[str]  # engines whose factors were refitted
     generations: list[str]  # GPU generations whose factors were refitted
+    grouped: bool  # the runs have routed experts: the grouped-GEMM share was refitted
     before_pct: tuple[float, float]  # (TTFT, TPOT) median APE with the starting calibration
     after_pct: tuple[float, float]
 
@@ -121,11 +128,13 @@ def _planned(base: Path, run: RunSpec, entry: SourceDocument, index: int) -> tup
 
 def _run_scenario(base: Path, run: RunSpec, entry: SourceDocument) -> ResolvedScenario:
     """The run's scenario (a file's, paths in it relative to that file, or the entry's own) with its workload
-    overrides; the scenario as overridden has no file of its own, so its problems point at the entry."""
+    overrides. The scenario is checked as written first, its problems at its own lines; what the overrides
+    then break has no file of its own, so it points at the entry's `workload`."""
     source = _document(base, run.scenario, entry, "scenario")
     folder = (base / run.scenario).parent if isinstance(run.scenario, str) else base
+    resolved = load_scenario_document(source, folder)
     if not run.workload:
-        return load_scenario_document(source, folder)
+        return resolved
     data = dict(source.data) if isinstance(source.data, dict) else {}
     data["workload"] = {**(data.get("workload") or {}), **run.workload}
     return _with_entry(entry, "workload", lambda: scenario_from_data(data, folder))
@@ -156,12 +165,15 @@ def _with_entry(entry: SourceDocument, field: str, load: Callable[[], ResolvedSc
 
 def calibrate(path: Path, start: Calibration | None = None) -> CalibrationRun:
     """Fit the cost model to the runs of measurements file `path`, from `start` (the bundled calibration)."""
+    from costmodel.fitting import PlannedRows, fit, fitted_engines, fitted_generations
+
     start = start or default_calibration()
     runs, plans = load_runs(path)
     planned = PlannedRows.build(runs, plans)
     calibration = fit(planned, prior=start, absent="prior", label=f"{len(runs)} runs of {path.name}, from "
                       f"{start.fitted_on}")
-    return CalibrationRun(calibration, runs, fitted_engines(runs), fitted_generations(runs),
+    grouped = bool(np.any(planned.table.op_group_rows > 0))
+    return CalibrationRun(calibration, runs, fitted_engines(runs), fitted_generations(runs), grouped,
                           _median_ape(planned, start), _median_ape(planned, calibration))
 
 
@@ -178,8 +190,8 @@ def calibration_text(result: CalibrationRun, source: Path) -> str:
         f"# Calibration fitted by `plan calibrate` to {len(result.runs)} runs of {source.name} "
         f"({', '.join(systems)}; engines {', '.join(sorted({r.engine for r in result.runs}))}).",
         f"# Refitted: engines {', '.join(result.engines) or 'none'}; GPU generations "
-        f"{', '.join(result.generations) or 'none (too few runs: starting values)'}; collectives and the NIC, and",
-        "# the grouped-GEMM share when the runs have routed experts.",
+        f"{', '.join(result.generations) or 'none (too few runs: starting values)'}; collectives and the NIC"
+        + ("; the grouped-GEMM share." if result.grouped else "."),
         "# Everything else keeps the starting calibration's values. Median APE over the runs, TTFT / TPOT: "
         f"{result.before_pct[0]:.1f}% / {result.before_pct[1]:.1f}% before, "
         f"{result.after_pct[0]:.1f}% / {result.after_pct[1]:.1f}% after.",
@@ -195,6 +207,17 @@ def load_calibration(path: Path) -> Calibration:
     if "generic" not in calibration.engines:
         raise InputError.single(path, document.line_of(("engines",)), "engines",
                                 "needs a `generic` entry (the factors of engines it has none for)")
+    for kind in ("allreduce", "alltoall", "p2p"):
+        if kind not in calibration.collectives:
+            raise InputError.single(path, document.line_of(("collectives",)), "collectives",
+                                    f"needs an `{kind}` entry (efficiency, latency_s)")
+    for generation in sorted({generation_of(load_system(name)) for name in system_names()}):
+        factors = calibration.generations.get(generation)
+        if factors is None or Dtype.BF16 not in factors.gemm_efficiency:
+            where = ("generations",) if factors is None else ("generations", generation, "gemm_efficiency")
+            raise InputError.single(path, document.line_of(where), ".".join(where),
+                                    f"needs the factors of GPU generation {generation}, with a bf16 GEMM efficiency "
+                                    "(the bundled calibration's `plan calibrate` output has every one)")
     _check_finite(calibration, path, document)
     return calibration
 

@@ -16,6 +16,7 @@ from typing import Any, Literal
 import click
 import yaml
 
+from costmodel.calibration import Calibration
 from costmodel.errors import CostModelError
 from costmodel.evaluate import evaluate
 from costmodel.scenario import MAX_SEED, MAX_THREADS
@@ -121,9 +122,8 @@ def show_system(name: str, fmt: str) -> None:
 @CALIBRATION
 @FORMAT
 def evaluate_command(scenario: Path | None, layout_path: Path | None, cases: Path | None,
-                     calibration_path: Path | None, fmt: str) -> None:
+                     calibration: Calibration | None, fmt: str) -> None:
     """Predict TTFT, TPOT, tokens/s per GPU and memory of one layout (or every line of --cases)."""
-    calibration = None if calibration_path is None else load_calibration(calibration_path)
     if cases is not None:
         for line in evaluation.evaluate_cases(cases, calibration):
             click.echo(finite.dumps(line))
@@ -159,10 +159,9 @@ def evaluate_command(scenario: Path | None, layout_path: Path | None, cases: Pat
 @CALIBRATION
 def solve_command(scenario: Path, fmt: str, out_dir: Path | None, solver: str | None, time_limit: float | None,
                   threads: int | None, seed: int | None, resolution: str | None, points: str | None,
-                  batch_tolerance: float | None, model_stats: bool, calibration_path: Path | None) -> None:
+                  batch_tolerance: float | None, model_stats: bool, calibration: Calibration | None) -> None:
     """Pareto front of TTFT against tokens/s per GPU for SCENARIO, every point a deployment that fits."""
     resolved = load_scenario(scenario)
-    calibration = None if calibration_path is None else load_calibration(calibration_path)
     out = OutputFolder.prepare(out_dir) if out_dir is not None else None  # unwritable: exit 2 before solving
     if out is not None:
         click.get_current_context().call_on_close(out.discard)  # a failed run writes nothing
@@ -254,14 +253,15 @@ def schema(what: str) -> None:
 @click.option("--scenario", type=click.Path(path_type=Path), help="Scenario file (default: the one in PLAN).")
 @click.option("--backend", type=click.Choice(["trtllm", "sglang", "vllm"]),
               help="Dynamo's worker engine (default: the scenario's engine, else trtllm).")
+@CALIBRATION
 def export_command(plan_file: Path, engine: str, out_dir: Path | None, scenario: Path | None,
-                   backend: str | None) -> None:
+                   backend: str | None, calibration: Calibration | None) -> None:
     """Launch commands and configs of ENGINE for a plan-<i>.yaml from `plan solve --out`."""
     from planner.export import export_plan, load_plan
 
     if backend is not None and engine != "dynamo":
         raise click.UsageError("--backend applies to --engine dynamo only")
-    exported = export_plan(load_plan(plan_file, scenario), engine, backend)
+    exported = export_plan(load_plan(plan_file, scenario), engine, backend, calibration)
     if out_dir is None:
         for name, text in exported.files.items():
             click.echo(f"# ===== {name}\n{text}", nl=False)

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import click
 
+from costmodel.calibration import Calibration
 from planner.calibrate import load_calibration
 from planner.errors import PlannerError
 from planner.finite import dumps
@@ -20,8 +21,13 @@ from planner.studies.runner import CaseResult, Executor, run_cases
 from planner.studies.study import Study, with_calibration
 from planner.studies.sweep import CACHE, objective_of, run_sweep
 
+
+def _calibration_file(_: click.Context, __: click.Parameter, path: Path | None) -> Calibration | None:
+    return None if path is None else load_calibration(path)
+
+
 CALIBRATION = click.option(
-    "--calibration", "calibration_path", type=click.Path(path_type=Path),
+    "--calibration", "calibration", type=click.Path(path_type=Path), callback=_calibration_file,
     help="Calibration file (`plan calibrate`) to price with instead of the bundled one.",
 )
 
@@ -40,12 +46,11 @@ def _check_failed(results: list[CaseResult]) -> None:
                            "the other cases' results are written\n" + "\n".join(lines))
 
 
-def _calibrated(study: Study, calibration_path: Path | None) -> Study:
-    """The study's cases priced with the calibration file, where one is given (their hashes cover it)."""
-    if calibration_path is None:
+def _calibrated(study: Study, calibration: Calibration | None) -> Study:
+    """The study's cases priced with `calibration`, where one is given (their hashes cover it)."""
+    if calibration is None:
         return study
-    calibration = load_calibration(calibration_path).model_dump(mode="json")
-    return replace(study, cases=with_calibration(study.cases, calibration))
+    return replace(study, cases=with_calibration(study.cases, calibration.model_dump(mode="json")))
 
 
 def _names(text: str | None) -> list[str] | None:
@@ -79,11 +84,11 @@ JOBS = click.option("--jobs", type=click.IntRange(1, 1024), help="Cases solved a
               help="What to print at the end: a table of the cases, or the JSON summary.")
 @CALIBRATION
 def sweep_command(study_file: Path, out_dir: Path, ray_address: str | None, jobs: int | None, fmt: str,
-                  calibration_path: Path | None) -> None:
+                  calibration: Calibration | None) -> None:
     """Solve every case of STUDY (a base scenario and a grid of values), resumably, and tabulate the fronts."""
     from planner.studies.study import load_study
 
-    study = _calibrated(load_study(study_file), calibration_path)
+    study = _calibrated(load_study(study_file), calibration)
     out = OutputFolder.prepare(out_dir)
     click.get_current_context().call_on_close(out.discard)
     executor = _executor(ray_address, jobs)
@@ -134,10 +139,10 @@ def _print_sweep(summary: dict[str, object]) -> None:
 @CALIBRATION
 def compare_command(scenario: Path, systems: str | None, gpu_counts: str | None, bands: str | None, fmt: str,
                     out_dir: Path | None, ray_address: str | None, jobs: int | None,
-                    calibration_path: Path | None) -> None:
+                    calibration: Calibration | None) -> None:
     """Fronts of SCENARIO (or a study file) on several systems and GPU counts, side by side, with each
     system's best point per TTFT band."""
-    study = _calibrated(comparison_study(scenario, _names(systems), _counts(gpu_counts, "--gpus")), calibration_path)
+    study = _calibrated(comparison_study(scenario, _names(systems), _counts(gpu_counts, "--gpus")), calibration)
     caps = None
     if bands is not None:
         try:

@@ -14,7 +14,7 @@ from typing import Any
 
 import yaml
 
-from costmodel.calibration import default_calibration
+from costmodel.calibration import default_calibration, fingerprint
 from costmodel.evaluate import evaluate, pool_context
 from costmodel.kv_tiers import FETCHED_TIERS, TIERS
 from costmodel.layout import Layout
@@ -154,7 +154,7 @@ def kv_tiers(result: SolveResult, point: SolvedPoint) -> dict[str, Any] | None:
     """Multi-turn scenarios: the KV tiers of this point's deployment (`costmodel.kv_report`)."""
     if result.resolved.scenario.workload.sessions is None:
         return None
-    return evaluate(result.resolved, point.point.layout).kv_tiers
+    return evaluate(result.resolved, point.point.layout, result.calibration).kv_tiers
 
 
 def point_dict(result: SolveResult, point: SolvedPoint) -> dict[str, Any]:
@@ -184,7 +184,7 @@ def result_dict(result: SolveResult) -> dict[str, Any]:
         "scenario": result.resolved.scenario.name,
         "gpu_accounting": result.resolved.scenario.search.gpu_accounting,
         "cluster_gpus": result.resolved.gpus,
-        **({"calibration": result.calibration.fitted_on} if result.calibration is not None else {}),
+        **({"calibration": fingerprint(result.calibration)} if result.calibration is not None else {}),
         **economics_report.result_fields(result.resolved),
         "coverage": coverage_dict(result),
         "front": [point_dict(result, p) for p in result.front],
@@ -217,7 +217,7 @@ def csv_text(result: SolveResult) -> str:
     writer.writerow(CSV_COLUMNS)
     for index, solved in enumerate(result.front):
         p = solved.point
-        economics = economics_report.economics_of(result.resolved, p)
+        economics = economics_report.economics_of(result.resolved, p, result.calibration)
         writer.writerow([index, p.layout.serving, f"{p.ttft_ms:.6g}", f"{p.tpot_ms:.6g}",
                          f"{p.tokens_per_s_per_gpu:.6g}", f"{p.tokens_per_s_per_gpu_used:.6g}",
                          f"{p.tokens_per_s_per_cluster_gpu:.6g}", f"{p.tokens_per_s_per_user:.6g}", p.gpus,
@@ -239,6 +239,8 @@ def plan_yaml(result: SolveResult, index: int, point: SolvedPoint, data: dict[st
     body = {"figures": figures, "binding": data["binding"], "layout": data["layout"], "placement": data["placement"],
             "expert_banks": expert_banks(result, degrees)}
     body.update({key: data[key] for key in ("kv_tiers", "midfill") if key in data})  # multi-turn sessions
+    if result.calibration is not None:  # `plan export` prices a composite plan's deployments with it again
+        body["calibration"] = fingerprint(result.calibration)
     body["scenario"] = scenario_dict(result)  # `plan export` reads the plan alone
     return head + yaml.safe_dump(body, sort_keys=False, default_flow_style=None, width=120)
 
@@ -305,7 +307,7 @@ def print_table(result: SolveResult, console: Any, model_stats: bool) -> None:
         p = solved.point
         gap = "-" if math.isinf(solved.gap) else f"{solved.gap:.2%}"
         gpus = f"{p.gpus}" + (f" ({p.idle_gpus} idle)" if p.idle_gpus else "")
-        economics = economics_report.economics_of(result.resolved, p)
+        economics = economics_report.economics_of(result.resolved, p, result.calibration)
         table.add_row(str(index), p.layout.serving, f"{p.ttft_ms:.1f}", f"{p.tpot_ms:.2f}",
                       f"{p.tokens_per_s_per_cluster_gpu:.1f}", f"{p.tokens_per_s_per_gpu_used:.1f}",
                       f"{p.tokens_per_s_per_user:.1f}", f"{economics.usd_per_million_tokens:.3g}",

@@ -10,6 +10,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
+from costmodel.calibration import Calibration, fingerprint
 from costmodel.evaluate import evaluate
 from planner.errors import InputError
 from planner.export import dynamo, sglang, trtllm, vllm
@@ -44,22 +45,25 @@ def load_plan(path: str | Path, scenario: str | Path | None = None) -> Plan:
     return read_plan(path, data, resolved)
 
 
-def export_plan(plan: Plan, engine: str, backend: str | None = None) -> Export:
-    """The export of `plan` for `engine` (`backend`: Dynamo's worker engine, default the scenario's)."""
+def export_plan(plan: Plan, engine: str, backend: str | None = None, calibration: Calibration | None = None
+                ) -> Export:
+    """The export of `plan` for `engine` (`backend`: Dynamo's worker engine, default the scenario's);
+    `calibration`: the one the plan was solved with, if not the bundled one (a composite plan's deployments
+    are priced again for their shares of the requests)."""
     if engine not in _EXPORTERS:
         raise InputError.single(None, None, "engine", f"unknown engine '{engine}'; use one of {', '.join(ENGINES)}")
     if plan.serving == "composite":
-        return _composite(plan, engine, backend)
+        return _composite(plan, engine, backend, calibration)
     out = dynamo.export(plan, backend) if engine == "dynamo" else _EXPORTERS[engine](plan)
     out.unexpressed += draft_model_notes(plan)
     return out
 
 
-def _composite(plan: Plan, engine: str, backend: str | None) -> Export:
+def _composite(plan: Plan, engine: str, backend: str | None, calibration: Calibration | None) -> Export:
     """Several independent deployments: each exported on its own into its folder `deployment<i>/` (its
     scripts find their configs beside them); a router in front sends each its share of the requests."""
     merged = Export(engine=engine)
-    for number, part in enumerate(_parts(plan)):
+    for number, part in enumerate(_parts(plan, _same_calibration(plan, calibration))):
         own = export_plan(part, engine, backend)
         prefix = f"deployment{number}/"
         merged.files |= {prefix + name: text for name, text in own.files.items()}
@@ -69,11 +73,26 @@ def _composite(plan: Plan, engine: str, backend: str | None) -> Export:
     return merged
 
 
-def _parts(plan: Plan) -> list[Plan]:
+def _same_calibration(plan: Plan, calibration: Calibration | None) -> Calibration | None:
+    """`calibration`, if it is the one the plan records (none recorded: the bundled one); else InputError,
+    as the deployments' shares of the requests would be priced otherwise than the plan's figures."""
+    recorded = plan.data.get("calibration")
+    given = None if calibration is None else fingerprint(calibration)
+    if recorded != given:
+        document = read_document(plan.path)
+        said = (f"was solved with calibration '{recorded.get('fitted_on')}' (sha256 {recorded.get('sha256')})"
+                if isinstance(recorded, dict) else "was solved with the bundled calibration")
+        raise InputError.single(plan.path, document.line_of(("calibration",)), "calibration",
+                                f"the plan {said}; give that calibration with --calibration FILE"
+                                + ("" if isinstance(recorded, dict) else ", or leave it out"))
+    return calibration
+
+
+def _parts(plan: Plan, calibration: Calibration | None) -> list[Plan]:
     """Each deployment of a composite plan as a plan of its own (its pools and their placement)."""
     placed = plan.data["placement"]["pools"]
     whole = layout_from_document(read_document(plan.path))  # validated, errors at the plan file's lines
-    deployments = evaluate(plan.resolved, whole).deployments  # each deployment's own figures
+    deployments = evaluate(plan.resolved, whole, calibration).deployments  # each deployment's own figures
     parts = []
     for number, part in enumerate(whole.parts):
         own = deployments[number]

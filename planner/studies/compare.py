@@ -18,7 +18,7 @@ from planner.errors import InputError, InputProblem
 from planner.sourcefile import SourceDocument, read_document
 from planner.studies import tables
 from planner.studies.runner import CaseResult
-from planner.studies.study import Study, StudyFile, build_study, load_study
+from planner.studies.study import Study, StudyFile, build_study, calibration_field, load_study
 from planner.validation import validate_document
 
 BAND_SHARES = (0.125, 0.25, 0.5, 1.0)  # of the TTFT SLO (else of the slowest point of any front)
@@ -146,7 +146,7 @@ def compare_dict(study: Study, results: list[CaseResult], objective: str, bands:
     found = fronts(results)
     caps = band_caps(study, found, bands)
     return {
-        "study": study.name, "objective": objective,
+        "study": study.name, "objective": objective, **calibration_field(study),
         "fronts": [{"system": f.system, "gpus": f.gpus, "status": f.result.status, "message": f.result.message,
                     "case_hash": f.result.case.hash,
                     "economics": f.result.result["economics"] if f.result.result else None,

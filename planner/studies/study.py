@@ -24,6 +24,7 @@ from typing import Annotated, Any
 import yaml
 from pydantic import Field
 
+from costmodel.calibration import fingerprint
 from costmodel.scenario import StrictModel
 from planner import __version__
 from planner.errors import InputError, InputProblem
@@ -181,6 +182,12 @@ def with_calibration(cases: tuple[Case, ...], calibration: dict[str, Any] | None
     text = json.dumps(calibration, sort_keys=True)
     return tuple(replace(case, calibration=calibration,
                          hash=hashlib.sha256(f"{case.hash}\n{text}".encode()).hexdigest()[:20]) for case in cases)
+
+
+def calibration_field(study: Study) -> dict[str, Any]:
+    """`{"calibration": ...}` for a study's JSON when its cases are priced with a calibration of their own."""
+    priced = next((case.calibration for case in study.cases if case.calibration is not None), None)
+    return {} if priced is None else {"calibration": fingerprint(priced)}
 
 
 def case_hash(scenario: dict[str, Any], base_dir: Path | None) -> str:

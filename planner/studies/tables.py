@@ -18,7 +18,7 @@ from typing import Any
 from planner.economics_report import OBJECTIVE_KEYS, best
 from planner.plan_output import pools_summary
 from planner.studies.runner import CaseResult
-from planner.studies.study import Study
+from planner.studies.study import Study, calibration_field
 
 POINT_COLUMNS = ("ttft_ms", "tpot_ms", "tokens_per_s_per_gpu", "tokens_per_s_per_gpu_used",
                  "tokens_per_s_per_cluster_gpu", "tokens_per_s_per_user", "gpus", "idle_gpus",
@@ -135,7 +135,8 @@ def summary(study: Study, results: Sequence[CaseResult], objective: str, run: di
                       "points": len(result.result["front"]) if result.result else 0,
                       "best": best_point(result, objective), "time_s": round(result.time_s, 3)})
     return {"study": study.name, "description": study.description, "grid": study.grid, "objective": objective,
-            "cases": cases, "totals": {"cases": len(results), **dict(sorted(counts.items()))}, "run": run}
+            **calibration_field(study), "cases": cases,
+            "totals": {"cases": len(results), **dict(sorted(counts.items()))}, "run": run}
 
 
 def plot(study: Study, results: Sequence[CaseResult], objective: str, path: Path) -> None:

@@ -160,6 +160,29 @@ def test_plan_evaluate_reads_a_composite_layout(tmp_path: Path, cluster_result: 
     assert "layout.yaml" in out.err
 
 
+def test_a_composite_plan_exports_with_the_calibration_it_was_solved_with(tmp_path: Path,
+                                                                          cluster_result: SolveResult) -> None:
+    """Its deployments' shares of the requests are priced again: with the plan's calibration, else exit 2."""
+    from dataclasses import replace
+
+    from costmodel.calibration import Calibration
+    from planner.errors import InputError
+
+    mine = Calibration.model_validate(default_calibration().model_dump() | {"fitted_on": "my runs"})
+    index, point = next((i, s) for i, s in enumerate(cluster_result.front) if s.point.layout.serving == "composite")
+    bundled, calibrated = tmp_path / "bundled.yaml", tmp_path / "calibrated.yaml"
+    bundled.write_text(plan_output.plan_yaml(cluster_result, index, point), encoding="utf-8")
+    calibrated.write_text(plan_output.plan_yaml(replace(cluster_result, calibration=mine), index, point),
+                          encoding="utf-8")
+    assert export_plan(load_plan(calibrated), "sglang", calibration=mine).files
+    with pytest.raises(InputError, match="was solved with calibration 'my runs'"):
+        export_plan(load_plan(calibrated), "sglang")
+    with pytest.raises(InputError, match="was solved with the bundled calibration"):
+        export_plan(load_plan(bundled), "sglang", calibration=mine)
+    out = run_cli("export", str(calibrated), "--engine", "sglang")
+    assert out.code == 2 and f"{calibrated}:" in out.err and "--calibration FILE" in out.err
+
+
 @pytest.mark.parametrize("engine", ["sglang", "dynamo"])
 def test_a_composite_plan_exports_one_folder_per_deployment(tmp_path: Path, cluster_result: SolveResult,
                                                             engine: str) -> None:

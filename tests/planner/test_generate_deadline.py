@@ -134,7 +134,7 @@ def test_untimed_grid_batches_are_within_the_stated_bounds(name: str) -> None:
 
 
 
-def test_a_layout_whose_every_fitting_batch_is_a_range_end_is_not_timed_twice() -> None:
+def test_a_layout_whose_only_fitting_batches_are_range_ends_is_left_out_of_the_waves() -> None:
     """Llama-3.1-70B in fp8 on 8 H100s, disaggregated: a decode pool at tp 1 fits only batch 1 (at tp 2 only
     1 and 2), which the range ends already timed, so the layout has no grid batch left for the waves (it ended
     `plan solve` with IndexError: pop from an empty list)."""

@@ -123,18 +123,20 @@ def test_a_calibration_prices_every_case_and_keys_its_cache(tmp_path: Path,
                                                             compared: tuple[Path, Path, dict[str, Any]]) -> None:
     """`--calibration`: every case solved with it (its JSON names it), under hashes of its own, so that the
     bundled calibration's cached results are not taken for its."""
-    from costmodel.calibration import default_calibration
+    from costmodel.calibration import default_calibration, fingerprint
     from planner.studies.study import with_calibration
 
     scenario, _, bundled = compared
-    slower = default_calibration().model_copy(update={"fitted_on": "test: slower steps"})
-    slower.engines["generic"] = slower.engines["generic"].model_copy(update={"step_overhead_s": 0.005})
+    slower = default_calibration().model_dump(mode="json")  # a copy: the bundled calibration is cached
+    slower["fitted_on"] = "test: slower steps"
+    slower["engines"]["generic"]["step_overhead_s"] = 0.005
     calibration = tmp_path / "slower.yaml"
-    calibration.write_text(yaml.safe_dump(slower.model_dump(mode="json"), sort_keys=False), encoding="utf-8")
+    calibration.write_text(yaml.safe_dump(slower, sort_keys=False), encoding="utf-8")
     result = run_cli("compare", str(scenario), "--systems", "h200-sxm,b200-sxm", "--gpus", "4", "--format", "json",
                      "--jobs", "1", "--calibration", str(calibration))
     assert result.code == 0, result.err
     mine = json.loads(result.out)
+    assert mine["calibration"] == fingerprint(slower) and "calibration" not in bundled
     assert {f["case_hash"] for f in mine["fronts"]}.isdisjoint({f["case_hash"] for f in bundled["fronts"]})
     for ours, theirs in zip(mine["fronts"], bundled["fronts"], strict=True):
         fastest = [min(p["tpot_ms"] for p in front["front"]) for front in (ours, theirs)]

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
+import yaml
 
-from costmodel.calibration import default_calibration
+from costmodel.calibration import default_calibration, fingerprint
 from planner import api
-from planner.calibrate import calibrate, calibration_text, load_calibration, load_runs
+from planner.calibrate import CalibrationRun, calibrate, calibration_text, load_calibration, load_runs
 from planner.cli import main
 from planner.errors import InputError
 
@@ -20,7 +22,7 @@ LAYOUT = "serving: aggregated\npools: [{role: mixed, tp: 8, moe_tp: 8, batch: 16
 
 
 @pytest.fixture(scope="module")
-def fitted() -> tuple[str, object]:
+def fitted() -> tuple[str, CalibrationRun]:
     result = calibrate(MEASUREMENTS)
     return calibration_text(result, MEASUREMENTS), result
 
@@ -39,33 +41,34 @@ def test_the_runs_are_read_with_their_overrides() -> None:
     assert first.layout["pools"][0]["batch"] == 4
 
 
-def test_calibrating_on_the_runs_fits_them_better(fitted: tuple[str, object]) -> None:
+def test_calibrating_on_the_runs_fits_them_better(fitted: tuple[str, CalibrationRun]) -> None:
     _, result = fitted
-    before_ttft, before_tpot = result.before_pct  # type: ignore[attr-defined]
-    after_ttft, after_tpot = result.after_pct  # type: ignore[attr-defined]
+    before_ttft, before_tpot = result.before_pct
+    after_ttft, after_tpot = result.after_pct
     assert before_ttft > 40.0  # the bundled calibration's first-token latency is another campaign's
     assert after_ttft < before_ttft / 2 and after_tpot <= before_tpot + 0.5
 
 
-def test_engines_the_runs_leave_out_keep_the_starting_values(fitted: tuple[str, object]) -> None:
+def test_engines_the_runs_leave_out_keep_the_starting_values(fitted: tuple[str, CalibrationRun]) -> None:
     _, result = fitted
-    calibration, bundled = result.calibration, default_calibration()  # type: ignore[attr-defined]
-    assert result.engines == ["vllm"]  # type: ignore[attr-defined]
+    calibration, bundled = result.calibration, default_calibration()
+    assert result.engines == ["vllm"]
     for engine in ("trtllm", "sglang", "generic"):
         assert calibration.engines[engine] == bundled.engines[engine]
     assert calibration.engines["vllm"] != bundled.engines["vllm"]
     assert calibration.generations["blackwell"] == bundled.generations["blackwell"]  # no B200 run
 
 
-def test_the_file_reads_back_exactly_and_the_fit_is_deterministic(fitted: tuple[str, object], tmp_path: Path) -> None:
+def test_the_file_reads_back_exactly_and_the_fit_is_deterministic(fitted: tuple[str, CalibrationRun],
+                                                                   tmp_path: Path) -> None:
     text, result = fitted
     path = tmp_path / "mine.yaml"
     path.write_text(text, encoding="utf-8")
-    assert load_calibration(path) == result.calibration  # type: ignore[attr-defined]
+    assert load_calibration(path) == result.calibration
     assert calibration_text(calibrate(MEASUREMENTS), MEASUREMENTS) == text
 
 
-def test_evaluate_and_solve_price_with_the_given_calibration(fitted: tuple[str, object], tmp_path: Path,
+def test_evaluate_and_solve_price_with_the_given_calibration(fitted: tuple[str, CalibrationRun], tmp_path: Path,
                                                              capsys: pytest.CaptureFixture[str]) -> None:
     text, result = fitted
     calibration_file, layout = tmp_path / "mine.yaml", tmp_path / "layout.yaml"
@@ -74,12 +77,12 @@ def test_evaluate_and_solve_price_with_the_given_calibration(fitted: tuple[str, 
     main(["evaluate", str(SCENARIO), "--layout", str(layout), "--calibration", str(calibration_file),
           "--format", "json"])
     printed = json.loads(capsys.readouterr().out)
-    mine = api.evaluate(SCENARIO, layout, calibration=result.calibration)  # type: ignore[attr-defined]
+    mine = api.evaluate(SCENARIO, layout, calibration=result.calibration)
     bundled = api.evaluate(SCENARIO, layout)
     assert printed["ttft_ms"] == pytest.approx(mine.ttft_ms, rel=1e-12)
     assert mine.ttft_ms < 0.8 * bundled.ttft_ms  # measured 109 ms at this layout; bundled 157 ms
     front = api.solve(SCENARIO, calibration=calibration_file, time_limit_s=20)
-    assert front.to_dict()["calibration"] == result.calibration.fitted_on  # type: ignore[attr-defined]
+    assert front.to_dict()["calibration"] == fingerprint(result.calibration)
     assert "calibration" not in api.solve(SCENARIO, time_limit_s=20).to_dict()
 
 
@@ -90,6 +93,12 @@ def _run(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str]
 
 
 @pytest.mark.parametrize(("runs", "where", "says"), [
+    (f"  - {{scenario: {SCENARIO}, layout: {{}}, ttft_ms: true, tpot_ms: 1}}\n", ":3: measurements.0.ttft_ms",
+     "number"),  # no boolean or string taken for a time
+    (f"  - {{scenario: {SCENARIO}, layout: {{}}, ttft_ms: '5', tpot_ms: 1}}\n", ":3: measurements.0.ttft_ms",
+     "number"),
+    (f"  - {{scenario: {SCENARIO}, layout: {{}}, ttft_ms: 1.0e+300, tpot_ms: 1}}\n", ":3: measurements.0.ttft_ms",
+     "less than or equal to 86400000"),
     (f"  - scenario: {SCENARIO}\n    layout: {{}}\n    tpot_ms: 9.7\n", ":3: measurements.0.ttft_ms", "missing"),
     ("  - {scenario: nowhere.yaml, layout: {}, ttft_ms: 1, tpot_ms: 1}\n", ":3: scenario:",
      "nowhere.yaml does not exist"),
@@ -104,7 +113,7 @@ def test_a_bad_run_names_file_line_and_field(runs: str, where: str, says: str, t
     assert code == 2 and f"{bad}{where}" in err and says in err and "Traceback" not in err
 
 
-def test_a_bad_calibration_file_names_line_and_field(fitted: tuple[str, object], tmp_path: Path,
+def test_a_bad_calibration_file_names_line_and_field(fitted: tuple[str, CalibrationRun], tmp_path: Path,
                                                      capsys: pytest.CaptureFixture[str]) -> None:
     text, _ = fitted
     bad = tmp_path / "bad.yaml"
@@ -114,3 +123,71 @@ def test_a_bad_calibration_file_names_line_and_field(fitted: tuple[str, object],
     assert code == 2 and f"{bad}:{line}:" in err and "hbm_efficiency" in err
     with pytest.raises(InputError):
         load_calibration(bad)
+
+
+def test_a_scenario_file_error_is_reported_at_its_own_line_even_with_overrides(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    scenario = tmp_path / "scenario.yaml"
+    scenario.write_text(SCENARIO.read_text(encoding="utf-8").replace("engine: vllm", "enigne: vllm"), encoding="utf-8")
+    line = next(i for i, row in enumerate(scenario.read_text().splitlines(), start=1) if row.startswith("enigne"))
+    runs = tmp_path / "runs.yaml"
+    runs.write_text("schema_version: 1\nmeasurements:\n  - {scenario: scenario.yaml, layout: {}, workload: "
+                    "{concurrency: 4}, ttft_ms: 1, tpot_ms: 1}\n", encoding="utf-8")
+    code, err = _run(["calibrate", str(runs)], capsys)
+    assert code == 2 and f"{scenario}:{line}: enigne" in err
+
+
+@pytest.mark.parametrize(("edit", "field"), [
+    (lambda data: data["generations"].pop("hopper"), "generations"),
+    (lambda data: data["generations"]["hopper"]["gemm_efficiency"].clear(), "generations.hopper.gemm_efficiency"),
+    (lambda data: data["collectives"].pop("p2p"), "collectives"),
+    (lambda data: data["engines"].pop("generic"), "engines"),
+])
+def test_an_incomplete_calibration_file_is_exit_2_naming_what_is_missing(
+        edit: Any, field: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    data = default_calibration().model_dump(mode="json")
+    edit(data)
+    path = tmp_path / "partial.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
+    code, err = _run(["evaluate", str(SCENARIO), "--layout", str(SCENARIO), "--calibration", str(path)], capsys)
+    assert code == 2 and f"{path}:" in err and f" {field}:" in err and "internal error" not in err
+
+
+def test_fronts_and_plan_files_record_the_calibration(fitted: tuple[str, CalibrationRun], tmp_path: Path) -> None:
+    text, result = fitted
+    calibration = tmp_path / "mine.yaml"
+    calibration.write_text(text, encoding="utf-8")
+    paths = api.solve(SCENARIO, calibration=calibration, time_limit_s=20).write(tmp_path / "out")
+    plan_file = next(p for p in paths if p.name == "plan-0.yaml")
+    assert yaml.safe_load(plan_file.read_text())["calibration"] == fingerprint(result.calibration)
+    assert json.loads((tmp_path / "out" / "front.json").read_text())["calibration"] == fingerprint(result.calibration)
+
+
+def test_a_studys_json_names_its_calibration(fitted: tuple[str, CalibrationRun]) -> None:
+    from planner.studies.study import Case, Study, calibration_field, with_calibration
+
+    _, result = fitted
+    case = Case(0, {}, {"model": "x"}, None, "abc")
+    study = Study("s", None, {}, (case,), None)
+    data = result.calibration.model_dump(mode="json")
+    priced = Study("s", None, {}, with_calibration((case,), data), None)
+    assert calibration_field(study) == {}
+    assert calibration_field(priced) == {"calibration": fingerprint(result.calibration)}
+    assert priced.cases[0].hash != case.hash and with_calibration((case,), data)[0].hash == priced.cases[0].hash
+
+
+def test_the_kv_tier_report_of_a_front_uses_its_calibration(tmp_path: Path) -> None:
+    """Multi-turn sessions: each point's KV tiers (turn rate, hit rates) are evaluated with the front's
+    calibration, not the bundled one."""
+    from planner.scenario import scenario_from_data
+    from tests.planner.small_scenarios import small_data
+
+    data = default_calibration().model_dump(mode="json")
+    data["fitted_on"], data["engines"]["generic"]["step_overhead_s"] = "slower steps", 0.02
+    slower = tmp_path / "slower.yaml"
+    slower.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
+    resolved = scenario_from_data(small_data("qwen3-30b-16xh100-agent-sessions-store"))
+    front = api.solve(resolved, calibration=slower, time_limit_s=30)
+    point = front.points[0]
+    assert point.data["kv_tiers"] == api.evaluate(resolved, point, calibration=slower).to_dict()["kv_tiers"]
+    assert point.data["kv_tiers"] != api.evaluate(resolved, point).to_dict()["kv_tiers"]
