@@ -32,7 +32,7 @@ import numpy as np
 import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
-from costmodel.calibration import Calibration, default_calibration, generation_of
+from costmodel.calibration import Calibration, default_calibration, fingerprint, generation_of
 from costmodel.evaluate import LayoutPlan, plan_layout
 from costmodel.hardware import load_system, system_names
 from costmodel.precision import Dtype
@@ -44,6 +44,10 @@ from planner.validation import validate_document
 
 if TYPE_CHECKING:  # the fit needs scipy, imported when a calibration is fitted, not by every `plan` command
     from costmodel.fitting import PlannedRows
+
+# A run the fitted model still misses by more than this factor, in TTFT or TPOT, is named in a warning: a
+# misread layout, other lengths or other units are likelier than physics no factor can reach.
+OUTLIER_RATIO = 3.0
 
 # A measured mean time: positive, and under a day (a larger figure is a unit mistake, not a run).
 Milliseconds = Annotated[float, Field(gt=0, le=86_400_000, allow_inf_nan=False)]
@@ -96,6 +100,7 @@ class CalibrationRun:
     engines: list[str]  # engines whose factors were refitted
     generations: list[str]  # GPU generations whose factors were refitted
     grouped: bool  # the runs have routed experts: the grouped-GEMM share was refitted
+    outliers: list[tuple[str, float, float]]  # (run, predicted / measured TTFT, TPOT) beyond OUTLIER_RATIO
     before_pct: tuple[float, float]  # (TTFT, TPOT) median APE with the starting calibration
     after_pct: tuple[float, float]
 
@@ -173,8 +178,25 @@ def calibrate(path: Path, start: Calibration | None = None) -> CalibrationRun:
     calibration = fit(planned, prior=start, absent="prior", label=f"{len(runs)} runs of {path.name}, from "
                       f"{start.fitted_on}")
     grouped = bool(np.any(planned.table.op_group_rows > 0))
-    return CalibrationRun(calibration, runs, fitted_engines(runs), fitted_generations(runs), grouped,
+    ratios = planned.predict(calibration) / planned.measured()
+    outliers = [(run.name, float(ttft), float(tpot)) for run, (ttft, tpot) in zip(runs, ratios, strict=True)
+                if not (1 / OUTLIER_RATIO <= ttft <= OUTLIER_RATIO and 1 / OUTLIER_RATIO <= tpot <= OUTLIER_RATIO)]
+    return CalibrationRun(calibration, runs, fitted_engines(runs), fitted_generations(runs), grouped, outliers,
                           _median_ape(planned, start), _median_ape(planned, calibration))
+
+
+def calibration_mismatch(layout_document: SourceDocument, calibration: Calibration | None) -> str | None:
+    """What to say when a plan file's figures were priced with another calibration than `calibration` (None:
+    the bundled one); None when they agree or the document is no plan file."""
+    data = layout_document.data
+    if not isinstance(data, dict) or "layout" not in data or "figures" not in data:
+        return None
+    recorded, given = data.get("calibration"), None if calibration is None else fingerprint(calibration)
+    if recorded == given:
+        return None
+    said = (f"calibration '{recorded.get('fitted_on')}' (sha256 {recorded.get('sha256')})"
+            if isinstance(recorded, dict) else "the bundled calibration")
+    return f"its figures were priced with {said}; give that with --calibration to price it alike"
 
 
 def _median_ape(planned: PlannedRows, calibration: Calibration) -> tuple[float, float]:

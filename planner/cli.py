@@ -21,7 +21,7 @@ from costmodel.errors import CostModelError
 from costmodel.evaluate import evaluate
 from costmodel.scenario import MAX_SEED, MAX_THREADS
 from planner import __version__, evaluation, finite, interrupt, plan_output, report
-from planner.calibrate import calibrate, calibration_text, load_calibration, load_runs
+from planner.calibrate import calibrate, calibration_mismatch, calibration_text, load_calibration, load_runs
 from planner.cli_studies import CALIBRATION
 from planner.cli_studies import register as register_studies
 from planner.errors import InputError, PlannerError
@@ -132,6 +132,9 @@ def evaluate_command(scenario: Path | None, layout_path: Path | None, cases: Pat
         raise click.UsageError("give SCENARIO and --layout LAYOUT, or --cases CASES.jsonl")
     resolved = load_scenario(scenario)
     prediction = evaluate(resolved, load_layout(layout_path, resolved), calibration)
+    mismatch = calibration_mismatch(read_document(layout_path), calibration)
+    if mismatch:  # a plan file's figures came from another calibration: say so beside these
+        click.echo(f"note: {layout_path}: {mismatch}", err=True)
     finite.finite_or_error(prediction.to_dict())  # no "TTFT nan ms (fits)" in the table either
     if fmt == "json":
         _echo_json(prediction.to_dict())
@@ -208,6 +211,9 @@ def calibrate_command(measurements: Path, output: Path | None, start_path: Path 
                f"{', '.join(result.generations) or 'none (too few runs: starting values)'}", err=True)
     click.echo(f"median error over the runs, TTFT / TPOT: {result.before_pct[0]:.1f}% / {result.before_pct[1]:.1f}% "
                f"before, {result.after_pct[0]:.1f}% / {result.after_pct[1]:.1f}% after", err=True)
+    for name, ttft, tpot in result.outliers:
+        click.echo(f"warning: run {name}: predicted / measured TTFT {ttft:.2g}x, TPOT {tpot:.2g}x after the fit: "
+                   "no setting of the factors explains it; check its layout, lengths and units", err=True)
     if output is None:
         click.echo(text, nl=False)
         return

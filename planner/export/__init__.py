@@ -10,8 +10,9 @@ from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
-from costmodel.calibration import Calibration, fingerprint
+from costmodel.calibration import Calibration
 from costmodel.evaluate import evaluate
+from planner.calibrate import calibration_mismatch
 from planner.errors import InputError
 from planner.export import dynamo, sglang, trtllm, vllm
 from planner.export.base import ENGINE_VERSIONS, ENGINES, Export, Plan, draft_model_notes, read_plan
@@ -74,17 +75,13 @@ def _composite(plan: Plan, engine: str, backend: str | None, calibration: Calibr
 
 
 def _same_calibration(plan: Plan, calibration: Calibration | None) -> Calibration | None:
-    """`calibration`, if it is the one the plan records (none recorded: the bundled one); else InputError,
-    as the deployments' shares of the requests would be priced otherwise than the plan's figures."""
-    recorded = plan.data.get("calibration")
-    given = None if calibration is None else fingerprint(calibration)
-    if recorded != given:
-        document = read_document(plan.path)
-        said = (f"was solved with calibration '{recorded.get('fitted_on')}' (sha256 {recorded.get('sha256')})"
-                if isinstance(recorded, dict) else "was solved with the bundled calibration")
+    """`calibration`, if the plan's figures were priced with it (none recorded: the bundled one); else
+    InputError, as the deployments' shares of the requests would be priced otherwise than the plan's figures."""
+    document = read_document(plan.path)
+    mismatch = calibration_mismatch(document, calibration)
+    if mismatch:
         raise InputError.single(plan.path, document.line_of(("calibration",)), "calibration",
-                                f"the plan {said}; give that calibration with --calibration FILE"
-                                + ("" if isinstance(recorded, dict) else ", or leave it out"))
+                                f"a composite plan's deployments are priced again for their shares: {mismatch}")
     return calibration
 
 

@@ -175,12 +175,12 @@ def test_a_composite_plan_exports_with_the_calibration_it_was_solved_with(tmp_pa
     calibrated.write_text(plan_output.plan_yaml(replace(cluster_result, calibration=mine), index, point),
                           encoding="utf-8")
     assert export_plan(load_plan(calibrated), "sglang", calibration=mine).files
-    with pytest.raises(InputError, match="was solved with calibration 'my runs'"):
+    with pytest.raises(InputError, match="priced with calibration 'my runs'"):
         export_plan(load_plan(calibrated), "sglang")
-    with pytest.raises(InputError, match="was solved with the bundled calibration"):
+    with pytest.raises(InputError, match="priced with the bundled calibration"):
         export_plan(load_plan(bundled), "sglang", calibration=mine)
     out = run_cli("export", str(calibrated), "--engine", "sglang")
-    assert out.code == 2 and f"{calibrated}:" in out.err and "--calibration FILE" in out.err
+    assert out.code == 2 and f"{calibrated}:" in out.err and "give that with --calibration" in out.err
 
 
 @pytest.mark.parametrize("engine", ["sglang", "dynamo"])

@@ -191,3 +191,28 @@ def test_the_kv_tier_report_of_a_front_uses_its_calibration(tmp_path: Path) -> N
     point = front.points[0]
     assert point.data["kv_tiers"] == api.evaluate(resolved, point, calibration=slower).to_dict()["kv_tiers"]
     assert point.data["kv_tiers"] != api.evaluate(resolved, point).to_dict()["kv_tiers"]
+
+
+def test_evaluating_a_plan_file_with_another_calibration_says_so(fitted: tuple[str, CalibrationRun], tmp_path: Path,
+                                                                capsys: pytest.CaptureFixture[str]) -> None:
+    text, _ = fitted
+    calibration = tmp_path / "mine.yaml"
+    calibration.write_text(text, encoding="utf-8")
+    paths = api.solve(SCENARIO, calibration=calibration, time_limit_s=20).write(tmp_path / "out")
+    plan_file = str(next(p for p in paths if p.name == "plan-0.yaml"))
+    main(["evaluate", str(SCENARIO), "--layout", plan_file, "--format", "json"])
+    assert "priced with calibration '24 runs of" in capsys.readouterr().err
+    main(["evaluate", str(SCENARIO), "--layout", plan_file, "--format", "json", "--calibration", str(calibration)])
+    assert "note:" not in capsys.readouterr().err
+
+
+def test_a_run_no_factor_explains_is_named_in_a_warning(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    runs = tmp_path / "runs.yaml"
+    good = MEASUREMENTS.read_text(encoding="utf-8").replace("scenario: llama-70b", f"scenario: {EXAMPLES}/llama-70b")
+    runs.write_text(good + "  - {name: typo, scenario: " + str(SCENARIO) + ", layout: {serving: aggregated, pools: "
+                    "[{role: mixed, tp: 8, moe_tp: 8, batch: 16}]}, ttft_ms: 109000, tpot_ms: 9.7}\n", encoding="utf-8")
+    main(["calibrate", str(runs), "-o", str(tmp_path / "out.yaml")])
+    err = capsys.readouterr().err
+    assert "warning: run typo: predicted / measured TTFT" in err
+    # the example's own far run (README): batch 64 of 9K-token contexts on one H200, priced as queued
+    assert "warning: run tp1-1024x8192-c64:" in err and err.count("warning:") == 2
