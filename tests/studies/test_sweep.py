@@ -165,6 +165,33 @@ def test_ray_gives_the_local_executors_results(local_sweep: tuple[Path, Path, st
     assert ray_summary == local_summary
 
 
+def test_a_calibration_reprices_the_cached_cases_under_new_hashes(local_sweep: tuple[Path, Path, str],
+                                                                  tmp_path: Path) -> None:
+    """`--calibration` into an output folder of the bundled calibration's cases solves them again (their hashes
+    cover the calibration) and the summary names it."""
+    import shutil
+
+    import yaml
+
+    from costmodel.calibration import default_calibration, fingerprint
+
+    study, out, _ = local_sweep
+    copy = tmp_path / "copy"
+    shutil.copytree(out, copy)
+    data = default_calibration().model_dump(mode="json")
+    data["fitted_on"] = "test: another calibration"
+    calibration = tmp_path / "mine.yaml"
+    calibration.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
+    result = run_cli("sweep", str(study), "--out", str(copy), "--format", "json", "--jobs", "2",
+                     "--calibration", str(calibration))
+    assert result.code == 0, result.err
+    summary = json.loads(result.out)
+    assert summary["run"]["cases_cached"] == 0 and summary["calibration"] == fingerprint(data)
+    bundled = json.loads((out / "summary.json").read_text())
+    assert {c["hash"] for c in summary["cases"]}.isdisjoint({c["hash"] for c in bundled["cases"]})
+    assert [c["best"] for c in summary["cases"]] == [c["best"] for c in bundled["cases"]]  # the same values
+
+
 def test_bad_executor_options(tmp_path: Path) -> None:
     study = _write(tmp_path / "study.yaml", {"study": "s", "base": BASE, "grid": {"cluster.gpus": [4]}})
     assert run_cli("sweep", str(study), "--out", str(tmp_path / "o"), "--jobs", "0").code == 2
