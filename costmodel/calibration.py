@@ -13,7 +13,7 @@ import functools
 import hashlib
 import json
 from importlib import resources
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field
@@ -41,7 +41,7 @@ class _Frozen(BaseModel):
 
 
 class GenerationFactors(_Frozen):
-    gemm_efficiency: dict[Dtype, float] = Field(
+    gemm_efficiency: dict[Dtype, Annotated[float, Field(gt=0, le=1)]] = Field(
         description="Fraction of the format's dense peak reached by GEMMs, per compute format; for a storage "
         "format the GPU cannot compute in (weight-only kernels, e.g. fp4 on Hopper), the fraction of the peak of "
         "the format they dequantise to."

@@ -408,18 +408,30 @@ def _generation_floor(data: dict[str, object], name: str) -> float | None:
 
 def _raise_to_floors(data: dict[str, Any], free: set[str]) -> None:
     """Factors of a newer generation the fit leaves at their starting values, raised to their predecessor's
-    achieved rate where a refit predecessor has passed them (a calibration on H100 runs alone must not leave
-    B200 slower than H100: `_generation_floor`)."""
+    achieved rate where the fit refit that predecessor factor past them (a calibration on H100 runs alone must
+    not leave B200 slower than H100: `_generation_floor`)."""
     for newer, older in PREDECESSOR.items():
         factors = data["generations"].get(newer)
-        if factors is None or not any(name.startswith(f"generations.{older}.") for name in free):
-            continue  # a predecessor the fit left alone passes nothing its starting values did not
+        if factors is None or older not in data["generations"]:
+            continue
         names = [f"generations.{newer}.gemm_efficiency.{d}" for d in factors["gemm_efficiency"]]
         names += [f"generations.{newer}.{f}" for f in GENERATION_FIELDS]
         for name in names:
-            floor = None if name in free else _generation_floor(data, name)
+            if name in free or _predecessor_factor(data, name, newer, older) not in free:
+                continue
+            floor = _generation_floor(data, name)
             if floor is not None and _lookup(data, name) < floor:
                 _assign(data, name, min(floor, BOUNDS[name.split(".")[-1]][1]))
+
+
+def _predecessor_factor(data: dict[str, Any], name: str, newer: str, older: str) -> str:
+    """The predecessor's factor a newer generation's factor is floored by (a GEMM format the predecessor has
+    no figure for runs at its bf16 one: `_generation_floor`)."""
+    older_name = name.replace(f"generations.{newer}.", f"generations.{older}.", 1)
+    parts = older_name.split(".")
+    if parts[2] == "gemm_efficiency" and parts[3] not in data["generations"][older]["gemm_efficiency"]:
+        return f"generations.{older}.gemm_efficiency.bf16"
+    return older_name
 
 
 def _peak_rate(system: SystemSpec, factor: list[str]) -> float:

@@ -133,16 +133,36 @@ def _planned(base: Path, run: RunSpec, entry: SourceDocument, index: int) -> tup
 
 def _run_scenario(base: Path, run: RunSpec, entry: SourceDocument) -> ResolvedScenario:
     """The run's scenario (a file's, paths in it relative to that file, or the entry's own) with its workload
-    overrides. The scenario is checked as written first, its problems at its own lines; what the overrides
-    then break has no file of its own, so it points at the entry's `workload`."""
+    overrides (which may fill in a workload the scenario leaves out). Where the overridden scenario fails, the
+    scenario as written decides who is to blame: its own problems at its own lines, else the overrides'."""
     source = _document(base, run.scenario, entry, "scenario")
     folder = (base / run.scenario).parent if isinstance(run.scenario, str) else base
-    resolved = load_scenario_document(source, folder)
     if not run.workload:
-        return resolved
+        return load_scenario_document(source, folder)
     data = dict(source.data) if isinstance(source.data, dict) else {}
     data["workload"] = {**(data.get("workload") or {}), **run.workload}
-    return _with_entry(entry, "workload", lambda: scenario_from_data(data, folder))
+    try:
+        return scenario_from_data(data, folder)
+    except InputError as overridden:
+        written = [p for p in _problems(lambda: load_scenario_document(source, folder))
+                   if p.field != "workload" and not p.field.startswith("workload.")]
+        if written:  # a problem of the file itself (a missing workload is the overrides' to fill)
+            raise InputError(written) from None
+        raise InputError([_at_entry(entry, problem) for problem in overridden.problems]) from None
+
+
+def _problems(load: Callable[[], ResolvedScenario]) -> list[InputProblem]:
+    try:
+        load()
+    except InputError as exc:
+        return exc.problems
+    return []
+
+
+def _at_entry(entry: SourceDocument, problem: InputProblem) -> InputProblem:
+    """A problem of the scenario as overridden (no file of its own), at the run's override that causes it."""
+    loc = tuple(problem.field.split(".")) if problem.field else ("workload",)
+    return InputProblem(entry.path, entry.line_of(loc), problem.field or "workload", problem.message)
 
 
 def _document(base: Path, value: str | dict[str, Any], entry: SourceDocument, field: str) -> SourceDocument:
@@ -155,17 +175,6 @@ def _document(base: Path, value: str | dict[str, Any], entry: SourceDocument, fi
                                 f"{path} does not exist or is not a file; give a path relative to the measurements "
                                 "file")
     return read_document(path)
-
-
-def _with_entry(entry: SourceDocument, field: str, load: Callable[[], ResolvedScenario]) -> ResolvedScenario:
-    """Run `load`; an InputError without a file (the scenario as overridden) points at the run's entry."""
-    try:
-        return load()
-    except InputError as exc:
-        problems = [p if p.path is not None else InputProblem(entry.path, entry.line_of((field,)), field,
-                                                              f"{p.field}: {p.message}" if p.field else p.message)
-                    for p in exc.problems]
-        raise InputError(problems) from None
 
 
 def calibrate(path: Path, start: Calibration | None = None) -> CalibrationRun:
@@ -191,12 +200,15 @@ def calibration_mismatch(layout_document: SourceDocument, calibration: Calibrati
     data = layout_document.data
     if not isinstance(data, dict) or "layout" not in data or "figures" not in data:
         return None
-    recorded, given = data.get("calibration"), None if calibration is None else fingerprint(calibration)
+    bundled = fingerprint(default_calibration())  # given or recorded, the bundled calibration is no calibration
+    given = None if calibration is None or fingerprint(calibration) == bundled else fingerprint(calibration)
+    recorded = None if data.get("calibration") == bundled else data.get("calibration")
     if recorded == given:
         return None
-    said = (f"calibration '{recorded.get('fitted_on')}' (sha256 {recorded.get('sha256')})"
-            if isinstance(recorded, dict) else "the bundled calibration")
-    return f"its figures were priced with {said}; give that with --calibration to price it alike"
+    if not isinstance(recorded, dict):
+        return "its figures were priced with the bundled calibration; run without --calibration to price it alike"
+    return (f"its figures were priced with calibration '{recorded.get('fitted_on')}' (sha256 "
+            f"{recorded.get('sha256')}); give that with --calibration to price it alike")
 
 
 def _median_ape(planned: PlannedRows, calibration: Calibration) -> tuple[float, float]:
@@ -232,14 +244,14 @@ def load_calibration(path: Path) -> Calibration:
     for kind in ("allreduce", "alltoall", "p2p"):
         if kind not in calibration.collectives:
             raise InputError.single(path, document.line_of(("collectives",)), "collectives",
-                                    f"needs an `{kind}` entry (efficiency, latency_s)")
+                                    f"needs an entry for {kind} (efficiency, latency_s)")
     for generation in sorted({generation_of(load_system(name)) for name in system_names()}):
         factors = calibration.generations.get(generation)
         if factors is None or Dtype.BF16 not in factors.gemm_efficiency:
             where = ("generations",) if factors is None else ("generations", generation, "gemm_efficiency")
             raise InputError.single(path, document.line_of(where), ".".join(where),
-                                    f"needs the factors of GPU generation {generation}, with a bf16 GEMM efficiency "
-                                    "(the bundled calibration's `plan calibrate` output has every one)")
+                                    f"needs the factors of GPU generation {generation}, with a bf16 GEMM "
+                                    "efficiency (every calibration `plan calibrate` writes has them)")
     _check_finite(calibration, path, document)
     return calibration
 

@@ -7,6 +7,7 @@ Exit codes: 0 success; 1 internal error (a bug: rerun with --debug for the trace
 
 from __future__ import annotations
 
+import math
 import sys
 import traceback
 from dataclasses import replace
@@ -212,8 +213,10 @@ def calibrate_command(measurements: Path, output: Path | None, start_path: Path 
     click.echo(f"median error over the runs, TTFT / TPOT: {result.before_pct[0]:.1f}% / {result.before_pct[1]:.1f}% "
                f"before, {result.after_pct[0]:.1f}% / {result.after_pct[1]:.1f}% after", err=True)
     for name, ttft, tpot in result.outliers:
-        click.echo(f"warning: run {name}: predicted / measured TTFT {ttft:.2g}x, TPOT {tpot:.2g}x after the fit: "
-                   "no setting of the factors explains it; check its layout, lengths and units", err=True)
+        ratios = ("no prediction (the model cannot price it)" if not (math.isfinite(ttft) and math.isfinite(tpot))
+                  else f"predicted / measured TTFT {ttft:.3g}x, TPOT {tpot:.3g}x after the fit")
+        click.echo(f"warning: run {name}: {ratios}: no setting of the factors explains it; check its layout, "
+                   "lengths and units", err=True)
     if output is None:
         click.echo(text, nl=False)
         return
@@ -267,7 +270,11 @@ def export_command(plan_file: Path, engine: str, out_dir: Path | None, scenario:
 
     if backend is not None and engine != "dynamo":
         raise click.UsageError("--backend applies to --engine dynamo only")
-    exported = export_plan(load_plan(plan_file, scenario), engine, backend, calibration)
+    plan = load_plan(plan_file, scenario)
+    mismatch = calibration_mismatch(read_document(plan_file), calibration)
+    if mismatch and plan.serving != "composite":  # nothing is priced again: the files are the plan's
+        click.echo(f"note: {plan_file}: {mismatch}", err=True)
+    exported = export_plan(plan, engine, backend, calibration)
     if out_dir is None:
         for name, text in exported.files.items():
             click.echo(f"# ===== {name}\n{text}", nl=False)

@@ -80,7 +80,8 @@ def _same_calibration(plan: Plan, calibration: Calibration | None) -> Calibratio
     document = read_document(plan.path)
     mismatch = calibration_mismatch(document, calibration)
     if mismatch:
-        raise InputError.single(plan.path, document.line_of(("calibration",)), "calibration",
+        recorded = isinstance(document.data, dict) and "calibration" in document.data
+        raise InputError.single(plan.path, document.line_of(("calibration",)) if recorded else None, "calibration",
                                 f"a composite plan's deployments are priced again for their shares: {mismatch}")
     return calibration
 

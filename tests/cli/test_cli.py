@@ -89,7 +89,7 @@ def test_debug_shows_the_traceback(tmp_path: Path) -> None:
 @pytest.mark.parametrize("what", ["scenario", "layout", "measurements"])
 def test_committed_json_schema_is_in_sync(what: str) -> None:
     committed = json.loads((REPO / "schemas" / f"{what}.schema.json").read_text(encoding="utf-8"))
-    assert committed == json_schema(what), "run: plan schema {what} > schemas/{what}.schema.json"
+    assert committed == json_schema(what), f"run: plan schema {what} > schemas/{what}.schema.json"
     assert json.loads(run_cli("schema", what).out) == committed
 
 

@@ -103,7 +103,7 @@ def _run(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str]
     ("  - {scenario: nowhere.yaml, layout: {}, ttft_ms: 1, tpot_ms: 1}\n", ":3: scenario:",
      "nowhere.yaml does not exist"),
     (f"  - scenario: {SCENARIO}\n    layout: {{}}\n    workload: {{concurrency: -3}}\n    ttft_ms: 1\n"
-     "    tpot_ms: 1\n", ":5: workload:", "concurrency"),  # the overridden scenario's problem points at the run
+     "    tpot_ms: 1\n", ":5: workload.concurrency:", "greater than"),  # the override's problem, at the run
 ])
 def test_a_bad_run_names_file_line_and_field(runs: str, where: str, says: str, tmp_path: Path,
                                              capsys: pytest.CaptureFixture[str]) -> None:
@@ -216,3 +216,39 @@ def test_a_run_no_factor_explains_is_named_in_a_warning(tmp_path: Path, capsys: 
     assert "warning: run typo: predicted / measured TTFT" in err
     # the example's own far run (README): batch 64 of 9K-token contexts on one H200, priced as queued
     assert "warning: run tp1-1024x8192-c64:" in err and err.count("warning:") == 2
+
+
+def test_a_scenario_without_a_workload_takes_it_from_each_run(tmp_path: Path) -> None:
+    """A template scenario that leaves the workload to the runs' overrides."""
+    data = yaml.safe_load(SCENARIO.read_text(encoding="utf-8"))
+    del data["workload"]
+    (tmp_path / "template.yaml").write_text(yaml.safe_dump(data), encoding="utf-8")
+    runs = tmp_path / "runs.yaml"
+    runs.write_text("schema_version: 1\nmeasurements:\n  - {scenario: template.yaml, layout: {serving: aggregated, "
+                    "pools: [{role: mixed, tp: 8, moe_tp: 8, batch: 16}]}, workload: {input_tokens: 1024, "
+                    "output_tokens: 1024, concurrency: 16}, ttft_ms: 109, tpot_ms: 9.7}\n", encoding="utf-8")
+    (run,), _ = load_runs(runs)
+    assert run.scenario["workload"]["concurrency"] == 16
+
+
+def test_a_calibration_with_an_efficiency_out_of_range_is_exit_2(tmp_path: Path,
+                                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    data = default_calibration().model_dump(mode="json")
+    data["generations"]["hopper"]["gemm_efficiency"]["fp8"] = 5.0
+    path = tmp_path / "bad.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
+    code, err = _run(["evaluate", str(SCENARIO), "--layout", str(SCENARIO), "--calibration", str(path)], capsys)
+    assert code == 2 and "generations.hopper.gemm_efficiency.fp8" in err
+
+
+def test_a_plan_of_the_bundled_calibration_asks_for_none(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from costmodel.calibration import Calibration
+    from planner.calibrate import calibration_mismatch
+    from planner.sourcefile import read_document
+
+    paths = api.solve(SCENARIO, time_limit_s=20).write(tmp_path / "out")
+    plan = read_document(next(p for p in paths if p.name == "plan-0.yaml"))
+    assert calibration_mismatch(plan, None) is None
+    assert calibration_mismatch(plan, default_calibration()) is None  # the bundled one, given as a file
+    other = Calibration.model_validate(default_calibration().model_dump() | {"fitted_on": "other"})
+    assert "run without --calibration" in (calibration_mismatch(plan, other) or "")

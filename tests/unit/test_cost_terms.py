@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from benchmarks.published import CASES, predict
-from costmodel.calibration import default_calibration, prior_calibration
+from costmodel.calibration import Calibration, default_calibration, prior_calibration
 from costmodel.collectives import all_reduce
 from costmodel.evaluate import evaluate, plan_layout, pool_context
 from costmodel.fitting import _generation_floor, _systems
@@ -203,6 +203,11 @@ def test_a_newer_generation_left_unfitted_is_raised_to_its_predecessors_refit_ra
         hopper.attention_efficiency * max(peak["hopper"]))
     assert blackwell.gemm_efficiency == start.generations["blackwell"].gemm_efficiency
     assert fitted.engines == start.engines  # no engine fitted: every engine keeps its starting values
+    # a starting calibration below a floor is not raised through a predecessor the fit left alone
+    low = start.model_dump()
+    low["generations"]["blackwell"]["hbm_efficiency"] = 0.3  # below the H200's 0.85 x 4.8 / 8 TB/s
+    alone = ParameterSpace((), (), (), Calibration.model_validate(low), absent="prior")
+    assert alone.calibration(np.zeros(len(alone.names())), "test").generations["blackwell"].hbm_efficiency == 0.3
 
 
 def test_published_figures_are_within_the_stated_band() -> None:
