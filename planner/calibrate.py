@@ -217,6 +217,22 @@ def _median_ape(planned: PlannedRows, calibration: Calibration) -> tuple[float, 
     return ttft, tpot
 
 
+def calibration_summary(result: CalibrationRun) -> dict[str, Any]:
+    """`plan calibrate --format json`: what was refitted, the runs' median errors before and after, the runs
+    the fitted model still misses by more than `OUTLIER_RATIO` (ratios null where it cannot price them)."""
+    def ratio(value: float) -> float | None:
+        return value if math.isfinite(value) else None
+
+    return {
+        "runs": len(result.runs), "engines": result.engines, "generations": result.generations,
+        "grouped_gemm": result.grouped, "calibration": fingerprint(result.calibration),
+        "median_ape_pct": {"before": {"ttft": result.before_pct[0], "tpot": result.before_pct[1]},
+                           "after": {"ttft": result.after_pct[0], "tpot": result.after_pct[1]}},
+        "outliers": [{"run": name, "ttft_ratio": ratio(ttft), "tpot_ratio": ratio(tpot)}
+                     for name, ttft, tpot in result.outliers],
+    }
+
+
 def calibration_text(result: CalibrationRun, source: Path) -> str:
     """The calibration file `plan calibrate` writes: readable by `--calibration`, every value at full precision."""
     systems = sorted({r.system for r in result.runs})

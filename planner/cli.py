@@ -22,7 +22,15 @@ from costmodel.errors import CostModelError
 from costmodel.evaluate import evaluate
 from costmodel.scenario import MAX_SEED, MAX_THREADS
 from planner import __version__, evaluation, finite, interrupt, plan_output, report
-from planner.calibrate import calibrate, calibration_mismatch, calibration_text, load_calibration, load_runs
+from planner.calibrate import (
+    CalibrationRun,
+    calibrate,
+    calibration_mismatch,
+    calibration_summary,
+    calibration_text,
+    load_calibration,
+    load_runs,
+)
 from planner.cli_studies import CALIBRATION
 from planner.cli_studies import register as register_studies
 from planner.errors import InputError, PlannerError
@@ -202,12 +210,32 @@ def solve_command(scenario: Path, fmt: str, out_dir: Path | None, solver: str | 
 @click.option("-o", "--output", type=click.Path(path_type=Path), help="Write the calibration here instead of stdout.")
 @click.option("--from", "start_path", type=click.Path(path_type=Path),
               help="Calibration to start from and keep where the runs say nothing (default: the bundled one).")
-def calibrate_command(measurements: Path, output: Path | None, start_path: Path | None) -> None:
+@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True,
+              help="text: the summary on stderr; json: the summary as JSON on stdout (needs -o).")
+def calibrate_command(measurements: Path, output: Path | None, start_path: Path | None, fmt: str) -> None:
     """Fit the cost model to your own measured runs (MEASUREMENTS: a YAML list of scenario, layout, ttft_ms,
     tpot_ms); use the result with --calibration."""
+    if fmt == "json" and output is None:
+        raise click.UsageError("--format json prints the summary: give -o FILE for the calibration")
     start = None if start_path is None else load_calibration(start_path)
     result = calibrate(measurements, start)
     text = calibration_text(result, measurements)
+    if fmt == "text":
+        _print_calibration_summary(result)
+    if output is None:
+        click.echo(text, nl=False)
+        return
+    try:
+        output.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        raise InputError.single(output, None, "", f"cannot write the calibration: {exc.strerror or exc}") from None
+    if fmt == "json":
+        _echo_json(calibration_summary(result) | {"output": str(output)})
+    else:
+        click.echo(f"wrote {output}", err=True)
+
+
+def _print_calibration_summary(result: CalibrationRun) -> None:
     click.echo(f"{len(result.runs)} runs; refitted engines: {', '.join(result.engines) or 'none'}; GPU generations: "
                f"{', '.join(result.generations) or 'none (too few runs: starting values)'}", err=True)
     click.echo(f"median error over the runs, TTFT / TPOT: {result.before_pct[0]:.1f}% / {result.before_pct[1]:.1f}% "
@@ -217,14 +245,6 @@ def calibrate_command(measurements: Path, output: Path | None, start_path: Path 
                   else f"predicted / measured TTFT {ttft:.3g}x, TPOT {tpot:.3g}x after the fit")
         click.echo(f"warning: run {name}: {ratios}: no setting of the factors explains it; check its layout, "
                    "lengths and units", err=True)
-    if output is None:
-        click.echo(text, nl=False)
-        return
-    try:
-        output.write_text(text, encoding="utf-8")
-    except OSError as exc:
-        raise InputError.single(output, None, "", f"cannot write the calibration: {exc.strerror or exc}") from None
-    click.echo(f"wrote {output}", err=True)
 
 
 @cli.command("import-hf")

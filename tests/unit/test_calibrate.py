@@ -252,3 +252,18 @@ def test_a_plan_of_the_bundled_calibration_asks_for_none(tmp_path: Path, capsys:
     assert calibration_mismatch(plan, default_calibration()) is None  # the bundled one, given as a file
     other = Calibration.model_validate(default_calibration().model_dump() | {"fitted_on": "other"})
     assert "run without --calibration" in (calibration_mismatch(plan, other) or "")
+
+
+def test_the_json_summary_is_for_scripts(fitted: tuple[str, CalibrationRun], tmp_path: Path,
+                                         capsys: pytest.CaptureFixture[str]) -> None:
+    text, result = fitted
+    out = tmp_path / "mine.yaml"
+    main(["calibrate", str(MEASUREMENTS), "-o", str(out), "--format", "json"])
+    summary = json.loads(capsys.readouterr().out)
+    assert out.read_text(encoding="utf-8") == text
+    assert summary["runs"] == 24 and summary["engines"] == ["vllm"] and summary["output"] == str(out)
+    assert summary["calibration"] == fingerprint(result.calibration)
+    assert summary["median_ape_pct"]["after"]["ttft"] == pytest.approx(result.after_pct[0])
+    assert [o["run"] for o in summary["outliers"]] == ["tp1-1024x8192-c64"]
+    code, err = _run(["calibrate", str(MEASUREMENTS), "--format", "json"], capsys)
+    assert code == 2 and "-o FILE" in err
