@@ -5,7 +5,9 @@ measures on its own cluster) with at least `MIN_CAMPAIGN_ROWS` rows is split in 
 rows). The shipped calibration is refitted without the campaign (as a user's own campaign is not in the
 bundled data), then calibrated as `plan calibrate` does on the first half (`costmodel.fitting.fit`, starting
 from and pulled towards the shipped one, engines and generations absent from the half keeping its values),
-and both predict the second half: median APE of TTFT and TPOT per campaign and over all of them.
+and both predict the second half: median APE of TTFT and TPOT per campaign and over all of them. How many
+runs it takes: the campaigns with at least `CURVE_RUNS[-1]` rows to calibrate on are calibrated again on the
+first 4, 8 and 16 of them (by row id), each predicting the same checked half.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from benchmarks.measurements import Measurement, default_measurements_path, load
 from costmodel.fitting import PlannedRows, fit
 
 MIN_CAMPAIGN_ROWS = 10  # five runs to calibrate on and five to check
+CURVE_RUNS = (4, 8, 16)  # runs calibrated on, for the error against the number of runs
 
 
 def campaigns(rows: Sequence[Measurement]) -> dict[tuple[str, str, str, str], list[int]]:
@@ -46,6 +49,7 @@ def main(json_out: Path | None = None) -> int:
     planned = PlannedRows.build(rows)
     measured = planned.measured()
     shipped_errors, own_errors, table = [], [], []
+    curve: dict[str, list[np.ndarray]] = {}
     for key, indices in campaigns(rows).items():
         calibrate_on, check = indices[0::2], indices[1::2]
         campaign = set(indices)
@@ -55,6 +59,12 @@ def main(json_out: Path | None = None) -> int:
         after = _ape(planned.predict(own)[check], measured[check])
         shipped_errors.append(before)
         own_errors.append(after)
+        if len(calibrate_on) >= CURVE_RUNS[-1]:
+            curve.setdefault("0", []).append(before)
+            for runs in CURVE_RUNS:
+                fewer = fit(planned.subset(calibrate_on[:runs]), prior=shipped, absent="prior")
+                curve.setdefault(str(runs), []).append(_ape(planned.predict(fewer)[check], measured[check]))
+            curve.setdefault("half", []).append(after)
         entry = {"engine": key[0], "version": key[1] or "(none)", "system": key[2], "serving": key[3],
                  "calibrated_on": len(calibrate_on), "checked": len(check),
                  **_medians("shipped", before), **_medians("own", after)}
@@ -68,6 +78,11 @@ def main(json_out: Path | None = None) -> int:
     print(f"all {summary['campaigns']} campaigns, {summary['rows_checked']} rows checked: TTFT "
           f"{summary['shipped_ttft_pct']:.1f}% -> {summary['own_ttft_pct']:.1f}%, TPOT "
           f"{summary['shipped_tpot_pct']:.1f}% -> {summary['own_tpot_pct']:.1f}% (median APE, shipped -> own)")
+    by_runs = {size: {"campaigns": len(errors), **_medians("own", np.vstack(errors))} for size, errors in curve.items()}
+    for size, figures in by_runs.items():
+        print(f"calibrated on {size:>4} runs ({figures['campaigns']} campaigns with >= {CURVE_RUNS[-1]} to calibrate "
+              f"on): TTFT {figures['own_ttft_pct']:.1f}%, TPOT {figures['own_tpot_pct']:.1f}%")
     if json_out is not None:
-        json_out.write_text(json.dumps({"summary": summary, "campaigns": table}, indent=2) + "\n", encoding="utf-8")
+        json_out.write_text(json.dumps({"summary": summary, "by_runs": by_runs, "campaigns": table}, indent=2) + "\n",
+                            encoding="utf-8")
     return 0

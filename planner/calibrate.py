@@ -45,6 +45,11 @@ from planner.validation import validate_document
 if TYPE_CHECKING:  # the fit needs scipy, imported when a calibration is fitted, not by every `plan` command
     from costmodel.fitting import PlannedRows
 
+# Fewer runs than this are said to be few: calibrated on the first 4 runs of a campaign, the others were predicted
+# no better than with the bundled calibration (TTFT 23.9% against 22.3%), on 8 they were (21.2%, TPOT 9.7% ->
+# 7.0%): `python -m benchmarks own-calibration`, 12 campaigns.
+FEW_RUNS = 8
+
 # A run the fitted model still misses by more than this factor, in TTFT or TPOT, is named in a warning: a
 # misread layout, other lengths or other units are likelier than physics no factor can reach.
 OUTLIER_RATIO = 3.0
@@ -112,8 +117,8 @@ def load_runs(path: Path) -> tuple[list[Run], list[LayoutPlan]]:
     runs, plans = [], []
     for index, run in enumerate(spec.measurements):
         entry = document.sub("measurements").item(index)
-        run_doc, plan = _planned(path.parent, run, entry, index)
-        runs.append(run_doc)
+        measured, plan = _planned(path.parent, run, entry, index)
+        runs.append(measured)
         plans.append(plan)
     return runs, plans
 

@@ -23,6 +23,7 @@ from costmodel.evaluate import evaluate
 from costmodel.scenario import MAX_SEED, MAX_THREADS
 from planner import __version__, evaluation, finite, interrupt, plan_output, report
 from planner.calibrate import (
+    FEW_RUNS,
     CalibrationRun,
     calibrate,
     calibration_mismatch,
@@ -238,6 +239,10 @@ def calibrate_command(measurements: Path, output: Path | None, start_path: Path 
 def _print_calibration_summary(result: CalibrationRun) -> None:
     click.echo(f"{len(result.runs)} runs; refitted engines: {', '.join(result.engines) or 'none'}; GPU generations: "
                f"{', '.join(result.generations) or 'none (too few runs: starting values)'}", err=True)
+    if len(result.runs) < FEW_RUNS:
+        click.echo(f"note: fewer than {FEW_RUNS} runs: on the calibration campaigns 4 runs predicted the others no "
+                   "better than none (`python -m benchmarks own-calibration`); measure more, spanning batches and "
+                   "lengths", err=True)
     click.echo(f"median error over the runs, TTFT / TPOT: {result.before_pct[0]:.1f}% / {result.before_pct[1]:.1f}% "
                f"before, {result.after_pct[0]:.1f}% / {result.after_pct[1]:.1f}% after", err=True)
     for name, ttft, tpot in result.outliers:

@@ -206,6 +206,18 @@ def test_evaluating_a_plan_file_with_another_calibration_says_so(fitted: tuple[s
     assert "note:" not in capsys.readouterr().err
 
 
+def test_few_runs_are_said_to_be_few(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    lines = MEASUREMENTS.read_text(encoding="utf-8").replace("scenario: llama-70b", f"scenario: {EXAMPLES}/llama-70b")
+    runs = tmp_path / "runs.yaml"
+    head = [line for line in lines.splitlines() if not line.startswith("  - ")]
+    body = [line for line in lines.splitlines() if line.startswith("  - ")]
+    runs.write_text("\n".join(head + body[:3]) + "\n", encoding="utf-8")
+    main(["calibrate", str(runs), "-o", str(tmp_path / "few.yaml")])
+    assert "note: fewer than 8 runs" in capsys.readouterr().err
+    main(["calibrate", str(MEASUREMENTS), "-o", str(tmp_path / "many.yaml")])
+    assert "fewer than" not in capsys.readouterr().err
+
+
 def test_a_run_no_factor_explains_is_named_in_a_warning(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     runs = tmp_path / "runs.yaml"
     good = MEASUREMENTS.read_text(encoding="utf-8").replace("scenario: llama-70b", f"scenario: {EXAMPLES}/llama-70b")
