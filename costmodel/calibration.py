@@ -37,7 +37,7 @@ _GENERATIONS: dict[str, Generation] = {
 
 
 class _Frozen(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)  # a calibration file's too
 
 
 class GenerationFactors(_Frozen):

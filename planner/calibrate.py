@@ -26,7 +26,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Literal
+from typing import Annotated, Any, Literal
 
 import numpy as np
 import yaml
@@ -41,9 +41,6 @@ from planner.errors import InputError, InputProblem
 from planner.scenario import layout_from_document, load_scenario_document, scenario_from_data
 from planner.sourcefile import SourceDocument, read_document
 from planner.validation import validate_document
-
-if TYPE_CHECKING:  # the fit needs scipy, imported when a calibration is fitted, not by every `plan` command
-    from costmodel.fitting import PlannedRows
 
 # Fewer runs than this are said to be few: calibrated on the first 4 runs of a campaign, the others were predicted
 # no better than with the bundled calibration (TTFT 23.9% against 22.3%), on 8 they were (21.2%, TPOT 9.7% ->
@@ -184,7 +181,7 @@ def _document(base: Path, value: str | dict[str, Any], entry: SourceDocument, fi
 
 def calibrate(path: Path, start: Calibration | None = None) -> CalibrationRun:
     """Fit the cost model to the runs of measurements file `path`, from `start` (the bundled calibration)."""
-    from costmodel.fitting import PlannedRows, fit, fitted_engines, fitted_generations
+    from costmodel.fitting import PlannedRows, fit, fitted_engines, fitted_generations  # scipy: only when fitting
 
     start = start or default_calibration()
     runs, plans = load_runs(path)
@@ -192,11 +189,11 @@ def calibrate(path: Path, start: Calibration | None = None) -> CalibrationRun:
     calibration = fit(planned, prior=start, absent="prior", label=f"{len(runs)} runs of {path.name}, from "
                       f"{start.fitted_on}")
     grouped = bool(np.any(planned.table.op_group_rows > 0))
-    ratios = planned.predict(calibration) / planned.measured()
-    outliers = [(run.name, float(ttft), float(tpot)) for run, (ttft, tpot) in zip(runs, ratios, strict=True)
+    before, after = (planned.predict(c) / planned.measured() for c in (start, calibration))  # predicted / measured
+    outliers = [(run.name, float(ttft), float(tpot)) for run, (ttft, tpot) in zip(runs, after, strict=True)
                 if not (1 / OUTLIER_RATIO <= ttft <= OUTLIER_RATIO and 1 / OUTLIER_RATIO <= tpot <= OUTLIER_RATIO)]
     return CalibrationRun(calibration, runs, fitted_engines(runs), fitted_generations(runs), grouped, outliers,
-                          _median_ape(planned, start), _median_ape(planned, calibration))
+                          _median_ape(before), _median_ape(after))
 
 
 def calibration_mismatch(layout_document: SourceDocument, calibration: Calibration | None) -> str | None:
@@ -206,8 +203,8 @@ def calibration_mismatch(layout_document: SourceDocument, calibration: Calibrati
     if not isinstance(data, dict) or "layout" not in data or "figures" not in data:
         return None
     bundled = fingerprint(default_calibration())  # given or recorded, the bundled calibration is no calibration
-    given = None if calibration is None or fingerprint(calibration) == bundled else fingerprint(calibration)
-    recorded = None if data.get("calibration") == bundled else data.get("calibration")
+    given = None if calibration is None else fingerprint(calibration)
+    given, recorded = (None if value == bundled else value for value in (given, data.get("calibration")))
     if recorded == given:
         return None
     if not isinstance(recorded, dict):
@@ -216,9 +213,9 @@ def calibration_mismatch(layout_document: SourceDocument, calibration: Calibrati
             f"{recorded.get('sha256')}); give that with --calibration to price it alike")
 
 
-def _median_ape(planned: PlannedRows, calibration: Calibration) -> tuple[float, float]:
-    errors = np.abs(planned.predict(calibration) / planned.measured() - 1.0)
-    ttft, tpot = (float(np.median(column)) * 100.0 for column in errors.T)
+def _median_ape(ratios: np.ndarray) -> tuple[float, float]:
+    """(TTFT, TPOT) median absolute percentage error of rows of predicted / measured ratios."""
+    ttft, tpot = (float(np.median(column)) * 100.0 for column in np.abs(ratios - 1.0).T)
     return ttft, tpot
 
 
@@ -273,15 +270,4 @@ def load_calibration(path: Path) -> Calibration:
             raise InputError.single(path, document.line_of(where), ".".join(where),
                                     f"needs the factors of GPU generation {generation}, with a bf16 GEMM "
                                     "efficiency (every calibration `plan calibrate` writes has them)")
-    _check_finite(calibration, path, document)
     return calibration
-
-
-def _check_finite(calibration: Calibration, path: Path, document: SourceDocument) -> None:
-    def walk(value: Any, loc: tuple[str, ...]) -> None:
-        if isinstance(value, dict):
-            for key, item in value.items():
-                walk(item, (*loc, str(key)))
-        elif isinstance(value, float) and not math.isfinite(value):
-            raise InputError.single(path, document.line_of(loc), ".".join(loc), "must be a finite number")
-    walk(calibration.model_dump(mode="json"), ())
