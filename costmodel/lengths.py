@@ -23,7 +23,7 @@ import math
 from dataclasses import dataclass
 from typing import Annotated
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, TypeAdapter, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Discriminator, Field, Tag, TypeAdapter, model_validator
 
 MAX_TOKENS = 10_000_000  # as costmodel.scenario.MAX_TOKENS (kept apart: scenario imports this module)
 MAX_KINDS = 64  # entries of a length histogram
@@ -73,7 +73,16 @@ def _shares_add_up(kinds: list[LengthShare]) -> list[LengthShare]:
 
 LengthHistogram = Annotated[list[LengthShare], Field(min_length=1, max_length=MAX_KINDS),
                             AfterValidator(_shares_add_up)]
-LengthSpec = LengthHistogram | UniformLengths
+
+
+def _form(raw: object) -> str:
+    """The form a distribution is written in: a mapping is uniform lengths, anything else a histogram; so that
+    a malformed one is reported against the form written (a bad `range_ratio` once, not also as "not a list")."""
+    return "uniform" if isinstance(raw, dict | UniformLengths) else "histogram"
+
+
+LengthSpec = Annotated[Annotated[LengthHistogram, Tag("histogram")] | Annotated[UniformLengths, Tag("uniform")],
+                       Discriminator(_form)]
 _SPEC = TypeAdapter(LengthSpec)
 
 

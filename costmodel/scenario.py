@@ -270,6 +270,9 @@ def _lengths_schema(schema: dict[str, Any]) -> None:
     properties = schema["properties"]
     for key, spread in (("input_tokens", "input_lengths"), ("output_tokens", "output_lengths")):
         number = {k: v for k, v in properties[key].items() if k not in ("description", "title")}
+        # the forms side by side (`LengthSpec` picks one by the value's shape: a list or a mapping)
+        properties[spread]["anyOf"] = [member for form in properties[spread]["anyOf"]
+                                       for member in form.get("oneOf", [form])]
         forms = [form for form in properties[spread]["anyOf"] if form.get("type") != "null"]
         properties[key] = {"anyOf": [number, *forms], "description": properties[key]["description"],
                            "title": properties[key]["title"]}

@@ -17,7 +17,12 @@ ModelT = TypeVar("ModelT", bound=BaseModel)
 
 # pydantic appends the type of a union member to the location (e.g. ('overrides', 'x', 'float'));
 # these are not keys of the document.
-_UNION_TAGS = frozenset({"int", "float", "str", "bool", "none", "list", "dict", "function-after"})
+_UNION_TAGS = frozenset({"int", "float", "str", "bool", "none", "list", "dict", "function-after",
+                         "histogram", "uniform"})  # the last two: `costmodel.lengths.LengthSpec`'s forms
+# Fields a model fills from another one the document writes: an error in one is reported at the key written
+# (a workload's length distribution, given as input_tokens / output_tokens, is validated as input_lengths /
+# output_lengths).
+_WRITTEN_AS = {"input_lengths": "input_tokens", "output_lengths": "output_tokens"}
 
 
 def validate_document(model: type[ModelT], document: SourceDocument, what: str) -> ModelT:
@@ -58,6 +63,8 @@ def _document_loc(data: Any, loc: tuple[str | int, ...]) -> tuple[str | int, ...
     """Drop the union-member tags pydantic adds, keeping any part that is a real key of the document."""
     kept: list[str | int] = []
     for part in loc:
+        if isinstance(data, dict) and part not in data and _WRITTEN_AS.get(str(part)) in data:
+            part = _WRITTEN_AS[str(part)]
         inside = isinstance(data, dict) and part in data
         inside = inside or (isinstance(data, list) and isinstance(part, int) and 0 <= part < len(data))
         if not inside and (part in _UNION_TAGS or (isinstance(part, str) and "[" in part)):  # e.g. dict[str,float]

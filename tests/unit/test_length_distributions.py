@@ -6,6 +6,7 @@ path; a one-point histogram agrees to rounding)."""
 from __future__ import annotations
 
 import math
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -22,7 +23,7 @@ from costmodel.resolve import ResolvedScenario
 from costmodel.scenario import Workload
 from costmodel.serving import RequestShape, plan_pool, time_pool
 from planner.errors import InputError
-from planner.scenario import scenario_from_data
+from planner.scenario import load_scenario, scenario_from_data
 
 UNIFORM_VLLM = {"mean": 1024, "range_ratio": 0.5}  # integers 512..1536
 HISTOGRAM = [{"share": 0.25, "tokens": 100}, {"share": 0.75, "tokens": 300}]
@@ -91,6 +92,21 @@ def _pool(batch: int, dp: int, role: str = "mixed") -> dict[str, Any]:
 
 def _layout(batch: int, dp: int) -> Layout:
     return Layout.model_validate({"serving": "aggregated", "pools": [_pool(batch, dp)]})
+
+
+def test_a_malformed_distribution_is_one_problem_at_the_key_written(tmp_path: Path) -> None:
+    """A mapping is checked as uniform lengths and a list as a histogram: one message each, at the line and
+    under the name the file uses (not also "not a valid list", not under input_lengths)."""
+    path = tmp_path / "s.yaml"
+    path.write_text("schema_version: 1\nname: t\nmodel: Qwen/Qwen3-32B\ncluster: {system: h100-sxm, gpus: 8}\n"
+                    "workload:\n  input_tokens: {mean: 1024, range_ratio: 1.0}\n"
+                    "  output_tokens: [{share: 1.0, tokens: 0}]\n", encoding="utf-8")
+    with pytest.raises(InputError) as caught:
+        load_scenario(path)
+    problems = [str(p) for p in caught.value.problems]
+    assert len(problems) == 2, problems
+    assert problems[0].startswith(f"{path}:6: workload.input_tokens: range_ratio must be below 1 with mean")
+    assert problems[1].startswith(f"{path}:7: workload.output_tokens.0.tokens: Input should be greater than 0")
 
 
 def test_longest_request_is_checked_against_the_model_context() -> None:
