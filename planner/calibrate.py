@@ -18,6 +18,10 @@ inline), with the measured mean TTFT and TPOT; `workload` overrides the scenario
     measurements:
       - {scenario: scenario.yaml, layout: plan-3.yaml, ttft_ms: 412, tpot_ms: 23.1}
       - {scenario: scenario.yaml, layout: plan-3.yaml, workload: {concurrency: 32}, ttft_ms: 260, tpot_ms: 17.9}
+      - {scenario: scenario.yaml, layout: plan-3.yaml, result: vllm-c64.json}   # a benchmark client's result file
+
+A run's `result` file (`planner.bench_results`) gives its mean TTFT and TPOT, its mean lengths and its load;
+its `workload` fields win over the file's.
 """
 
 from __future__ import annotations
@@ -30,13 +34,14 @@ from typing import Annotated, Any, Literal
 
 import numpy as np
 import yaml
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from costmodel.calibration import Calibration, default_calibration, fingerprint, generation_of
 from costmodel.evaluate import LayoutPlan, plan_layout
 from costmodel.hardware import load_system, system_names
 from costmodel.precision import Dtype
 from costmodel.resolve import ResolvedScenario
+from planner.bench_results import ResultError, RunFromResult, read_result
 from planner.errors import InputError, InputProblem
 from planner.scenario import layout_from_document, load_scenario_document, scenario_from_data
 from planner.sourcefile import SourceDocument, read_document
@@ -59,6 +64,13 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True)  # no `ttft_ms: true` or `'5'` taken for a number
 
 
+class ResultRef(_Strict):
+    """One run of a result file holding several (appended runs, one JSON object per line)."""
+
+    file: str = Field(description="The result file, relative to the measurements file.")
+    run: int = Field(ge=1, description="Which run: 1 for the file's first line.")
+
+
 class RunSpec(_Strict):
     """One measured run, as the measurements file gives it."""
 
@@ -68,9 +80,25 @@ class RunSpec(_Strict):
     layout: str | dict[str, Any] = Field(description="Layout file, or a plan-<i>.yaml from `plan solve --out`, "
                                          "relative to the measurements file; or the layout itself.")
     workload: dict[str, Any] = Field(default_factory=dict,
-                                     description="Workload fields of this run that differ from the scenario's.")
-    ttft_ms: Milliseconds = Field(description="Measured mean time to first token, ms.")
-    tpot_ms: Milliseconds = Field(description="Measured mean time per output token after the first, ms.")
+                                     description="Workload fields of this run that differ from the scenario's "
+                                     "(and from what its result file says).")
+    result: str | ResultRef | None = Field(
+        None, description="A serving-benchmark result file, relative to the measurements file (vLLM `vllm bench "
+        "serve --save-result`, TensorRT-LLM's benchmark_serving, SGLang `bench_serving --output-file`): the run's "
+        "mean TTFT and TPOT, mean lengths and concurrency (or request rate) come from it "
+        "(`planner.bench_results`); `{file, run}` picks one run of a file of several. Instead of ttft_ms and "
+        "tpot_ms.")
+    ttft_ms: Milliseconds | None = Field(None, description="Measured mean time to first token, ms.")
+    tpot_ms: Milliseconds | None = Field(None, description="Measured mean time per output token after the first, ms.")
+
+    @model_validator(mode="after")
+    def _measured_once(self) -> RunSpec:
+        times = (self.ttft_ms is not None, self.tpot_ms is not None)
+        if self.result is not None and any(times):
+            raise ValueError("give the measured times once: ttft_ms and tpot_ms, or a result file (`result`)")
+        if self.result is None and not all(times):
+            raise ValueError("give the measured ttft_ms and tpot_ms (ms), or a benchmark result file (`result`)")
+        return self
 
 
 class MeasurementsFile(_Strict):
@@ -90,6 +118,7 @@ class Run:
     layout: dict[str, Any]
     ttft_ms: float
     tpot_ms: float
+    failed: int = 0  # requests of the run that failed (its result file's `failed`): not in the means
 
 
 @dataclass(frozen=True)
@@ -121,28 +150,53 @@ def load_runs(path: Path) -> tuple[list[Run], list[LayoutPlan]]:
 
 
 def _planned(base: Path, run: RunSpec, entry: SourceDocument, index: int) -> tuple[Run, LayoutPlan]:
-    resolved = _run_scenario(base, run, entry)
+    measured_run = _result(base, run, entry)
+    workload = run.workload if measured_run is None else {**measured_run.workload, **run.workload}
+    resolved = _run_scenario(base, run, workload, entry)
     if len(resolved.groups) != 1:
         raise InputError.single(entry.path, entry.line_of(("scenario",)), "scenario",
                                 "a measured run is one layout on one system; give a scenario with a single "
                                 "`cluster: {system, gpus}`")
     layout = layout_from_document(_document(base, run.layout, entry, "layout"), resolved)
-    measured = Run(run.name or f"measurements[{index}]", resolved.scenario.engine, resolved.system.name,
+    ttft, tpot = (run.ttft_ms, run.tpot_ms) if measured_run is None else (measured_run.ttft_ms, measured_run.tpot_ms)
+    assert ttft is not None and tpot is not None  # RunSpec: times or a result file
+    measured = Run(run.name or _default_name(run, index), resolved.scenario.engine, resolved.system.name,
                    resolved.architecture.name, resolved.scenario.model_dump(mode="json"),
-                   layout.model_dump(mode="json"), run.ttft_ms, run.tpot_ms)
+                   layout.model_dump(mode="json"), ttft, tpot, measured_run.failed if measured_run else 0)
     return measured, plan_layout(resolved, layout)
 
 
-def _run_scenario(base: Path, run: RunSpec, entry: SourceDocument) -> ResolvedScenario:
-    """The run's scenario (a file's, paths in it relative to that file, or the entry's own) with its workload
-    overrides (which may fill in a workload the scenario leaves out). Where the overridden scenario fails, the
-    scenario as written decides who is to blame: its own problems at its own lines, else the overrides'."""
+def _result(base: Path, run: RunSpec, entry: SourceDocument) -> RunFromResult | None:
+    """The run read from its result file, if it names one; InputError at the entry's `result` otherwise."""
+    if run.result is None:
+        return None
+    name, number = (run.result, None) if isinstance(run.result, str) else (run.result.file, run.result.run)
+    try:
+        return read_result(base / name, number)
+    except ResultError as exc:
+        raise InputError.single(entry.path, entry.line_of(("result",)), "result", str(exc)) from None
+
+
+def _default_name(run: RunSpec, index: int) -> str:
+    """A run's label: its result file (and run), else its position in the measurements file."""
+    if isinstance(run.result, str):
+        return run.result
+    if run.result is not None:
+        return f"{run.result.file}#{run.result.run}"
+    return f"measurements[{index}]"
+
+
+def _run_scenario(base: Path, run: RunSpec, workload: dict[str, Any], entry: SourceDocument) -> ResolvedScenario:
+    """The run's scenario (a file's, paths in it relative to that file, or the entry's own) with the run's
+    workload (its result file's, then its overrides, which may fill in a workload the scenario leaves out).
+    Where that scenario fails, the scenario as written decides who is to blame: its own problems at its own
+    lines, else the run's workload."""
     source = _document(base, run.scenario, entry, "scenario")
     folder = (base / run.scenario).parent if isinstance(run.scenario, str) else base
-    if not run.workload:
+    if not workload:
         return load_scenario_document(source, folder)
     data = dict(source.data) if isinstance(source.data, dict) else {}
-    data["workload"] = {**(data.get("workload") or {}), **run.workload}
+    data["workload"] = {**_without_replaced(data.get("workload") or {}, workload), **workload}
     try:
         return scenario_from_data(data, folder)
     except InputError as overridden:
@@ -151,6 +205,18 @@ def _run_scenario(base: Path, run: RunSpec, entry: SourceDocument) -> ResolvedSc
         if written:  # a problem of the file itself (a missing workload is the overrides' to fill)
             raise InputError(written) from None
         raise InputError([_at_entry(entry, problem) for problem in overridden.problems]) from None
+
+
+# Workload fields that say one thing two ways: a run giving one replaces the scenario's other.
+_ALTERNATIVES = ({"concurrency", "arrival_rate_per_s"}, {"input_tokens", "input_lengths"},
+                 {"output_tokens", "output_lengths"})
+
+
+def _without_replaced(scenario: dict[str, Any], run: dict[str, Any]) -> dict[str, Any]:
+    """The scenario's workload less what the run's replaces (its closed loop replaces an open one, its mean
+    input length a length distribution, and the other way round)."""
+    dropped = {key for group in _ALTERNATIVES if group & run.keys() for key in group}
+    return {key: value for key, value in scenario.items() if key not in dropped}
 
 
 def _problems(load: Callable[[], ResolvedScenario]) -> list[InputProblem]:
@@ -232,6 +298,7 @@ def calibration_summary(result: CalibrationRun) -> dict[str, Any]:
                            "after": {"ttft": result.after_pct[0], "tpot": result.after_pct[1]}},
         "outliers": [{"run": name, "ttft_ratio": ratio(ttft), "tpot_ratio": ratio(tpot)}
                      for name, ttft, tpot in result.outliers],
+        "failed_requests": [{"run": run.name, "failed": run.failed} for run in result.runs if run.failed],
     }
 
 

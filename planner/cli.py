@@ -214,8 +214,8 @@ def solve_command(scenario: Path, fmt: str, out_dir: Path | None, solver: str | 
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True,
               help="text: the summary on stderr; json: the summary as JSON on stdout (needs -o).")
 def calibrate_command(measurements: Path, output: Path | None, start_path: Path | None, fmt: str) -> None:
-    """Fit the cost model to your own measured runs (MEASUREMENTS: a YAML list of scenario, layout, ttft_ms,
-    tpot_ms); use the result with --calibration."""
+    """Fit the cost model to your own measured runs (MEASUREMENTS: a YAML list of scenario, layout, and ttft_ms
+    and tpot_ms or a benchmark result file); use the result with --calibration."""
     if fmt == "json" and output is None:
         raise click.UsageError("--format json prints the summary: give -o FILE for the calibration")
     start = None if start_path is None else load_calibration(start_path)
@@ -245,6 +245,10 @@ def _print_calibration_summary(result: CalibrationRun) -> None:
                    "lengths", err=True)
     click.echo(f"median error over the runs, TTFT / TPOT: {result.before_pct[0]:.1f}% / {result.before_pct[1]:.1f}% "
                f"before, {result.after_pct[0]:.1f}% / {result.after_pct[1]:.1f}% after", err=True)
+    for run in result.runs:
+        if run.failed:
+            click.echo(f"note: run {run.name}: {run.failed} requests failed; its means are the completed ones'",
+                       err=True)
     for name, ttft, tpot in result.outliers:
         ratios = ("no prediction (the model cannot price it)" if not (math.isfinite(ttft) and math.isfinite(tpot))
                   else f"predicted / measured TTFT {ttft:.3g}x, TPOT {tpot:.3g}x after the fit")

@@ -1,0 +1,137 @@
+"""`plan calibrate` reading serving-benchmark result files (vLLM / TensorRT-LLM `benchmark_serving` JSON, SGLang
+`bench_serving` JSONL): the same runs as written out by hand, the workload they ran, and clear errors."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from planner.calibrate import calibrate, calibration_summary, load_runs
+from planner.cli import main
+from planner.errors import InputError
+
+SCENARIO = Path(__file__).resolve().parents[2] / "examples" / "calibration" / "llama-70b-h200-vllm.yaml"
+LAYOUT = {"serving": "aggregated", "pools": [{"role": "mixed", "tp": 2, "moe_tp": 2, "batch": 32}]}
+
+
+def _vllm(**changes: Any) -> dict[str, Any]:
+    """A `vllm bench serve --save-result` object (keys as vllm/benchmarks/serve.py writes them), 320 prompts of
+    1,024 + 1,000 tokens at concurrency 32."""
+    return {"date": "20261201-120000", "endpoint_type": "vllm", "backend": "vllm", "label": None,
+            "model_id": "meta-llama/Llama-3.1-70B", "num_prompts": 320, "request_rate": "inf", "burstiness": 1.0,
+            "max_concurrency": 32, "duration": 120.5, "completed": 320, "failed": 0,
+            "total_input_tokens": 320 * 1024, "total_output_tokens": 320 * 1000, "mean_ttft_ms": 271.56,
+            "median_ttft_ms": 250.0, "mean_tpot_ms": 20.346, "median_tpot_ms": 20.1, "mean_itl_ms": 20.3} | changes
+
+
+def _sglang(concurrency: int, ttft: float, tpot: float) -> dict[str, Any]:
+    """One line of `python -m sglang.bench_serving --output-file` (sglang/benchmark/serving.py)."""
+    return {"tag": None, "backend": "sglang", "dataset_name": "random", "request_rate": float("inf"),
+            "max_concurrency": concurrency, "random_input_len": 2048, "random_output_len": 512,
+            "random_range_ratio": 1.0, "duration": 60.0, "completed": 10 * concurrency,
+            "total_input_tokens": 10 * concurrency * 2048, "total_output_tokens": 10 * concurrency * 512,
+            "mean_ttft_ms": ttft, "mean_tpot_ms": tpot, "concurrency": concurrency * 0.97}
+
+
+def _measurements(tmp_path: Path, entries: list[dict[str, Any]]) -> Path:
+    shutil.copy(SCENARIO, tmp_path / "scenario.yaml")
+    path = tmp_path / "runs.yaml"
+    path.write_text(yaml.safe_dump({"schema_version": 1, "measurements": entries}, sort_keys=False),
+                    encoding="utf-8")
+    return path
+
+
+def _entry(**fields: Any) -> dict[str, Any]:
+    return {"scenario": "scenario.yaml", "layout": LAYOUT} | fields
+
+
+def test_a_result_file_gives_the_run_written_out_by_hand(tmp_path: Path) -> None:
+    (tmp_path / "vllm.json").write_text(json.dumps(_vllm()), encoding="utf-8")
+    (tmp_path / "sglang.jsonl").write_text("".join(json.dumps(_sglang(c, t, p)) + "\n"
+                                                   for c, t, p in ((4, 150.0, 14.0), (32, 300.0, 21.0))),
+                                           encoding="utf-8")
+    from_files = load_runs(_measurements(tmp_path, [
+        _entry(result="vllm.json"), _entry(result={"file": "sglang.jsonl", "run": 2})]))[0]
+    by_hand = load_runs(_measurements(tmp_path, [
+        _entry(workload={"input_tokens": 1024, "output_tokens": 1000, "concurrency": 32}, ttft_ms=271.56,
+               tpot_ms=20.346),
+        _entry(workload={"input_tokens": 2048, "output_tokens": 512, "concurrency": 32}, ttft_ms=300.0,
+               tpot_ms=21.0)]))[0]
+    for read, written in zip(from_files, by_hand, strict=True):
+        assert (read.scenario, read.layout, read.ttft_ms, read.tpot_ms) == \
+            (written.scenario, written.layout, written.ttft_ms, written.tpot_ms)
+    assert [run.name for run in from_files] == ["vllm.json", "sglang.jsonl#2"]
+
+
+def test_an_open_loop_run_replaces_the_scenarios_concurrency(tmp_path: Path) -> None:
+    """No --max-concurrency, a finite --request-rate: requests arrive at that rate (the example scenario's own
+    concurrency of 16 would contradict it and goes)."""
+    (tmp_path / "r.json").write_text(json.dumps(_vllm(max_concurrency=None, request_rate=4.0)), encoding="utf-8")
+    run = load_runs(_measurements(tmp_path, [_entry(result="r.json")]))[0][0]
+    assert run.scenario["workload"]["arrival_rate_per_s"] == 4.0
+    assert run.scenario["workload"]["concurrency"] is None
+
+
+def test_the_entrys_workload_wins_over_the_result_file(tmp_path: Path) -> None:
+    """The file's lengths are means; the spread the benchmark drew is the entry's to give."""
+    (tmp_path / "r.json").write_text(json.dumps(_vllm()), encoding="utf-8")
+    spread = {"mean": 1024, "range_ratio": 0.5}
+    run = load_runs(_measurements(tmp_path, [_entry(result="r.json", workload={"input_tokens": spread})]))[0][0]
+    assert run.scenario["workload"]["input_lengths"].items() >= spread.items()
+    assert run.scenario["workload"]["output_tokens"] == 1000 and run.scenario["workload"]["concurrency"] == 32
+
+
+@pytest.mark.parametrize(("result", "content", "message"), [
+    ("r.json", json.dumps(_vllm(max_concurrency=None)), "every prompt was sent at once"),
+    ("r.json", json.dumps({k: v for k, v in _vllm().items() if k != "mean_tpot_ms"}),
+     "r.json, line 1: mean_tpot_ms is missing; expected a positive time in ms"),
+    ("r.json", json.dumps(_vllm(completed=0)), "no request completed"),
+    ("r.json", json.dumps(_vllm(mean_ttft_ms=True)), "mean_ttft_ms is True"),
+    ("r.jsonl", json.dumps(_sglang(4, 1.0, 1.0)) + "\n{not json\n", "r.jsonl, line 2: not JSON"),
+    ("r.jsonl", json.dumps(_sglang(4, 1.0, 1.0)) + "\n" + json.dumps(_sglang(8, 1.0, 1.0)) + "\n",
+     "r.jsonl holds 2 runs (max_concurrency 4, 8); pick one with `result: {file: r.jsonl, run: N}`"),
+    ({"file": "r.jsonl", "run": 3}, json.dumps(_sglang(4, 1.0, 1.0)) + "\n", "holds 1 run; give a run from 1 to 1"),
+    ("missing.json", None, "missing.json: file not found"),
+])
+def test_a_result_file_that_cannot_be_a_run_is_exit_2_at_the_entry(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], result: Any, content: str | None, message: str) -> None:
+    if content is not None:
+        (tmp_path / ("r.jsonl" if isinstance(result, dict) else result)).write_text(content, encoding="utf-8")
+    path = _measurements(tmp_path, [_entry(result=result)])
+    with pytest.raises(InputError) as caught:
+        load_runs(path)
+    problem = caught.value.problems[0]
+    lines = path.read_text().splitlines()
+    line = next(n for n, text in enumerate(lines, 1) if text.lstrip(" -").startswith("result"))
+    line += isinstance(result, dict)  # a block mapping's line is its first key's, `file:`
+    assert (problem.path, problem.line, problem.field) == (path, line, "result"), str(problem)
+    assert message in problem.message
+    with pytest.raises(SystemExit) as exit_info:
+        main(["calibrate", str(path)])
+    assert exit_info.value.code == 2
+    assert message in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("fields", "message"), [
+    ({"result": "r.json", "ttft_ms": 5.0}, "give the measured times once"),
+    ({"ttft_ms": 5.0}, "give the measured ttft_ms and tpot_ms (ms), or a benchmark result file"),
+])
+def test_times_come_from_the_entry_or_a_result_file_not_both(tmp_path: Path, fields: dict[str, Any],
+                                                             message: str) -> None:
+    (tmp_path / "r.json").write_text(json.dumps(_vllm()), encoding="utf-8")
+    with pytest.raises(InputError, match=re.escape(message)):
+        load_runs(_measurements(tmp_path, [_entry(**fields)]))
+
+
+def test_failed_requests_are_noted(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "r.json").write_text(json.dumps(_vllm(failed=3)), encoding="utf-8")
+    path = _measurements(tmp_path, [_entry(result="r.json")])
+    main(["calibrate", str(path), "-o", str(tmp_path / "cal.yaml")])
+    assert "note: run r.json: 3 requests failed" in capsys.readouterr().err
+    assert calibration_summary(calibrate(path))["failed_requests"] == [{"run": "r.json", "failed": 3}]
