@@ -2,7 +2,8 @@
 
 The benchmark clients engines ship write one JSON object per run:
 - vLLM `vllm bench serve --save-result` (`vllm/benchmarks/serve.py`; `--append-result` adds one object per
-  line), and TensorRT-LLM's `benchmark_serving` (`tensorrt_llm/serve/scripts`), which keeps vLLM's keys;
+  line), and TensorRT-LLM's `benchmark_serving` (`tensorrt_llm/serve/scripts`), adapted from vLLM's with its
+  keys (assumed: not checked, TensorRT-LLM's wheel is not on PyPI);
 - SGLang `python -m sglang.bench_serving --output-file` (`sglang/benchmark/serving.py`), one line per run,
   appended.
 All of them name what a measured run needs alike: `mean_ttft_ms`, `mean_tpot_ms` (TPOT over each request's
