@@ -30,7 +30,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import numpy as np
 import yaml
@@ -47,6 +47,9 @@ from planner.scenario import layout_from_document, load_scenario_document, scena
 from planner.sourcefile import SourceDocument, read_document
 from planner.validation import validate_document
 
+if TYPE_CHECKING:
+    from costmodel.fitting import PlannedRows  # imports scipy: only when fitting
+
 # Fewer runs than this are said to be few: calibrated on the first 4 runs of a campaign, the others were predicted
 # no better than with the bundled calibration (TTFT 23.9% against 22.3%), on 8 they were (21.2%, TPOT 9.7% ->
 # 7.0%): `python -m benchmarks own-calibration`, 12 campaigns.
@@ -55,6 +58,14 @@ FEW_RUNS = 8
 # A run the fitted model still misses by more than this factor, in TTFT or TPOT, is named in a warning: a
 # misread layout, other lengths or other units are likelier than physics no factor can reach.
 OUTLIER_RATIO = 3.0
+
+# Folds of the cross-validation `plan calibrate` reports by default (`--folds`): the runs' error after the fit is
+# in sample, and a refit of 10-17 factors on a few dozen runs can move some of them on noise (README,
+# "Calibrating on your own measurements"); the held-out error says what to expect of runs not measured. Run i
+# is held out in fold i mod K, so that each fold spans the file's batches and lengths.
+DEFAULT_FOLDS = 5
+# Fewest runs per fold for a cross-validation to say anything (fewer: skipped, and said so).
+MIN_RUNS_PER_FOLD = 2
 
 # A measured mean time: positive, and under a day (a larger figure is a unit mistake, not a run).
 Milliseconds = Annotated[float, Field(gt=0, le=86_400_000, allow_inf_nan=False)]
@@ -134,6 +145,8 @@ class CalibrationRun:
     outliers: list[tuple[str, float, float]]  # (run, predicted / measured TTFT, TPOT) beyond OUTLIER_RATIO
     before_pct: tuple[float, float]  # (TTFT, TPOT) median APE with the starting calibration
     after_pct: tuple[float, float]
+    folds: int = 0  # folds of the cross-validation (0: none)
+    held_out_pct: tuple[float, float] | None = None  # (TTFT, TPOT) median APE of each run fitted without its fold
 
 
 def load_runs(path: Path) -> tuple[list[Run], list[LayoutPlan]]:
@@ -245,21 +258,41 @@ def _document(base: Path, value: str | dict[str, Any], entry: SourceDocument, fi
     return read_document(path)
 
 
-def calibrate(path: Path, start: Calibration | None = None) -> CalibrationRun:
-    """Fit the cost model to the runs of measurements file `path`, from `start` (the bundled calibration)."""
-    from costmodel.fitting import PlannedRows, fit, fitted_engines, fitted_generations  # scipy: only when fitting
+def calibrate(path: Path, start: Calibration | None = None, folds: int = DEFAULT_FOLDS) -> CalibrationRun:
+    """Fit the cost model to the runs of measurements file `path`, from `start` (the bundled calibration), and
+    cross-validate the fit over `folds` folds (0: not; skipped with fewer than MIN_RUNS_PER_FOLD runs a fold)."""
+    from costmodel.fitting import PlannedRows, fitted_engines, fitted_generations  # scipy: only when fitting
 
     start = start or default_calibration()
     runs, plans = load_runs(path)
     planned = PlannedRows.build(runs, plans)
-    calibration = fit(planned, prior=start, absent="prior", label=f"{len(runs)} runs of {path.name}, from "
-                      f"{start.fitted_on}")
+    calibration = _fit(planned, start, f"{len(runs)} runs of {path.name}, from {start.fitted_on}")
     grouped = bool(np.any(planned.table.op_group_rows > 0))
     before, after = (planned.predict(c) / planned.measured() for c in (start, calibration))  # predicted / measured
     outliers = [(run.name, float(ttft), float(tpot)) for run, (ttft, tpot) in zip(runs, after, strict=True)
                 if not (1 / OUTLIER_RATIO <= ttft <= OUTLIER_RATIO and 1 / OUTLIER_RATIO <= tpot <= OUTLIER_RATIO)]
+    folds = folds if folds > 1 and len(runs) >= folds * MIN_RUNS_PER_FOLD else 0
+    held_out = _median_ape(_cross_validated(planned, start, folds)) if folds else None
     return CalibrationRun(calibration, runs, fitted_engines(runs), fitted_generations(runs), grouped, outliers,
-                          _median_ape(before), _median_ape(after))
+                          _median_ape(before), _median_ape(after), folds, held_out)
+
+
+def _fit(planned: PlannedRows, start: Calibration, label: str) -> Calibration:
+    from costmodel.fitting import fit
+
+    return fit(planned, prior=start, absent="prior", label=label)
+
+
+def _cross_validated(planned: PlannedRows, start: Calibration, folds: int) -> np.ndarray:
+    """Predicted / measured of every run by the calibration fitted, as `calibrate` fits, on the other folds
+    (run i in fold i mod `folds`)."""
+    fold_of = np.arange(len(planned.rows)) % folds
+    ratios = np.empty((len(planned.rows), 2))
+    for fold in range(folds):
+        held, kept = np.flatnonzero(fold_of == fold), np.flatnonzero(fold_of != fold)
+        calibration = _fit(planned.subset(kept.tolist()), start, f"fold {fold}")
+        ratios[held] = (planned.predict(calibration) / planned.measured())[held]
+    return ratios
 
 
 def calibration_mismatch(layout_document: SourceDocument, calibration: Calibration | None) -> str | None:
@@ -295,7 +328,9 @@ def calibration_summary(result: CalibrationRun) -> dict[str, Any]:
         "runs": len(result.runs), "engines": result.engines, "generations": result.generations,
         "grouped_gemm": result.grouped, "calibration": fingerprint(result.calibration),
         "median_ape_pct": {"before": {"ttft": result.before_pct[0], "tpot": result.before_pct[1]},
-                           "after": {"ttft": result.after_pct[0], "tpot": result.after_pct[1]}},
+                           "after": {"ttft": result.after_pct[0], "tpot": result.after_pct[1]},
+                           "held_out": None if result.held_out_pct is None else
+                           {"ttft": result.held_out_pct[0], "tpot": result.held_out_pct[1], "folds": result.folds}},
         "outliers": [{"run": name, "ttft_ratio": ratio(ttft), "tpot_ratio": ratio(tpot)}
                      for name, ttft, tpot in result.outliers],
         "failed_requests": [{"run": run.name, "failed": run.failed} for run in result.runs if run.failed],
@@ -313,10 +348,27 @@ def calibration_text(result: CalibrationRun, source: Path) -> str:
         + ("; the grouped-GEMM share." if result.grouped else "."),
         "# Everything else keeps the starting calibration's values. Median APE over the runs, TTFT / TPOT: "
         f"{result.before_pct[0]:.1f}% / {result.before_pct[1]:.1f}% before, "
-        f"{result.after_pct[0]:.1f}% / {result.after_pct[1]:.1f}% after.",
+        f"{result.after_pct[0]:.1f}% / {result.after_pct[1]:.1f}% after" + _held_out_text(result) + ".",
     ]
     body = yaml.safe_dump(result.calibration.model_dump(mode="json"), sort_keys=False, width=120)
     return "\n".join(header) + "\n" + body
+
+
+def _held_out_text(result: CalibrationRun) -> str:
+    if result.held_out_pct is None:
+        return ""
+    return (f", {result.held_out_pct[0]:.1f}% / {result.held_out_pct[1]:.1f}% held out ({result.folds}-fold "
+            "cross-validation)")
+
+
+def held_out_line(result: CalibrationRun) -> str:
+    """What `plan calibrate` says of the fit's error on runs it did not see."""
+    if result.held_out_pct is None:
+        return (f"held out: not cross-validated (fewer than {MIN_RUNS_PER_FOLD} runs a fold, or --folds 0): the "
+                "error after the fit is over the runs it was fitted to")
+    return (f"held out ({result.folds}-fold cross-validation, each run predicted by a fit without its fold), "
+            f"TTFT / TPOT: {result.held_out_pct[0]:.1f}% / {result.held_out_pct[1]:.1f}%: what to expect of "
+            "runs not measured")
 
 
 def load_calibration(path: Path) -> Calibration:

@@ -23,12 +23,14 @@ from costmodel.evaluate import evaluate
 from costmodel.scenario import MAX_SEED, MAX_THREADS
 from planner import __version__, evaluation, finite, interrupt, plan_output, report
 from planner.calibrate import (
+    DEFAULT_FOLDS,
     FEW_RUNS,
     CalibrationRun,
     calibrate,
     calibration_mismatch,
     calibration_summary,
     calibration_text,
+    held_out_line,
     load_calibration,
     load_runs,
 )
@@ -213,13 +215,16 @@ def solve_command(scenario: Path, fmt: str, out_dir: Path | None, solver: str | 
               help="Calibration to start from and keep where the runs say nothing (default: the bundled one).")
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text", show_default=True,
               help="text: the summary on stderr; json: the summary as JSON on stdout (needs -o).")
-def calibrate_command(measurements: Path, output: Path | None, start_path: Path | None, fmt: str) -> None:
+@click.option("--folds", type=click.IntRange(0, 100), default=DEFAULT_FOLDS, show_default=True,
+              help="Cross-validate the fit over this many folds of the runs (0: not; each fold is one more fit).")
+def calibrate_command(measurements: Path, output: Path | None, start_path: Path | None, fmt: str,
+                      folds: int) -> None:
     """Fit the cost model to your own measured runs (MEASUREMENTS: a YAML list of scenario, layout, and ttft_ms
     and tpot_ms or a benchmark result file); use the result with --calibration."""
     if fmt == "json" and output is None:
         raise click.UsageError("--format json prints the summary: give -o FILE for the calibration")
     start = None if start_path is None else load_calibration(start_path)
-    result = calibrate(measurements, start)
+    result = calibrate(measurements, start, folds)
     text = calibration_text(result, measurements)
     if fmt == "text":
         _print_calibration_summary(result)
@@ -245,6 +250,7 @@ def _print_calibration_summary(result: CalibrationRun) -> None:
                    "lengths", err=True)
     click.echo(f"median error over the runs, TTFT / TPOT: {result.before_pct[0]:.1f}% / {result.before_pct[1]:.1f}% "
                f"before, {result.after_pct[0]:.1f}% / {result.after_pct[1]:.1f}% after", err=True)
+    click.echo(held_out_line(result), err=True)
     for run in result.runs:
         if run.failed:
             click.echo(f"note: run {run.name}: {run.failed} requests failed; its means are the completed ones'",

@@ -11,7 +11,14 @@ import yaml
 
 from costmodel.calibration import default_calibration, fingerprint
 from planner import api
-from planner.calibrate import CalibrationRun, calibrate, calibration_text, load_calibration, load_runs
+from planner.calibrate import (
+    CalibrationRun,
+    calibrate,
+    calibration_text,
+    held_out_line,
+    load_calibration,
+    load_runs,
+)
 from planner.cli import main
 from planner.errors import InputError
 
@@ -99,7 +106,8 @@ def _run(args: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str]
      "number"),
     (f"  - {{scenario: {SCENARIO}, layout: {{}}, ttft_ms: 1.0e+300, tpot_ms: 1}}\n", ":3: measurements.0.ttft_ms",
      "less than or equal to 86400000"),
-    (f"  - scenario: {SCENARIO}\n    layout: {{}}\n    tpot_ms: 9.7\n", ":3: measurements.0.ttft_ms", "missing"),
+    (f"  - scenario: {SCENARIO}\n    layout: {{}}\n    tpot_ms: 9.7\n", ":3: measurements.0:",
+     "give the measured ttft_ms and tpot_ms (ms), or a benchmark result file"),
     ("  - {scenario: nowhere.yaml, layout: {}, ttft_ms: 1, tpot_ms: 1}\n", ":3: scenario:",
      "nowhere.yaml does not exist"),
     (f"  - scenario: {SCENARIO}\n    layout: {{}}\n    workload: {{concurrency: -3}}\n    ttft_ms: 1\n"
@@ -280,3 +288,31 @@ def test_the_json_summary_is_for_scripts(fitted: tuple[str, CalibrationRun], tmp
     assert [o["run"] for o in summary["outliers"]] == ["tp1-1024x8192-c64"]
     code, err = _run(["calibrate", str(MEASUREMENTS), "--format", "json"], capsys)
     assert code == 2 and "-o FILE" in err
+
+
+def test_the_fit_is_cross_validated(fitted: tuple[str, CalibrationRun], tmp_path: Path,
+                                    capsys: pytest.CaptureFixture[str]) -> None:
+    """Each run is predicted by the fit without its fold (run i in fold i mod 5): worse than in sample, better
+    than the bundled calibration on this campaign, and reported in the summary, the file and the JSON."""
+    text, result = fitted
+    assert result.folds == 5 and result.held_out_pct is not None
+    held_ttft, held_tpot = result.held_out_pct
+    assert result.after_pct[0] <= held_ttft < result.before_pct[0] / 2
+    assert result.after_pct[1] <= held_tpot
+    assert f"{held_ttft:.1f}% / {held_tpot:.1f}% held out (5-fold cross-validation)" in text
+    main(["calibrate", str(MEASUREMENTS), "-o", str(tmp_path / "c.yaml"), "--format", "json"])
+    held_out = json.loads(capsys.readouterr().out)["median_ape_pct"]["held_out"]
+    assert held_out == {"ttft": pytest.approx(held_ttft), "tpot": pytest.approx(held_tpot), "folds": 5}
+
+
+def test_no_cross_validation_when_asked_or_too_few_runs(tmp_path: Path) -> None:
+    assert calibrate(MEASUREMENTS, folds=0).held_out_pct is None
+    entries = yaml.safe_load(MEASUREMENTS.read_text(encoding="utf-8"))
+    entries["measurements"] = entries["measurements"][:9]  # fewer than 2 runs a fold
+    for entry in entries["measurements"]:
+        entry["scenario"] = str(SCENARIO)
+    few = tmp_path / "few.yaml"
+    few.write_text(yaml.safe_dump(entries), encoding="utf-8")
+    result = calibrate(few)
+    assert result.folds == 0 and result.held_out_pct is None
+    assert "not cross-validated" in held_out_line(result)
