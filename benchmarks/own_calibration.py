@@ -7,7 +7,9 @@ bundled data), then calibrated as `plan calibrate` does on the first half (`cost
 from and pulled towards the shipped one, engines and generations absent from the half keeping its values),
 and both predict the second half: median APE of TTFT and TPOT per campaign and over all of them. How many
 runs it takes: the campaigns with at least `CURVE_RUNS[-1]` rows to calibrate on are calibrated again on the
-first 4, 8 and 16 of them (by row id), each predicting the same checked half.
+first 4, 8 and 16 of them (by row id), each predicting the same checked half. Whether `plan calibrate`'s
+held-out figure can be trusted: its 5-fold cross-validation on the half calibrated on
+(`planner.calibrate.cross_validated`) against the error measured on the checked half, per campaign.
 """
 
 from __future__ import annotations
@@ -16,12 +18,14 @@ import json
 from collections import defaultdict
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from benchmarks.fit import layout_was_guessed
 from benchmarks.measurements import Measurement, default_measurements_path, load_measurements
 from costmodel.fitting import PlannedRows, fit
+from planner.calibrate import DEFAULT_FOLDS, MIN_RUNS_PER_FOLD, cross_validated
 
 MIN_CAMPAIGN_ROWS = 10  # five runs to calibrate on and five to check
 CURVE_RUNS = (4, 8, 16)  # runs calibrated on, for the error against the number of runs
@@ -68,6 +72,9 @@ def main(json_out: Path | None = None) -> int:
         entry = {"engine": key[0], "version": key[1] or "(none)", "system": key[2], "serving": key[3],
                  "calibrated_on": len(calibrate_on), "checked": len(check),
                  **_medians("shipped", before), **_medians("own", after)}
+        if len(calibrate_on) >= DEFAULT_FOLDS * MIN_RUNS_PER_FOLD:  # as `plan calibrate` cross-validates
+            ratios = cross_validated(planned.subset(calibrate_on), shipped, DEFAULT_FOLDS)
+            entry |= _medians("cv", np.abs(ratios - 1.0) * 100.0)
         table.append(entry)
         print(f"{key[0]:7} {entry['version']:26} {key[2]:12} {key[3]:14} {len(calibrate_on):3} / {len(check):3}  "
               f"TTFT {entry['shipped_ttft_pct']:5.1f} -> {entry['own_ttft_pct']:5.1f}  "
@@ -82,7 +89,25 @@ def main(json_out: Path | None = None) -> int:
     for size, figures in by_runs.items():
         print(f"calibrated on {size:>4} runs ({figures['campaigns']} campaigns with >= {CURVE_RUNS[-1]} to calibrate "
               f"on): TTFT {figures['own_ttft_pct']:.1f}%, TPOT {figures['own_tpot_pct']:.1f}%")
+    trust = _cross_validation_check(table)
+    print(f"held-out estimate ({DEFAULT_FOLDS}-fold, on the half calibrated on) against the checked half, over "
+          f"{trust['campaigns']} campaigns: median |estimate - checked| TTFT {trust['median_abs_gap_ttft_pts']:.1f} "
+          f"points, TPOT {trust['median_abs_gap_tpot_pts']:.1f}; checked within 5 points of it or better in "
+          f"{trust['ttft_within_5_pts']} (TTFT) and {trust['tpot_within_5_pts']} (TPOT)")
     if json_out is not None:
-        json_out.write_text(json.dumps({"summary": summary, "by_runs": by_runs, "campaigns": table}, indent=2) + "\n",
-                            encoding="utf-8")
+        json_out.write_text(json.dumps({"summary": summary, "by_runs": by_runs, "cross_validation": trust,
+                                        "campaigns": table}, indent=2) + "\n", encoding="utf-8")
     return 0
+
+
+def _cross_validation_check(table: Sequence[dict[str, Any]]) -> dict[str, float]:
+    """How far `plan calibrate`'s held-out estimate is from the error on runs it never saw: per campaign the gap
+    in points, and how many campaigns' checked error is at most 5 points above the estimate."""
+    checked = [entry for entry in table if "cv_ttft_pct" in entry]
+    figures: dict[str, float] = {"campaigns": len(checked)}
+    for metric in ("ttft", "tpot"):
+        estimate = np.array([float(e[f"cv_{metric}_pct"]) for e in checked])
+        actual = np.array([float(e[f"own_{metric}_pct"]) for e in checked])
+        figures[f"median_abs_gap_{metric}_pts"] = float(np.median(np.abs(actual - estimate)))
+        figures[f"{metric}_within_5_pts"] = int(np.sum(actual <= estimate + 5.0))
+    return figures

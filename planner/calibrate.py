@@ -272,7 +272,7 @@ def calibrate(path: Path, start: Calibration | None = None, folds: int = DEFAULT
     outliers = [(run.name, float(ttft), float(tpot)) for run, (ttft, tpot) in zip(runs, after, strict=True)
                 if not (1 / OUTLIER_RATIO <= ttft <= OUTLIER_RATIO and 1 / OUTLIER_RATIO <= tpot <= OUTLIER_RATIO)]
     folds = folds if folds > 1 and len(runs) >= folds * MIN_RUNS_PER_FOLD else 0
-    held_out = _median_ape(_cross_validated(planned, start, folds)) if folds else None
+    held_out = _median_ape(cross_validated(planned, start, folds)) if folds else None
     return CalibrationRun(calibration, runs, fitted_engines(runs), fitted_generations(runs), grouped, outliers,
                           _median_ape(before), _median_ape(after), folds, held_out)
 
@@ -283,7 +283,7 @@ def _fit(planned: PlannedRows, start: Calibration, label: str) -> Calibration:
     return fit(planned, prior=start, absent="prior", label=label)
 
 
-def _cross_validated(planned: PlannedRows, start: Calibration, folds: int) -> np.ndarray:
+def cross_validated(planned: PlannedRows, start: Calibration, folds: int) -> np.ndarray:
     """Predicted / measured of every run by the calibration fitted, as `calibrate` fits, on the other folds
     (run i in fold i mod `folds`)."""
     fold_of = np.arange(len(planned.rows)) % folds

@@ -63,8 +63,9 @@ def _document_loc(data: Any, loc: tuple[str | int, ...]) -> tuple[str | int, ...
     """Drop the union-member tags pydantic adds, keeping any part that is a real key of the document."""
     kept: list[str | int] = []
     for part in loc:
-        if isinstance(data, dict) and part not in data and _WRITTEN_AS.get(str(part)) in data:
-            part = _WRITTEN_AS[str(part)]
+        written = _WRITTEN_AS.get(str(part))
+        if isinstance(data, dict) and part not in data and written is not None and written in data:
+            part = written
         inside = isinstance(data, dict) and part in data
         inside = inside or (isinstance(data, list) and isinstance(part, int) and 0 <= part < len(data))
         if not inside and (part in _UNION_TAGS or (isinstance(part, str) and "[" in part)):  # e.g. dict[str,float]
