@@ -146,3 +146,22 @@ def test_a_layout_whose_only_fitting_batches_are_range_ends_is_left_out_of_the_w
     found = generate(resolved, default_calibration(), deadline=float("inf"))
     tps = {candidate.pool.tp for candidates in found.by_role.values() for candidate in candidates}
     assert 1 in tps and 8 in tps
+
+
+def test_fill_bounds_need_no_timed_decode_option() -> None:
+    """DeepSeek-V3.2 with 25,000-41,000-token prompts on two H200 nodes: no decode layout is timed when the
+    batch search first bounds the prefill layouts, so there is no KV transfer time to take the shortest of (it
+    ended `plan solve` with ValueError: min() arg is an empty sequence); a transfer of none keeps the bound
+    optimistic, and the front is the aggregated deployments'."""
+    from planner.api import solve
+
+    front = solve(scenario_from_data({
+        "schema_version": 1, "name": "v32-long-prompts", "model": "deepseek-ai/DeepSeek-V3.2",
+        "precision": {"weights": "int4", "experts": "fp4", "kv_cache": "fp8"},
+        "cluster": {"system": "h200-sxm", "nodes": 2}, "engine": "vllm",
+        "workload": {"input_tokens": {"mean": 32768, "range_ratio": 0.25},
+                     "output_tokens": {"mean": 16, "range_ratio": 0.25}},
+        "slo": {"ttft_ms": 2000, "tpot_ms": 200},
+        "search": {"serving": ["aggregated", "disaggregated"], "time_limit_s": 6, "seed": 0}}))
+    assert front.points
+    assert all(p.ttft_ms <= 2000 and p.tpot_ms <= 200 for p in front.points)
