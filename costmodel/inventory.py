@@ -105,6 +105,18 @@ class ClusterGroup:
         return self.uplink_bytes_per_s / self.system.gpus_per_rack
 
 
+UNAVAILABLE_ID = re.compile(r"^r(\d+)(?:/n(\d+)(?:/g(\d+))?)?$")
+
+
+def parse_unavailable_id(text: str) -> tuple[int, int | None, int | None] | None:
+    """(rack, node or None for the whole rack, GPU or None for the whole node) of an inventory's busy id."""
+    match = UNAVAILABLE_ID.match(text)
+    if match is None:
+        return None
+    rack, node, gpu = match.groups()
+    return int(rack), None if node is None else int(node), None if gpu is None else int(gpu)
+
+
 def parse_gpu_id(text: str) -> GpuIndex | None:
     match = GPU_ID.match(text)
     if match is None:

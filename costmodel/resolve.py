@@ -11,7 +11,7 @@ from pathlib import Path
 from costmodel.architecture import Architecture
 from costmodel.errors import CatalogError, ScenarioError
 from costmodel.hardware import SystemSpec, load_system, with_overrides
-from costmodel.inventory import ClusterGroup, GpuIndex, parse_gpu_id, uplink_bytes_per_s
+from costmodel.inventory import ClusterGroup, GpuIndex, parse_unavailable_id, uplink_bytes_per_s
 from costmodel.layout import Layout, Pool
 from costmodel.models import load_model
 from costmodel.precision import Dtype, bytes_per_element
@@ -159,18 +159,25 @@ def _installed(system: SystemSpec, gpus: int | None, nodes: int | None, racks: i
 
 
 def _unavailable(system: SystemSpec, installed: int, ids: list[str], where: str) -> frozenset[GpuIndex]:
+    """The GPUs an inventory group marks busy: each listed GPU, every GPU of a listed node or rack."""
     nodes_per_rack = system.gpus_per_rack // system.gpus_per_node
     found: set[GpuIndex] = set()
     for position, text in enumerate(ids):
-        index = parse_gpu_id(text)
-        assert index is not None  # the schema's pattern
-        rack, node, gpu = index
-        flat = rack * system.gpus_per_rack + node * system.gpus_per_node + gpu
-        if node >= nodes_per_rack or gpu >= system.gpus_per_node or flat >= installed:
+        parsed = parse_unavailable_id(text)
+        assert parsed is not None  # the schema's pattern
+        rack, node, gpu = parsed
+        nodes = range(nodes_per_rack) if node is None else [node]
+        gpus = range(system.gpus_per_node) if gpu is None else [gpu]
+        indices = [(rack, n, g) for n in nodes for g in gpus
+                   if rack * system.gpus_per_rack + n * system.gpus_per_node + g < installed]
+        if (node is not None and node >= nodes_per_rack) or (gpu is not None and gpu >= system.gpus_per_node) \
+                or not indices:
+            kind = "GPU" if gpu is not None else "node" if node is not None else "rack"
             raise ScenarioError(
-                f"{text} is not a GPU of this group: it has {installed} GPUs in racks of {nodes_per_rack} nodes of "
-                f"{system.gpus_per_node} GPUs (ids r<rack>/n<node>/g<gpu> from 0)", f"{where}.unavailable.{position}")
-        found.add(index)
+                f"{text} is not a {kind} of this group: it has {installed} GPUs in racks of {nodes_per_rack} nodes of "
+                f"{system.gpus_per_node} GPUs (ids r<rack>/n<node>/g<gpu>, r<rack>/n<node> or r<rack>, from 0)",
+                f"{where}.unavailable.{position}")
+        found.update(indices)
     return frozenset(found)
 
 

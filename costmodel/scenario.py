@@ -16,10 +16,12 @@ MAX_TOKENS tokens in one request (the model's own context is checked too), a yea
 
 from __future__ import annotations
 
+import re
 from collections.abc import Collection
 from typing import Annotated, Any, Literal
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     BeforeValidator,
     ConfigDict,
@@ -29,6 +31,7 @@ from pydantic import (
     field_validator,
     model_validator,
 )
+from pydantic.json_schema import WithJsonSchema
 
 from costmodel.calibration import HOLDS_PROMPTS_UNDER_DP
 from costmodel.lengths import Lengths, LengthSpec, parse_spec
@@ -116,7 +119,19 @@ OVERRIDES_HELP = (
 Overrides = dict[str, float | int | str | dict[str, float]]
 MAX_GROUPS = 16  # inventory groups; every ordered pair of them is a prefill/decode structure the planner solves
 GROUP_NAME = r"^[A-Za-z][A-Za-z0-9_.-]{0,31}$"
-GPU_ID = r"^r[0-9]{1,5}/n[0-9]{1,3}/g[0-9]{1,3}$"
+# A GPU (r<R>/n<N>/g<G>), a whole node (r<R>/n<N>) or a whole rack (r<R>), from 0: what an inventory marks busy
+UNAVAILABLE_ID = r"^r[0-9]{1,5}(/n[0-9]{1,3}(/g[0-9]{1,3})?)?$"
+
+
+def _unavailable_id(text: str) -> str:
+    if re.fullmatch(UNAVAILABLE_ID, text) is None:
+        raise ValueError(f"{text!r} is not a GPU, node or rack id; write r<rack>/n<node>/g<gpu> (one GPU), "
+                         "r<rack>/n<node> (a whole node) or r<rack> (a whole rack), numbered from 0")
+    return text
+
+
+UnavailableId = Annotated[str, AfterValidator(_unavailable_id),
+                          WithJsonSchema({"type": "string", "pattern": UNAVAILABLE_ID})]
 
 
 def _one_count(owner: str, counts: dict[str, int | None]) -> None:
@@ -136,10 +151,10 @@ class InventoryGroup(StrictModel):
     nodes: GpuCount | None = Field(None, description="Number of nodes (trays of `gpus_per_node` GPUs).")
     racks: GpuCount | None = Field(None, description="Number of racks (`gpus_per_rack` GPUs each).")
     overrides: Overrides = Field(default_factory=dict, description=OVERRIDES_HELP)
-    unavailable: list[Annotated[str, Field(pattern=GPU_ID)]] = Field(
+    unavailable: list[UnavailableId] = Field(
         default_factory=list, max_length=MAX_GPUS,
         description="GPUs that are busy or failed, as `r<R>/n<N>/g<G>` (rack, node within the rack, GPU "
-        "within the node, from 0): no instance is placed on them.",
+        "within the node, from 0), or a whole node `r<R>/n<N>` or rack `r<R>`: no instance is placed on them.",
     )
 
     @model_validator(mode="after")

@@ -17,7 +17,8 @@ ModelT = TypeVar("ModelT", bound=BaseModel)
 
 # pydantic appends the type of a union member to the location (e.g. ('overrides', 'x', 'float'));
 # these are not keys of the document.
-_UNION_TAGS = frozenset({"int", "float", "str", "bool", "none", "list", "dict", "function-after",
+_UNION_TAGS = frozenset({"int", "float", "str", "bool", "none", "list", "dict", "function-after", "constrained-int",
+                         "constrained-float", "constrained-str",
                          "histogram", "uniform"})  # the last two: `costmodel.lengths.LengthSpec`'s forms
 # Fields a model fills from another one the document writes: an error in one is reported at the key written
 # (a workload's length distribution, given as input_tokens / output_tokens, is validated as input_lengths /
@@ -45,7 +46,21 @@ def _deepest(data: Any, errors: list[ErrorDetails]) -> list[ErrorDetails]:
     member's "fp8: not finite", not also "not a number", "not an integer", "not a string"."""
     locs = [_document_loc(data, tuple(error["loc"])) for error in errors]
     return [error for error, loc in zip(errors, locs, strict=True)
-            if not (error["type"].endswith("_type") and any(len(o) > len(loc) and o[:len(loc)] == loc for o in locs))]
+            if not (error["type"].endswith("_type") and any(len(o) > len(loc) and o[:len(loc)] == loc for o in locs))
+            and not _other_member(error, loc, locs)]
+
+
+_NUMBER_TYPES = frozenset({"int_type", "int_parsing", "float_type", "float_parsing"})
+
+
+def _other_member(error: ErrorDetails, loc: tuple[str | int, ...], locs: list[tuple[str | int, ...]]) -> bool:
+    """A union member failing a value meant for another beside it: the word member for a number
+    (`front_points: 1`: "should be 'all'" beside "should be >= 2"), the number member for a word
+    (`front_points: alll`: "should be a valid integer" beside "should be 'all'")."""
+    if locs.count(loc) < 2:
+        return False
+    word = isinstance(error.get("input"), str)
+    return (error["type"] == "literal_error" and not word) or (error["type"] in _NUMBER_TYPES and word)
 
 
 def unique_problems(problems: list[InputProblem]) -> list[InputProblem]:

@@ -176,6 +176,27 @@ def test_unavailable_gpus_are_never_placed() -> None:
         assert not {"hop/r0/n0/g0", "hop/r0/n0/g2", "bw/r0/n0/g3"} & set(gpus)
 
 
+def test_a_whole_node_or_rack_can_be_unavailable() -> None:
+    """`r<R>/n<N>` marks every GPU of the node, `r<R>` of the rack (only the installed ones of a partial rack);
+    an id beyond the group names its kind."""
+    data = {"schema_version": 1, "name": "busy", "model": "deepseek-v3", "precision": {"weights": "fp8"},
+            "cluster": {"inventory": [{"name": "h", "system": "h200-sxm", "nodes": 6}]},
+            "workload": {"input_tokens": 1000, "output_tokens": 100}}
+
+    def available(ids: list[str]) -> int:
+        data["cluster"]["inventory"][0]["unavailable"] = ids
+        return scenario_from_data(data).groups[0].gpus
+
+    assert available([]) == 48
+    assert available(["r0/n1"]) == 40
+    assert available(["r0/n1", "r0/n1/g3"]) == 40  # a GPU of a listed node counts once
+    assert available(["r1"]) == 32  # rack 1 holds nodes 4 and 5 of the six installed
+    for ids, message in ((["r0/n4"], "r0/n4 is not a node of this group"), (["r2"], "r2 is not a rack"),
+                         (["n1"], "'n1' is not a GPU, node or rack id")):
+        with pytest.raises(InputError, match=message):
+            available(ids)
+
+
 def test_evaluate_refuses_a_placement_on_an_unavailable_gpu(tmp_path: Path) -> None:
     result = _solve(TWO_GROUPS, "highs")
     resolved = result.resolved

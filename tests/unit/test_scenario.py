@@ -89,6 +89,15 @@ def test_wrong_type_and_range_are_reported(tmp_path: Path) -> None:
     assert "valid integer" in error.problems[0].message
 
 
+@pytest.mark.parametrize(("value", "says"), [("1", "greater than or equal to 2"), ("alll", "should be 'all'")])
+def test_a_number_or_word_field_reports_the_member_meant(tmp_path: Path, value: str, says: str) -> None:
+    """`front_points` takes a number (at least 2) or 'all': a number is told about the number, a word about the
+    word, once each, under the field's own name."""
+    error = _error(tmp_path, BASE + f"search: {{front_points: {value}}}\n")
+    assert [(p.field, p.line) for p in error.problems] == [("search.front_points", 7)]
+    assert says in error.problems[0].message
+
+
 def test_short_float_notation_is_read_as_a_number(tmp_path: Path) -> None:
     text = BASE.replace("gpus: 8}", "gpus: 8, overrides: {nic_bandwidth_bytes_per_s: 1e11}}")
     assert load_scenario(_write(tmp_path, text)).system.nic_bandwidth_bytes_per_s == 1e11
