@@ -64,8 +64,9 @@ def no_candidates(resolved: ResolvedScenario, candidates: CandidateSet) -> Infea
         need, hbm = weight_bytes(resolved), sum(g.gpus * g.system.hbm_capacity_bytes for g in resolved.groups)
         if need > hbm:
             return InfeasibleError(
-                f"HBM: the weights need {need / TB:.2f} TB but the cluster's {resolved.gpus} GPUs hold "
-                f"{hbm / TB:.2f} TB; use more GPUs or smaller formats (precision.weights / precision.experts)")
+                f"HBM: the weights need {need / TB:.2f} TB but the cluster's {_gpus(resolved.gpus)} hold"
+                f"{'s' if resolved.gpus == 1 else ''} {hbm / TB:.2f} TB; use more GPUs or smaller formats "
+                "(precision.weights / precision.experts)")
         kv_binds = _kv_binds(resolved, candidates.instance_gpus or resolved.gpus)
         if kv_binds is not None:
             return kv_binds
@@ -89,6 +90,10 @@ def no_candidates(resolved: ResolvedScenario, candidates: CandidateSet) -> Infea
     return InfeasibleError("no layout meets both the TTFT and TPOT targets at once; relax slo.ttft_ms or slo.tpot_ms")
 
 
+def _gpus(count: int) -> str:
+    return f"{count} GPU" + ("" if count == 1 else "s")
+
+
 def _too_few_gpus(resolved: ResolvedScenario) -> InfeasibleError | None:
     """Disaggregated serving only, and a prefill plus a decode instance cannot both fit the cluster."""
     if "aggregated" in resolved.scenario.search.serving:
@@ -97,8 +102,8 @@ def _too_few_gpus(resolved: ResolvedScenario) -> InfeasibleError | None:
     if 2 * per_instance <= resolved.gpus:
         return None
     return InfeasibleError(
-        f"GPUs: disaggregated serving needs a prefill and a decode instance of at least {per_instance} GPU(s) each "
-        f"(the weights, {weight_bytes(resolved) / GB:,.1f} GB, need {per_instance} GPU(s) of "
+        f"GPUs: disaggregated serving needs a prefill and a decode instance of at least {_gpus(per_instance)} each "
+        f"(the weights, {weight_bytes(resolved) / GB:,.1f} GB, need {_gpus(per_instance)} of "
         f"{usable_bytes_per_gpu(resolved) / GB:,.1f} GB), {2 * per_instance} GPUs in all, but the cluster has "
         f"{resolved.gpus}; add GPUs or allow aggregated serving (search.serving)")
 
