@@ -90,10 +90,12 @@ def main(json_out: Path | None = None) -> int:
         print(f"calibrated on {size:>4} runs ({figures['campaigns']} campaigns with >= {CURVE_RUNS[-1]} to calibrate "
               f"on): TTFT {figures['own_ttft_pct']:.1f}%, TPOT {figures['own_tpot_pct']:.1f}%")
     trust = _cross_validation_check(table)
-    print(f"held-out estimate ({DEFAULT_FOLDS}-fold, on the half calibrated on) against the checked half, over "
-          f"{trust['campaigns']} campaigns: median |estimate - checked| TTFT {trust['median_abs_gap_ttft_pts']:.1f} "
-          f"points, TPOT {trust['median_abs_gap_tpot_pts']:.1f}; checked within 5 points of it or better in "
-          f"{trust['ttft_within_5_pts']} (TTFT) and {trust['tpot_within_5_pts']} (TPOT)")
+    if trust["campaigns"]:
+        print(f"held-out estimate ({DEFAULT_FOLDS}-fold, on the half calibrated on) against the checked half, over "
+              f"{trust['campaigns']} campaigns: median |estimate - checked| TTFT "
+              f"{trust['median_abs_gap_ttft_pts']:.1f} points, TPOT {trust['median_abs_gap_tpot_pts']:.1f}; checked "
+              f"within 5 points of it or better in {trust['ttft_within_5_pts']} (TTFT) and "
+              f"{trust['tpot_within_5_pts']} (TPOT)")
     if json_out is not None:
         json_out.write_text(json.dumps({"summary": summary, "by_runs": by_runs, "cross_validation": trust,
                                         "campaigns": table}, indent=2) + "\n", encoding="utf-8")
@@ -102,10 +104,10 @@ def main(json_out: Path | None = None) -> int:
 
 def _cross_validation_check(table: Sequence[dict[str, Any]]) -> dict[str, float]:
     """How far `plan calibrate`'s held-out estimate is from the error on runs it never saw: per campaign the gap
-    in points, and how many campaigns' checked error is at most 5 points above the estimate."""
+    in points, and how many campaigns' checked error is at most 5 points above the estimate (none: no figures)."""
     checked = [entry for entry in table if "cv_ttft_pct" in entry]
     figures: dict[str, float] = {"campaigns": len(checked)}
-    for metric in ("ttft", "tpot"):
+    for metric in ("ttft", "tpot") if checked else ():
         estimate = np.array([float(e[f"cv_{metric}_pct"]) for e in checked])
         actual = np.array([float(e[f"own_{metric}_pct"]) for e in checked])
         figures[f"median_abs_gap_{metric}_pts"] = float(np.median(np.abs(actual - estimate)))

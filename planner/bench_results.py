@@ -13,10 +13,13 @@ without `--request-rate`). Checked against vLLM 0.34.0's and SGLang 0.5.23's sou
 
 What a run gives the fit (`RunFromResult`): the mean TTFT and TPOT; the workload's mean input and output
 lengths (totals over the completed requests); a closed loop of `max_concurrency` requests, or an open loop at
-`request_rate` per second. A run with neither (every prompt sent at once) is refused: one burst has no steady
-state for the model to describe. Assumed: the lengths as their means (a spread, e.g. the random dataset's
-range ratio, is not in vLLM's file: give it under the entry's `workload` to price it); the engine, model and
-layout as the entry's scenario and layout say (the files name the client's backend, not the server's).
+`request_rate` per second. Where the file cannot say which load ran, the entry's `workload` must (its
+`concurrency` or `arrival_rate_per_s`; `load_problem` says why): a burst (neither: every prompt sent at once,
+no steady state), both a concurrency cap and a finite rate (which one limited the run is not recorded), a
+trace replay (`request_rate: "trace"`) or a ramp-up (`ramp_up_strategy`: the rate changes over the run).
+Assumed: the lengths as their means (a spread, e.g. the random dataset's range ratio, is not in vLLM's file:
+give it under the entry's `workload` to price it); the engine, model and layout as the entry's scenario and
+layout say (the files name the client's backend, not the server's).
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from costmodel.lengths import MAX_TOKENS
 from costmodel.safe_load import InputLimitError, read_text
 
 
@@ -36,13 +40,20 @@ class RunFromResult:
 
     ttft_ms: float
     tpot_ms: float
-    workload: dict[str, Any]  # input_tokens, output_tokens, and concurrency or arrival_rate_per_s
+    workload: dict[str, Any]  # input_tokens, output_tokens, and concurrency or arrival_rate_per_s where known
     failed: int  # requests that failed (not in the means)
+    source: str  # the file and line of the run, for messages
+    load_problem: str | None = None  # why the file cannot say the load (the entry's workload must)
 
 
 class ResultError(ValueError):
     """A result file that cannot be read as a run: the message names the file (and its line) and says what to
     change."""
+
+
+# A measured mean time in ms, as a measurements file may give it: positive, under a day (more is a unit slip)
+MAX_TIME_MS = 86_400_000.0
+LOADS = frozenset({"concurrency", "arrival_rate_per_s"})  # the workload fields that say the load
 
 
 def read_result(path: Path, run: int | None) -> RunFromResult:
@@ -56,7 +67,7 @@ def read_result(path: Path, run: int | None) -> RunFromResult:
                           f"{len(runs)}")
     line, data = runs[(run or 1) - 1]
     try:
-        return _measured(data)
+        return _measured(data, f"{path}, line {line}")
     except ResultError as exc:
         raise ResultError(f"{path}, line {line}: {exc}") from None
 
@@ -70,20 +81,23 @@ def _objects(path: Path) -> list[tuple[int, dict[str, Any]]]:
                 "--output-details)" if "larger than" in str(exc) else "")
         raise ResultError(f"{path}: {exc}{hint}") from None
     try:
-        whole = json.loads(text)
-    except json.JSONDecodeError:
+        whole = _json(text)
+    except ValueError:
         whole = None
     if isinstance(whole, dict):
         return [(1, whole)]
+    if whole is not None:
+        raise ResultError(f"{path}: a JSON {type(whole).__name__}, not an object of one run (or one per line); give "
+                          "a benchmark result file (vLLM --save-result, SGLang --output-file)")
     runs = []
     for number, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
             continue
         try:
-            data = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise ResultError(f"{path}, line {number}: not JSON ({exc.msg}); give a benchmark result file "
-                              "(vLLM --save-result, SGLang --output-file)") from None
+            data = _json(line)
+        except ValueError as exc:
+            raise ResultError(f"{path}, line {number}: not JSON ({exc}); give a benchmark result file (vLLM "
+                              "--save-result, SGLang --output-file)") from None
         if not isinstance(data, dict):
             raise ResultError(f"{path}, line {number}: not a JSON object of one run")
         runs.append((number, data))
@@ -92,55 +106,91 @@ def _objects(path: Path) -> list[tuple[int, dict[str, Any]]]:
     return runs
 
 
+def _json(text: str) -> Any:
+    """JSON as the benchmark clients write it (Infinity and NaN included); ValueError for what is not, or what
+    Python cannot hold (a number of thousands of digits, nesting past the recursion limit)."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ValueError(exc.msg) from None
+    except (ValueError, RecursionError) as exc:
+        raise ValueError("a number too long or nesting too deep" if isinstance(exc, RecursionError) or
+                         "digits" in str(exc) else str(exc)) from None
+
+
 def _describe(runs: list[tuple[int, dict[str, Any]]]) -> str:
-    return "max_concurrency " + ", ".join(str(data.get("max_concurrency")) for _, data in runs)
+    return "; ".join(f"max_concurrency {data.get('max_concurrency')}, request_rate {data.get('request_rate')}"
+                     for _, data in runs[:8]) + ("; ..." if len(runs) > 8 else "")
 
 
-def _measured(data: dict[str, Any]) -> RunFromResult:
+def _measured(data: dict[str, Any], source: str) -> RunFromResult:
     completed = _count(data, "completed")
     if completed == 0:
         raise ResultError("no request completed (completed: 0); rerun the benchmark")
     lengths = {"input_tokens": _mean_length(data, "total_input_tokens", completed),
                "output_tokens": _mean_length(data, "total_output_tokens", completed)}
-    failed = data.get("failed")
-    return RunFromResult(_time(data, "mean_ttft_ms"), _time(data, "mean_tpot_ms"), lengths | _load(data),
-                         failed if isinstance(failed, int) and not isinstance(failed, bool) and failed > 0 else 0)
+    failed = 0 if data.get("failed") is None else _count(data, "failed")
+    load, problem = _load(data)
+    return RunFromResult(_time(data, "mean_ttft_ms"), _time(data, "mean_tpot_ms"), lengths | load, failed, source,
+                         problem)
 
 
-def _load(data: dict[str, Any]) -> dict[str, Any]:
-    """Closed loop at `max_concurrency`, else open loop at `request_rate`."""
-    concurrency = data.get("max_concurrency")
+def _load(data: dict[str, Any]) -> tuple[dict[str, Any], str | None]:
+    """Closed loop at `max_concurrency`, or open loop at `request_rate`; else why the file cannot say."""
+    concurrency, rate = data.get("max_concurrency"), _number(data.get("request_rate"))
+    finite_rate = rate is not None and math.isfinite(rate) and rate > 0
+    if data.get("ramp_up_strategy") is not None:
+        return {}, (f"a ramp-up run (ramp_up_strategy {data['ramp_up_strategy']!r}): its rate changes over the run, "
+                    "with no one load to calibrate on")
+    if data.get("request_rate") == "trace":
+        return {}, "a trace replay (request_rate 'trace'): its arrivals follow the trace's timestamps"
     if concurrency is not None:
-        if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
+        if _whole(concurrency) is None or concurrency < 1:
             raise ResultError(f"max_concurrency is {concurrency!r}; expected a whole number of at least 1")
-        return {"concurrency": concurrency}
-    rate = data.get("request_rate")
-    if isinstance(rate, int | float) and not isinstance(rate, bool) and math.isfinite(rate) and rate > 0:
-        return {"arrival_rate_per_s": float(rate)}
-    raise ResultError(f"the run had no max_concurrency and request_rate {rate!r}: every prompt was sent at once, a "
-                      "burst with no steady state to calibrate on; rerun with --max-concurrency (closed loop) or "
-                      "--request-rate (open loop)")
+        if finite_rate:
+            return {}, (f"both max_concurrency {concurrency} and request_rate {rate:g}: which one limited the run is "
+                        "not recorded")
+        return {"concurrency": concurrency}, None
+    if finite_rate:
+        return {"arrival_rate_per_s": rate}, None
+    return {}, (f"no max_concurrency and request_rate {data.get('request_rate')!r}: every prompt was sent at once, "
+                "a burst with no steady state")
+
+
+def _number(value: object) -> float | None:
+    """`value` if a JSON number (not a boolean)."""
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+
+def _whole(value: object) -> int | None:
+    """`value` if a JSON whole number (not a boolean)."""
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 def _time(data: dict[str, Any], key: str) -> float:
-    value = data.get(key)
-    if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value) or value <= 0:
-        found = "missing" if value is None else f"{value!r}"
-        raise ResultError(f"{key} is {found}; expected a positive time in ms (vLLM writes it when "
+    value = _number(data.get(key))
+    if value is None or not 0 < value <= MAX_TIME_MS:
+        found = "missing" if data.get(key) is None else f"{data.get(key)!r}"
+        raise ResultError(f"{key} is {found}; expected a positive time in ms, under a day (vLLM writes it when "
                           "--percentile-metrics includes ttft and tpot, its default)")
-    return float(value)
+    return value
 
 
 def _count(data: dict[str, Any], key: str) -> int:
-    value = data.get(key)
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        found = "missing" if value is None else f"{value!r}"
+    value = _whole(data.get(key))
+    if value is None or value < 0:
+        found = "missing" if data.get(key) is None else f"{data.get(key)!r}"
         raise ResultError(f"{key} is {found}; expected a whole number of requests or tokens")
     return value
 
 
 def _mean_length(data: dict[str, Any], key: str, completed: int) -> int:
+    """Tokens per completed request, rounded (in integers: totals may exceed a float)."""
     total = _count(data, key)
     if total < completed:
         raise ResultError(f"{key} is {total} over {completed} completed requests: under one token each")
-    return round(total / completed)
+    mean = (2 * total + completed) // (2 * completed)
+    if mean > MAX_TOKENS:
+        raise ResultError(f"{key} over {completed} completed requests is more than {MAX_TOKENS:,} tokens each, the "
+                          "most a request may have")
+    return mean

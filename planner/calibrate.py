@@ -34,14 +34,14 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import numpy as np
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, model_validator
 
 from costmodel.calibration import Calibration, default_calibration, fingerprint, generation_of
 from costmodel.evaluate import LayoutPlan, plan_layout
 from costmodel.hardware import load_system, system_names
 from costmodel.precision import Dtype
 from costmodel.resolve import ResolvedScenario
-from planner.bench_results import ResultError, RunFromResult, read_result
+from planner.bench_results import LOADS, MAX_TIME_MS, ResultError, RunFromResult, read_result
 from planner.errors import InputError, InputProblem
 from planner.scenario import layout_from_document, load_scenario_document, scenario_from_data
 from planner.sourcefile import SourceDocument, read_document
@@ -68,7 +68,7 @@ DEFAULT_FOLDS = 5
 MIN_RUNS_PER_FOLD = 2
 
 # A measured mean time: positive, and under a day (a larger figure is a unit mistake, not a run).
-Milliseconds = Annotated[float, Field(gt=0, le=86_400_000, allow_inf_nan=False)]
+Milliseconds = Annotated[float, Field(gt=0, le=MAX_TIME_MS, allow_inf_nan=False)]
 
 
 class _Strict(BaseModel):
@@ -82,6 +82,11 @@ class ResultRef(_Strict):
     run: int = Field(ge=1, description="Which run: 1 for the file's first line.")
 
 
+def _result_form(raw: object) -> str:
+    """A mapping names one run of a file; anything else is the file (so that errors name the form written)."""
+    return "result-run" if isinstance(raw, dict | ResultRef) else "result-file"
+
+
 class RunSpec(_Strict):
     """One measured run, as the measurements file gives it."""
 
@@ -93,7 +98,8 @@ class RunSpec(_Strict):
     workload: dict[str, Any] = Field(default_factory=dict,
                                      description="Workload fields of this run that differ from the scenario's "
                                      "(and from what its result file says).")
-    result: str | ResultRef | None = Field(
+    result: Annotated[Annotated[str, Tag("result-file")] | Annotated[ResultRef, Tag("result-run")],
+                      Discriminator(_result_form)] | None = Field(
         None, description="A serving-benchmark result file, relative to the measurements file (vLLM `vllm bench "
         "serve --save-result`, TensorRT-LLM's benchmark_serving, SGLang `bench_serving --output-file`): the run's "
         "mean TTFT and TPOT, mean lengths and concurrency (or request rate) come from it "
@@ -146,6 +152,7 @@ class CalibrationRun:
     before_pct: tuple[float, float]  # (TTFT, TPOT) median APE with the starting calibration
     after_pct: tuple[float, float]
     folds: int = 0  # folds of the cross-validation (0: none)
+    folds_asked: int = 0  # folds asked for (`--folds`): skipped with fewer than MIN_RUNS_PER_FOLD runs a fold
     held_out_pct: tuple[float, float] | None = None  # (TTFT, TPOT) median APE of each run fitted without its fold
 
 
@@ -164,8 +171,14 @@ def load_runs(path: Path) -> tuple[list[Run], list[LayoutPlan]]:
 
 def _planned(base: Path, run: RunSpec, entry: SourceDocument, index: int) -> tuple[Run, LayoutPlan]:
     measured_run = _result(base, run, entry)
-    workload = run.workload if measured_run is None else {**measured_run.workload, **run.workload}
-    resolved = _run_scenario(base, run, workload, entry)
+    workload = run.workload if measured_run is None else \
+        {**_without_replaced(measured_run.workload, run.workload), **run.workload}  # the entry's fields win
+    try:
+        resolved = _run_scenario(base, run, workload, entry)
+    except InputError as exc:
+        if measured_run is None:
+            raise
+        raise InputError([_from_file(entry, run, measured_run, p) for p in exc.problems]) from None
     if len(resolved.groups) != 1:
         raise InputError.single(entry.path, entry.line_of(("scenario",)), "scenario",
                                 "a measured run is one layout on one system; give a scenario with a single "
@@ -180,14 +193,39 @@ def _planned(base: Path, run: RunSpec, entry: SourceDocument, index: int) -> tup
 
 
 def _result(base: Path, run: RunSpec, entry: SourceDocument) -> RunFromResult | None:
-    """The run read from its result file, if it names one; InputError at the entry's `result` otherwise."""
+    """The run read from its result file, if it names one; InputError at the entry's `result` otherwise (also
+    where the file cannot say the load and the entry's workload does not)."""
     if run.result is None:
         return None
     name, number = (run.result, None) if isinstance(run.result, str) else (run.result.file, run.result.run)
     try:
-        return read_result(base / name, number)
+        measured_run = read_result(base / name, number)
     except ResultError as exc:
         raise InputError.single(entry.path, entry.line_of(("result",)), "result", str(exc)) from None
+    if measured_run.load_problem is not None and not LOADS & run.workload.keys():
+        raise InputError.single(entry.path, entry.line_of(("result",)), "result",
+                                f"{measured_run.source}: {measured_run.load_problem}; give the load that ran under "
+                                "the entry's workload (concurrency or arrival_rate_per_s), or measure with "
+                                "--max-concurrency (closed loop) or --request-rate (open loop) alone")
+    return measured_run
+
+
+def _from_file(entry: SourceDocument, run: RunSpec, measured_run: RunFromResult,
+               problem: InputProblem) -> InputProblem:
+    """A problem of the run's workload that its result file gave (not the entry's own fields), at the entry's
+    `result`, naming the file: the entry has no such line to point at."""
+    parts = problem.field.split(".")
+    from_file = (problem.path == entry.path and parts[0] == "workload"
+                 and (parts[1:2] or ["*"])[0] not in run.workload and not (len(parts) == 1 and run.workload))
+    if not from_file:
+        return problem
+    return InputProblem(entry.path, entry.line_of(("result",)), "result",
+                        f"{measured_run.source} gives {_workload_text(measured_run.workload)}: {problem.message}")
+
+
+def _workload_text(workload: dict[str, Any]) -> str:
+    return ", ".join(f"{key} {value:g}" if isinstance(value, float) else f"{key} {value}"
+                     for key, value in workload.items())
 
 
 def _default_name(run: RunSpec, index: int) -> str:
@@ -271,10 +309,11 @@ def calibrate(path: Path, start: Calibration | None = None, folds: int = DEFAULT
     before, after = (planned.predict(c) / planned.measured() for c in (start, calibration))  # predicted / measured
     outliers = [(run.name, float(ttft), float(tpot)) for run, (ttft, tpot) in zip(runs, after, strict=True)
                 if not (1 / OUTLIER_RATIO <= ttft <= OUTLIER_RATIO and 1 / OUTLIER_RATIO <= tpot <= OUTLIER_RATIO)]
-    folds = folds if folds > 1 and len(runs) >= folds * MIN_RUNS_PER_FOLD else 0
-    held_out = _median_ape(cross_validated(planned, start, folds)) if folds else None
+    done = folds if folds > 1 and len(runs) >= folds * MIN_RUNS_PER_FOLD else 0
+    held_out = _median_ape(cross_validated(planned, start, done)) if done else None
     return CalibrationRun(calibration, runs, fitted_engines(runs), fitted_generations(runs), grouped, outliers,
-                          _median_ape(before), _median_ape(after), folds, held_out)
+                          _median_ape(before), _median_ape(after), folds=done, folds_asked=folds,
+                          held_out_pct=held_out)
 
 
 def _fit(planned: PlannedRows, start: Calibration, label: str) -> Calibration:
@@ -364,8 +403,9 @@ def _held_out_text(result: CalibrationRun) -> str:
 def held_out_line(result: CalibrationRun) -> str:
     """What `plan calibrate` says of the fit's error on runs it did not see."""
     if result.held_out_pct is None:
-        return (f"held out: not cross-validated (fewer than {MIN_RUNS_PER_FOLD} runs a fold, or --folds 0): the "
-                "error after the fit is over the runs it was fitted to")
+        why = ("--folds 0" if result.folds_asked < 2 else f"{len(result.runs)} runs, fewer than the "
+               f"{MIN_RUNS_PER_FOLD * result.folds_asked} that {result.folds_asked} folds of {MIN_RUNS_PER_FOLD} need")
+        return f"held out: not cross-validated ({why}): the error after the fit is over the runs it was fitted to"
     return (f"held out ({result.folds}-fold cross-validation, each run predicted by a fit without its fold), "
             f"TTFT / TPOT: {result.held_out_pct[0]:.1f}% / {result.held_out_pct[1]:.1f}%: what to expect of "
             "runs not measured")

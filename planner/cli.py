@@ -65,7 +65,8 @@ def validate(file: Path) -> None:
     document = read_document(file)
     if isinstance(document.data, dict) and "measurements" in document.data:  # `plan calibrate`'s runs
         runs, _ = load_runs(file)
-        click.echo(f"{file}: valid measurements: {len(runs)} runs ({', '.join(sorted({r.engine for r in runs}))} "
+        click.echo(f"{file}: valid measurements: {len(runs)} run{'s' if len(runs) > 1 else ''} "
+                   f"({', '.join(sorted({r.engine for r in runs}))} "
                    f"on {', '.join(sorted({r.system for r in runs}))})")
         return
     if isinstance(document.data, dict) and "study" in document.data:  # a study of `plan sweep`
@@ -223,6 +224,8 @@ def calibrate_command(measurements: Path, output: Path | None, start_path: Path 
     and tpot_ms or a benchmark result file); use the result with --calibration."""
     if fmt == "json" and output is None:
         raise click.UsageError("--format json prints the summary: give -o FILE for the calibration")
+    if folds == 1:
+        raise click.UsageError("--folds 1 holds nothing out: give 0 (no cross-validation) or at least 2")
     start = None if start_path is None else load_calibration(start_path)
     result = calibrate(measurements, start, folds)
     text = calibration_text(result, measurements)
@@ -242,7 +245,8 @@ def calibrate_command(measurements: Path, output: Path | None, start_path: Path 
 
 
 def _print_calibration_summary(result: CalibrationRun) -> None:
-    click.echo(f"{len(result.runs)} runs; refitted engines: {', '.join(result.engines) or 'none'}; GPU generations: "
+    runs = f"{len(result.runs)} run{'s' if len(result.runs) > 1 else ''}"
+    click.echo(f"{runs}; refitted engines: {', '.join(result.engines) or 'none'}; GPU generations: "
                f"{', '.join(result.generations) or 'none (too few runs: starting values)'}", err=True)
     if len(result.runs) < FEW_RUNS:
         click.echo(f"note: fewer than {FEW_RUNS} runs: on the calibration campaigns 4 runs predicted the others no "
@@ -253,8 +257,8 @@ def _print_calibration_summary(result: CalibrationRun) -> None:
     click.echo(held_out_line(result), err=True)
     for run in result.runs:
         if run.failed:
-            click.echo(f"note: run {run.name}: {run.failed} requests failed; its means are the completed ones'",
-                       err=True)
+            click.echo(f"note: run {run.name}: {run.failed} request{'s' if run.failed > 1 else ''} failed; its means "
+                       "are the completed ones'", err=True)
     for name, ttft, tpot in result.outliers:
         ratios = ("no prediction (the model cannot price it)" if not (math.isfinite(ttft) and math.isfinite(tpot))
                   else f"predicted / measured TTFT {ttft:.3g}x, TPOT {tpot:.3g}x after the fit")

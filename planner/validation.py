@@ -19,7 +19,8 @@ ModelT = TypeVar("ModelT", bound=BaseModel)
 # these are not keys of the document.
 _UNION_TAGS = frozenset({"int", "float", "str", "bool", "none", "list", "dict", "function-after", "constrained-int",
                          "constrained-float", "constrained-str",
-                         "histogram", "uniform"})  # the last two: `costmodel.lengths.LengthSpec`'s forms
+                         "histogram", "uniform",  # `costmodel.lengths.LengthSpec`'s forms
+                         "result-file", "result-run"})  # `planner.calibrate.RunSpec.result`'s
 # Fields a model fills from another one the document writes: an error in one is reported at the key written
 # (a workload's length distribution, given as input_tokens / output_tokens, is validated as input_lengths /
 # output_lengths).

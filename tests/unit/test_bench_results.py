@@ -87,6 +87,20 @@ def test_the_entrys_workload_wins_over_the_result_file(tmp_path: Path) -> None:
     assert run.scenario["workload"]["output_tokens"] == 1000 and run.scenario["workload"]["concurrency"] == 32
 
 
+@pytest.mark.parametrize(("file", "workload", "expected"), [
+    (_vllm(), {"arrival_rate_per_s": 3.0}, {"arrival_rate_per_s": 3.0, "concurrency": None}),
+    (_vllm(max_concurrency=64, request_rate=2.0), {"concurrency": 64}, {"concurrency": 64}),
+    (_vllm(), {"input_lengths": {"mean": 1000, "range_ratio": 0.5}}, {"input_tokens": 1000}),
+])
+def test_the_entrys_load_and_lengths_replace_the_files(tmp_path: Path, file: dict[str, Any],
+                                                        workload: dict[str, Any], expected: dict[str, Any]) -> None:
+    """An open loop written in the entry replaces the file's closed one; a run whose file cannot say which load
+    ran (a concurrency cap and a rate) takes the entry's; a length distribution replaces the file's mean."""
+    (tmp_path / "r.json").write_text(json.dumps(file), encoding="utf-8")
+    run = load_runs(_measurements(tmp_path, [_entry(result="r.json", workload=workload)]))[0][0]
+    assert run.scenario["workload"].items() >= expected.items()
+
+
 @pytest.mark.parametrize(("result", "content", "message"), [
     ("r.json", json.dumps(_vllm(max_concurrency=None)), "every prompt was sent at once"),
     ("r.json", json.dumps({k: v for k, v in _vllm().items() if k != "mean_tpot_ms"}),
@@ -95,7 +109,20 @@ def test_the_entrys_workload_wins_over_the_result_file(tmp_path: Path) -> None:
     ("r.json", json.dumps(_vllm(mean_ttft_ms=True)), "mean_ttft_ms is True"),
     ("r.jsonl", json.dumps(_sglang(4, 1.0, 1.0)) + "\n{not json\n", "r.jsonl, line 2: not JSON"),
     ("r.jsonl", json.dumps(_sglang(4, 1.0, 1.0)) + "\n" + json.dumps(_sglang(8, 1.0, 1.0)) + "\n",
-     "r.jsonl holds 2 runs (max_concurrency 4, 8); pick one with `result: {file: r.jsonl, run: N}`"),
+     "r.jsonl holds 2 runs (max_concurrency 4, request_rate inf; max_concurrency 8, request_rate inf); pick one "
+     "with `result: {file: r.jsonl, run: N}`"),
+    ("r.json", json.dumps(_vllm(max_concurrency=64, request_rate=2.0)),
+     "both max_concurrency 64 and request_rate 2: which one limited the run is not recorded; give the load"),
+    ("r.json", json.dumps(_vllm(max_concurrency=None, request_rate="trace")), "a trace replay"),
+    ("r.json", json.dumps(_vllm(ramp_up_strategy="linear")), "a ramp-up run"),
+    ("r.json", json.dumps(_vllm(mean_ttft_ms=1e12)), "mean_ttft_ms is 1000000000000.0; expected a positive time"),
+    ("r.json", json.dumps(_vllm(failed=-1)), "failed is -1; expected a whole number"),
+    ("r.json", json.dumps(_vllm(total_input_tokens=10**400)), "more than 10,000,000 tokens each"),
+    ("r.json", '{"completed": 1' + "0" * 5000 + "}", "not JSON (a number too long or nesting too deep)"),
+    ("r.json", "[" * 100_000 + "]" * 100_000, "not JSON (a number too long or nesting too deep)"),
+    ("r.json", "[1, 2]", "a JSON list, not an object of one run"),
+    ("r.json", json.dumps(_vllm(total_input_tokens=320 * 200_000)),
+     "r.json, line 1 gives input_tokens 200000, output_tokens 1000, concurrency 32: cached + input + output"),
     ({"file": "r.jsonl", "run": 3}, json.dumps(_sglang(4, 1.0, 1.0)) + "\n", "holds 1 run; give a run from 1 to 1"),
     ("missing.json", None, "missing.json: file not found"),
 ])
@@ -135,3 +162,18 @@ def test_failed_requests_are_noted(tmp_path: Path, capsys: pytest.CaptureFixture
     main(["calibrate", str(path), "-o", str(tmp_path / "cal.yaml")])
     assert "note: run r.json: 3 requests failed" in capsys.readouterr().err
     assert calibration_summary(calibrate(path))["failed_requests"] == [{"run": "r.json", "failed": 3}]
+
+
+def test_one_fold_is_a_usage_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "r.json").write_text(json.dumps(_vllm()), encoding="utf-8")
+    with pytest.raises(SystemExit) as exit_info:
+        main(["calibrate", str(_measurements(tmp_path, [_entry(result="r.json")])), "--folds", "1"])
+    assert exit_info.value.code == 2 and "--folds 1 holds nothing out" in capsys.readouterr().err
+
+
+def test_a_run_of_a_file_is_named_by_its_field(tmp_path: Path) -> None:
+    """`result: {file, run: 0}` is reported at result.run (no model class in the path)."""
+    (tmp_path / "r.json").write_text(json.dumps(_vllm()), encoding="utf-8")
+    with pytest.raises(InputError) as caught:
+        load_runs(_measurements(tmp_path, [_entry(result={"file": "r.json", "run": 0})]))
+    assert caught.value.problems[0].field == "measurements.0.result.run"

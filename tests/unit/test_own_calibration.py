@@ -32,3 +32,4 @@ def test_the_cross_validation_check_compares_estimate_and_checked_error() -> Non
     assert _cross_validation_check(table) == {
         "campaigns": 3, "median_abs_gap_ttft_pts": 4.0, "ttft_within_5_pts": 2,
         "median_abs_gap_tpot_pts": 1.0, "tpot_within_5_pts": 2}
+    assert _cross_validation_check(table[3:]) == {"campaigns": 0}  # no estimate: no figures (no NaN in the JSON)
