@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 import numpy as np
 import yaml
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, model_validator
+from pydantic.config import JsonDict
 
 from costmodel.calibration import Calibration, default_calibration, fingerprint, generation_of
 from costmodel.evaluate import LayoutPlan, plan_layout
@@ -87,8 +88,17 @@ def _result_form(raw: object) -> str:
     return "result-run" if isinstance(raw, dict | ResultRef) else "result-file"
 
 
+# The measured times come from the entry or from its result file, once: in the JSON Schema too
+_TIMES_ONCE: JsonDict = {"oneOf": [
+    {"required": ["result"], "not": {"anyOf": [{"required": ["ttft_ms"]}, {"required": ["tpot_ms"]}]}},
+    {"required": ["ttft_ms", "tpot_ms"], "not": {"required": ["result"]}},
+]}
+
+
 class RunSpec(_Strict):
     """One measured run, as the measurements file gives it."""
+
+    model_config = ConfigDict(**_Strict.model_config, json_schema_extra=_TIMES_ONCE)
 
     name: str | None = Field(None, description="A label for reports (default: its position in the file).")
     scenario: str | dict[str, Any] = Field(description="Scenario file, relative to the measurements file, or the "
