@@ -6,7 +6,10 @@ The benchmark clients engines ship write one JSON object per run:
   keys (assumed: not checked, TensorRT-LLM's wheel is not on PyPI);
 - SGLang `python -m sglang.bench_serving --output-file` (`sglang/benchmark/serving.py`), one line per run,
   appended.
-All of them name what a measured run needs alike: `mean_ttft_ms`, `mean_tpot_ms` (TPOT over each request's
+- NVIDIA's genai-perf (`profile_export_genai_perf.json`) and its successor AIPerf (`profile_export_aiperf.json`),
+  which Dynamo's guides use: each metric as {unit, avg, p50, ...} (`_measured_by_genai_perf`; checked against
+  genai_perf 0.0.16's and aiperf 0.13.0's sources).
+The first three name what a measured run needs alike: `mean_ttft_ms`, `mean_tpot_ms` (TPOT over each request's
 tokens after the first), `completed`, `total_input_tokens`, `total_output_tokens` (over the completed
 requests), `max_concurrency` (null without `--max-concurrency`) and `request_rate` (`"inf"` or Infinity
 without `--request-rate`). Checked against vLLM 0.34.0's and SGLang 0.5.23's sources.
@@ -124,6 +127,8 @@ def _describe(runs: list[tuple[int, dict[str, Any]]]) -> str:
 
 
 def _measured(data: dict[str, Any], source: str) -> RunFromResult:
+    if isinstance(data.get("time_to_first_token"), dict):
+        return _measured_by_genai_perf(data, source)
     completed = _count(data, "completed")
     if completed == 0:
         raise ResultError("no request completed (completed: 0); rerun the benchmark")
@@ -194,3 +199,82 @@ def _mean_length(data: dict[str, Any], key: str, completed: int) -> int:
         raise ResultError(f"{key} over {completed} completed requests is more than {MAX_TOKENS:,} tokens each, the "
                           "most a request may have")
     return mean
+
+
+# genai-perf and AIPerf (NVIDIA's clients, which Dynamo's guides use) export each metric as {unit, avg, p50, ...}
+_TO_MS = {"ms": 1.0, "s": 1e3, "sec": 1e3, "us": 1e-3, "ns": 1e-6}
+_RATE_PHASES = frozenset({"poisson", "gamma", "constant"})
+
+
+def _measured_by_genai_perf(data: dict[str, Any], source: str) -> RunFromResult:
+    """A genai-perf `profile_export_genai_perf.json` or AIPerf `profile_export_aiperf.json`: TTFT and inter-token
+    latency (per request: (latency - TTFT) / (output tokens - 1), TPOT as vLLM counts it) by their `avg`, the
+    lengths by the average input and output sequence lengths, the load from `input_config`."""
+    lengths = {"input_tokens": _average_length(data, "input_sequence_length"),
+               "output_tokens": _average_length(data, "output_sequence_length")}
+    errors = _average(data, "error_request_count", ("count", "requests")) if "error_request_count" in data else 0.0
+    load, problem = _genai_perf_load(data.get("input_config"))
+    return RunFromResult(_average_ms(data, "time_to_first_token"), _average_ms(data, "inter_token_latency"),
+                         lengths | load, round(errors), source, problem)
+
+
+def _average(data: dict[str, Any], key: str, units: tuple[str, ...]) -> float:
+    metric = data.get(key)
+    value = _number(metric.get("avg")) if isinstance(metric, dict) else None
+    unit = metric.get("unit") if isinstance(metric, dict) else None
+    if value is None or not math.isfinite(value) or value < 0 or unit not in units:
+        raise ResultError(f"{key} is {metric!r}; expected {{unit: {' | '.join(units)}, avg: a number}}")
+    return value
+
+
+def _average_ms(data: dict[str, Any], key: str) -> float:
+    metric = data.get(key)
+    unit = metric.get("unit") if isinstance(metric, dict) else None
+    value = _average(data, key, tuple(_TO_MS)) * _TO_MS[str(unit)]
+    if not 0 < value <= MAX_TIME_MS:
+        raise ResultError(f"{key} averages {value:g} ms; expected a positive time, under a day")
+    return value
+
+
+def _average_length(data: dict[str, Any], key: str) -> int:
+    mean = round(_average(data, key, ("tokens",)))
+    if not 1 <= mean <= MAX_TOKENS:
+        raise ResultError(f"{key} averages {mean} tokens; expected 1 to {MAX_TOKENS:,}")
+    return mean
+
+
+def _genai_perf_load(config: object) -> tuple[dict[str, Any], str | None]:
+    """The load of genai-perf's `input_config` (`perf_analyzer.stimulus`: {concurrency} or {request_rate}; before
+    0.0.13 top-level `concurrency` / `request_rate`) or AIPerf's (`phases`: the profiling phase's type, concurrency
+    and rate)."""
+    if not isinstance(config, dict):
+        return {}, "the file records no input_config, hence no load"
+    if isinstance(config.get("phases"), list):
+        return _aiperf_load(config["phases"])
+    analyzer = config.get("perf_analyzer")
+    stimulus = analyzer.get("stimulus") if isinstance(analyzer, dict) else config
+    stimulus = stimulus if isinstance(stimulus, dict) else {}
+    concurrency, rate = _whole(stimulus.get("concurrency")), _number(stimulus.get("request_rate"))
+    if concurrency is not None and concurrency >= 1 and rate is None:
+        return {"concurrency": concurrency}, None
+    if rate is not None and math.isfinite(rate) and rate > 0 and concurrency is None:
+        return {"arrival_rate_per_s": rate}, None
+    return {}, f"its stimulus {stimulus!r} is neither one concurrency nor one request rate"
+
+
+def _aiperf_load(phases: list[Any]) -> tuple[dict[str, Any], str | None]:
+    profiling = [p for p in phases if isinstance(p, dict) and "profiling" in (p.get("kind"), p.get("name"))]
+    phase = profiling[-1] if profiling else phases[-1] if phases and isinstance(phases[-1], dict) else {}
+    kind, concurrency, rate = phase.get("type"), _whole(phase.get("concurrency")), _number(phase.get("rate"))
+    ramps = [key for key in ("concurrency_ramp", "rate_ramp", "rate_series") if phase.get(key) is not None]
+    if ramps:
+        return {}, f"its profiling phase ramps ({', '.join(ramps)}), with no one load to calibrate on"
+    if kind == "concurrency":
+        return {"concurrency": concurrency if concurrency is not None and concurrency >= 1 else 1}, None
+    if kind in _RATE_PHASES and rate is not None and math.isfinite(rate) and rate > 0:
+        if concurrency is not None:
+            return {}, (f"both concurrency {concurrency} and rate {rate:g}: which one limited the run is not "
+                        "recorded")
+        return {"arrival_rate_per_s": rate}, None
+    return {}, f"its profiling phase ({kind!r}) is neither a concurrency nor a rate phase"
+

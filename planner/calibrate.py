@@ -111,7 +111,8 @@ class RunSpec(_Strict):
     result: Annotated[Annotated[str, Tag("result-file")] | Annotated[ResultRef, Tag("result-run")],
                       Discriminator(_result_form)] | None = Field(
         None, description="A serving-benchmark result file, relative to the measurements file (vLLM `vllm bench "
-        "serve --save-result`, TensorRT-LLM's benchmark_serving, SGLang `bench_serving --output-file`): the run's "
+        "serve --save-result`, TensorRT-LLM's benchmark_serving, SGLang `bench_serving --output-file`, genai-perf's "
+        "or AIPerf's profile export JSON): the run's "
         "mean TTFT and TPOT, mean lengths and concurrency (or request rate) come from it "
         "(`planner.bench_results`); `{file, run}` picks one run of a file of several. Instead of ttft_ms and "
         "tpot_ms.")

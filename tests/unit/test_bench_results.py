@@ -177,3 +177,60 @@ def test_a_run_of_a_file_is_named_by_its_field(tmp_path: Path) -> None:
     with pytest.raises(InputError) as caught:
         load_runs(_measurements(tmp_path, [_entry(result={"file": "r.json", "run": 0})]))
     assert caught.value.problems[0].field == "measurements.0.result.run"
+
+
+def _genai_perf(**changes: Any) -> dict[str, Any]:
+    """A genai-perf `profile_export_genai_perf.json` (genai_perf 0.0.16: each metric {unit, avg, p..}, the
+    command's settings under input_config, the load as perf_analyzer.stimulus)."""
+    return {"request_throughput": {"unit": "requests/sec", "avg": 2.6},
+            "time_to_first_token": {"unit": "ms", "avg": 271.56, "p50": 250.0},
+            "inter_token_latency": {"unit": "ms", "avg": 20.346},
+            "input_sequence_length": {"unit": "tokens", "avg": 1024.2},
+            "output_sequence_length": {"unit": "tokens", "avg": 999.6},
+            "request_count": {"unit": "count", "avg": 320},
+            "input_config": {"model_names": ["meta-llama/Llama-3.1-70B"],
+                             "perf_analyzer": {"stimulus": {"concurrency": 32}}}} | changes
+
+
+def _aiperf(phase: dict[str, Any], **changes: Any) -> dict[str, Any]:
+    """An AIPerf `profile_export_aiperf.json` (aiperf 0.13: genai-perf's metric shape, times in display units,
+    the load as the profiling phase of input_config.phases)."""
+    warmup = {"name": "warmup", "kind": "warmup", "type": "concurrency", "concurrency": 4}
+    phases = [warmup, {"name": "profiling", "kind": "profiling"} | phase]
+    return _genai_perf(input_config={"phases": phases}, error_request_count={"unit": "requests", "avg": 2}) | changes
+
+
+@pytest.mark.parametrize(("content", "workload", "failed"), [
+    (_genai_perf(), {"concurrency": 32}, 0),
+    (_genai_perf(input_config={"concurrency": 32}), {"concurrency": 32}, 0),  # before genai-perf 0.0.13
+    (_genai_perf(time_to_first_token={"unit": "ns", "avg": 271.56e6}), {"concurrency": 32}, 0),
+    (_aiperf({"type": "concurrency", "concurrency": 32}), {"concurrency": 32}, 2),
+    (_aiperf({"type": "poisson", "rate": 4.0}), {"arrival_rate_per_s": 4.0}, 2),
+])
+def test_genai_perf_and_aiperf_exports_are_runs(tmp_path: Path, content: dict[str, Any], workload: dict[str, Any],
+                                                failed: int) -> None:
+    """NVIDIA's clients (Dynamo's guides use them): TTFT and inter-token latency by their averages, lengths by the
+    average sequence lengths (rounded), the load from the command's settings (the warm-up phase's left out)."""
+    (tmp_path / "p.json").write_text(json.dumps(content), encoding="utf-8")
+    run = load_runs(_measurements(tmp_path, [_entry(result="p.json")]))[0][0]
+    assert (run.ttft_ms, run.tpot_ms, run.failed) == (pytest.approx(271.56), 20.346, failed)
+    assert run.scenario["workload"].items() >= ({"input_tokens": 1024, "output_tokens": 1000} | workload).items()
+
+
+@pytest.mark.parametrize(("content", "message"), [
+    (_genai_perf(inter_token_latency={"unit": "tokens", "avg": 20.0}), "inter_token_latency is"),
+    (_genai_perf(input_config={"perf_analyzer": {"stimulus": {"concurrency": 8, "request_rate": 2.0}}}),
+     "is neither one concurrency nor one request rate"),
+    (_aiperf({"type": "concurrency", "concurrency": 32, "concurrency_ramp": 30}), "its profiling phase ramps"),
+    (_aiperf({"type": "fixed_schedule"}), "'fixed_schedule') is neither a concurrency nor a rate phase"),
+    (_aiperf({"type": "poisson", "rate": 4.0, "concurrency": 64}), "both concurrency 64 and rate 4"),
+    ({k: v for k, v in _genai_perf().items() if k != "input_config"}, "records no input_config"),
+])
+def test_a_genai_perf_export_without_one_load_needs_the_entrys(tmp_path: Path, content: dict[str, Any],
+                                                               message: str) -> None:
+    (tmp_path / "p.json").write_text(json.dumps(content), encoding="utf-8")
+    with pytest.raises(InputError, match=re.escape(message)):
+        load_runs(_measurements(tmp_path, [_entry(result="p.json")]))
+    if "inter_token_latency" not in message:  # the load given by the entry settles it
+        run = load_runs(_measurements(tmp_path, [_entry(result="p.json", workload={"concurrency": 16})]))[0][0]
+        assert run.scenario["workload"]["concurrency"] == 16
