@@ -16,7 +16,8 @@ from planner.templates import CandidateSet
 
 def weight_bytes(resolved: ResolvedScenario) -> float:
     """All weights of the model at the scenario's precision (one copy)."""
-    pool = Pool(role="decode", replicas=1, tp=1, dp_attention=1, pp=1, moe_tp=1, moe_ep=1, batch=1)
+    group = resolved.groups[0].name if len(resolved.groups) > 1 else None  # an inventory's pools name their group
+    pool = Pool(role="decode", replicas=1, tp=1, dp_attention=1, pp=1, moe_tp=1, moe_ep=1, batch=1, group=group)
     with_mtp = resolved.scenario.workload.speculative.method == "mtp"
     return stage_weight_bytes(pool_context(resolved, pool), 0, with_mtp)
 
