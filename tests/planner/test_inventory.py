@@ -198,17 +198,18 @@ def test_a_whole_node_or_rack_can_be_unavailable() -> None:
 
 
 def test_an_inventory_with_no_deployment_names_the_binding_resource() -> None:
-    """Three groups, disaggregated only, a 500 ms TTFT target no pair of pools meets: the diagnosis weighs the
-    model on one group's pool (it ended `plan solve` with ScenarioError: no inventory group named None, exit 1;
-    found by fuzzing)."""
+    """Three groups with busy GPUs, disaggregated only, a 500 ms TTFT target no pair of pools meets: the
+    diagnosis weighs the model on one group's pool (it ended `plan solve` with ScenarioError: no inventory group
+    named None, exit 1; found by fuzzing)."""
     from planner.api import solve as api_solve
     from planner.errors import InfeasibleError
 
     data = {"schema_version": 1, "name": "three-groups", "model": "deepseek-ai/DeepSeek-V3",
             "precision": {"weights": "fp8", "kv_cache": "fp8"}, "engine": "generic",
-            "cluster": {"inventory": [{"name": "g0", "system": "mi300x", "nodes": 1},
-                                      {"name": "g1", "system": "h100-sxm", "nodes": 2},
-                                      {"name": "g2", "system": "gb200-nvl72", "nodes": 1}]},
+            "cluster": {"inventory": [
+                {"name": "g0", "system": "mi300x", "nodes": 1},
+                {"name": "g1", "system": "h100-sxm", "nodes": 2, "unavailable": ["r0/n0/g0", "r0/n1/g3"]},
+                {"name": "g2", "system": "gb200-nvl72", "nodes": 1, "unavailable": ["r0/n0/g1"]}]},
             "workload": {"input_tokens": 8192, "output_tokens": 64, "concurrency": 4096},
             "slo": {"ttft_ms": 500, "tpot_ms": 60}, "search": {"serving": ["disaggregated"], "time_limit_s": 8}}
     with pytest.raises(InfeasibleError, match=r"TTFT: no deployment meets slo\.ttft_ms = 500 ms"):
