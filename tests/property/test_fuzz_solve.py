@@ -1,9 +1,11 @@
 """Valid but unusual scenarios, drawn at random from the catalogs (any model on any system, odd cluster sizes,
-length distributions, prefix hits, fixed loads, SLOs, both serving modes, every backend), through `solve`,
-`evaluate` of the front's points and `plan export` of its first plan: each ends in a front or in one of the
-documented errors (exit 2, 3 or 4), never in an internal error. Fuzzing this way found two crashes in
-session 20 (an empty KV-transfer table in the batch search, `tests/planner/test_generate_deadline.py`; a null
-key in a document). Marked slow (about 2 minutes on 2 cores): `pytest -m slow tests/property/test_fuzz_solve.py`."""
+inventories of several systems with busy GPUs or nodes, length distributions, prefix hits, fixed loads, SLOs,
+both serving modes, every backend), through `solve`, `evaluate` of the front's points and `plan export` of its
+first plan: each ends in a front or in one of the documented errors (exit 2, 3 or 4), never in an internal error.
+Fuzzing this way found two crashes in session 20 (an empty KV-transfer table in the batch search,
+`tests/planner/test_generate_deadline.py`; the diagnosis of an infeasible inventory,
+`tests/planner/test_inventory.py`). Marked slow (about a minute on 2 cores): `pytest -m slow
+tests/property/test_fuzz_solve.py`."""
 
 from __future__ import annotations
 
@@ -47,9 +49,14 @@ def _scenario(rng: random.Random, index: int) -> dict[str, Any]:
         workload["concurrency"] = rng.choice([1, 7, 64, 1000])
     if rng.random() < 0.2:
         workload["routing_skew"] = rng.choice([0.8, 1.5])
+    cluster: dict[str, Any] = {"system": rng.choice(system_names()), count[0]: count[1]}
+    if rng.random() < 0.3:  # an inventory of two or three systems, some GPUs busy
+        cluster = {"inventory": [{"name": f"g{g}", "system": rng.choice(system_names()),
+                                  "nodes": rng.choice([1, 2]), "unavailable": rng.choice([[], ["r0/n0/g1"], ["r0/n0"]])}
+                                 for g in range(rng.choice([2, 3]))]}
     doc: dict[str, Any] = {
         "schema_version": 1, "name": f"fuzz-{index}", "model": rng.choice(model_ids()),
-        "cluster": {"system": rng.choice(system_names()), count[0]: count[1]}, "workload": workload,
+        "cluster": cluster, "workload": workload,
         "engine": rng.choice(["trtllm", "vllm", "sglang", "generic"]),
         "search": {"serving": rng.choice([["aggregated"], ["disaggregated"], ["aggregated", "disaggregated"]]),
                    "solver": rng.choice(["cpsat", "cpsat", "highs", "cbc"]), "time_limit_s": TIME_LIMIT_S}}
