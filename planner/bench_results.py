@@ -127,7 +127,7 @@ def _describe(runs: list[tuple[int, dict[str, Any]]]) -> str:
 
 
 def _measured(data: dict[str, Any], source: str) -> RunFromResult:
-    if isinstance(data.get("time_to_first_token"), dict):
+    if _is_genai_perf(data):
         return _measured_by_genai_perf(data, source)
     completed = _count(data, "completed")
     if completed == 0:
@@ -204,18 +204,29 @@ def _mean_length(data: dict[str, Any], key: str, completed: int) -> int:
 # genai-perf and AIPerf (NVIDIA's clients, which Dynamo's guides use) export each metric as {unit, avg, p50, ...}
 _TO_MS = {"ms": 1.0, "s": 1e3, "sec": 1e3, "us": 1e-3, "ns": 1e-6}
 _RATE_PHASES = frozenset({"poisson", "gamma", "constant"})
+_RAMPS = ("concurrency_ramp", "prefill_ramp", "rate_ramp", "rate_series")  # AIPerf phase fields that vary the load
+_MAX_COUNT = 10**9  # requests
+
+
+def _is_genai_perf(data: dict[str, Any]) -> bool:
+    """A genai-perf or AIPerf export: its command under `input_config`, or any metric as {unit, avg, ...}."""
+    return "mean_ttft_ms" not in data and (isinstance(data.get("input_config"), dict) or any(
+        isinstance(value, dict) and "unit" in value for value in data.values()))
 
 
 def _measured_by_genai_perf(data: dict[str, Any], source: str) -> RunFromResult:
     """A genai-perf `profile_export_genai_perf.json` or AIPerf `profile_export_aiperf.json`: TTFT and inter-token
     latency (per request: (latency - TTFT) / (output tokens - 1), TPOT as vLLM counts it) by their `avg`, the
     lengths by the average input and output sequence lengths, the load from `input_config`."""
+    for key in ("time_to_first_token", "inter_token_latency"):
+        if key not in data:
+            raise ResultError(f"no {key}: the run did not stream its tokens, so neither tool measured TTFT and "
+                              "TPOT; rerun streaming (genai-perf --streaming; AIPerf with a streaming endpoint)")
     lengths = {"input_tokens": _average_length(data, "input_sequence_length"),
                "output_tokens": _average_length(data, "output_sequence_length")}
-    errors = _average(data, "error_request_count", ("count", "requests")) if "error_request_count" in data else 0.0
     load, problem = _genai_perf_load(data.get("input_config"))
     return RunFromResult(_average_ms(data, "time_to_first_token"), _average_ms(data, "inter_token_latency"),
-                         lengths | load, round(errors), source, problem)
+                         lengths | load, _errors(data), source, problem)
 
 
 def _average(data: dict[str, Any], key: str, units: tuple[str, ...]) -> float:
@@ -223,8 +234,23 @@ def _average(data: dict[str, Any], key: str, units: tuple[str, ...]) -> float:
     value = _number(metric.get("avg")) if isinstance(metric, dict) else None
     unit = metric.get("unit") if isinstance(metric, dict) else None
     if value is None or not math.isfinite(value) or value < 0 or unit not in units:
-        raise ResultError(f"{key} is {metric!r}; expected {{unit: {' | '.join(units)}, avg: a number}}")
+        raise ResultError(f"{key} is {_short(metric)}; expected {{unit: {' | '.join(units)}, avg: a number}}")
     return value
+
+
+def _short(value: object) -> str:
+    text = repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
+
+
+def _errors(data: dict[str, Any]) -> int:
+    """Failed requests (AIPerf's `error_request_count`, present only when some failed)."""
+    if "error_request_count" not in data:
+        return 0
+    count = _average(data, "error_request_count", ("count", "requests"))
+    if not count.is_integer() or count > _MAX_COUNT:
+        raise ResultError(f"error_request_count averages {count:g}; expected a whole number of requests")
+    return int(count)
 
 
 def _average_ms(data: dict[str, Any], key: str) -> float:
@@ -255,26 +281,35 @@ def _genai_perf_load(config: object) -> tuple[dict[str, Any], str | None]:
     stimulus = analyzer.get("stimulus") if isinstance(analyzer, dict) else config
     stimulus = stimulus if isinstance(stimulus, dict) else {}
     concurrency, rate = _whole(stimulus.get("concurrency")), _number(stimulus.get("request_rate"))
-    if concurrency is not None and concurrency >= 1 and rate is None:
+    if concurrency is not None and concurrency >= 1 and "request_rate" not in stimulus:
         return {"concurrency": concurrency}, None
-    if rate is not None and math.isfinite(rate) and rate > 0 and concurrency is None:
+    if rate is not None and math.isfinite(rate) and rate > 0 and "concurrency" not in stimulus:
         return {"arrival_rate_per_s": rate}, None
-    return {}, f"its stimulus {stimulus!r} is neither one concurrency nor one request rate"
+    given = {key: stimulus[key] for key in ("concurrency", "request_rate") if key in stimulus}
+    return {}, f"its load {_short(given or 'neither concurrency nor request_rate')} is not one concurrency or one rate"
 
 
 def _aiperf_load(phases: list[Any]) -> tuple[dict[str, Any], str | None]:
+    """The profiling phase's load: a concurrency phase's `concurrency` (1 where left out, AIPerf's default), a rate
+    phase's `rate`; a load that varies (ramps, adaptive scaling, several profiling phases pooled) is no one load."""
     profiling = [p for p in phases if isinstance(p, dict) and "profiling" in (p.get("kind"), p.get("name"))]
-    phase = profiling[-1] if profiling else phases[-1] if phases and isinstance(phases[-1], dict) else {}
-    kind, concurrency, rate = phase.get("type"), _whole(phase.get("concurrency")), _number(phase.get("rate"))
-    ramps = [key for key in ("concurrency_ramp", "rate_ramp", "rate_series") if phase.get(key) is not None]
-    if ramps:
-        return {}, f"its profiling phase ramps ({', '.join(ramps)}), with no one load to calibrate on"
+    if len(profiling) > 1:
+        return {}, f"its {len(profiling)} profiling phases are pooled into one result, at different loads"
+    phase = profiling[0] if profiling else phases[-1] if phases and isinstance(phases[-1], dict) else {}
+    kind = phase.get("type") if isinstance(phase.get("type"), str) else None
+    varying = [key for key in _RAMPS if phase.get(key) is not None] + (["adaptive_scale"] if phase.get(
+        "adaptive_scale") else [])
+    if varying:
+        return {}, f"its profiling phase varies its load ({', '.join(varying)}), with no one load to calibrate on"
+    concurrency = _whole(phase.get("concurrency", 1))
+    if "concurrency" in phase and (concurrency is None or concurrency < 1):
+        return {}, f"its profiling phase's concurrency is {_short(phase['concurrency'])}, not a whole number >= 1"
+    rate = _number(phase.get("rate"))
     if kind == "concurrency":
-        return {"concurrency": concurrency if concurrency is not None and concurrency >= 1 else 1}, None
+        return {"concurrency": concurrency}, None
     if kind in _RATE_PHASES and rate is not None and math.isfinite(rate) and rate > 0:
-        if concurrency is not None:
+        if "concurrency" in phase:
             return {}, (f"both concurrency {concurrency} and rate {rate:g}: which one limited the run is not "
                         "recorded")
         return {"arrival_rate_per_s": rate}, None
-    return {}, f"its profiling phase ({kind!r}) is neither a concurrency nor a rate phase"
-
+    return {}, f"its profiling phase ({_short(kind)}) is neither a concurrency nor a rate phase"

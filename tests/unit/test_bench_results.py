@@ -206,6 +206,9 @@ def _aiperf(phase: dict[str, Any], **changes: Any) -> dict[str, Any]:
     (_genai_perf(time_to_first_token={"unit": "ns", "avg": 271.56e6}), {"concurrency": 32}, 0),
     (_aiperf({"type": "concurrency", "concurrency": 32}), {"concurrency": 32}, 2),
     (_aiperf({"type": "poisson", "rate": 4.0}), {"arrival_rate_per_s": 4.0}, 2),
+    (_aiperf({"type": "concurrency"}), {"concurrency": 1}, 2),  # AIPerf leaves its default out of the export
+    (_genai_perf(input_config={"perf_analyzer": {"stimulus": {"request_rate": 4.0}}}), {"arrival_rate_per_s": 4.0}, 0),
+    (_genai_perf(time_to_first_token={"unit": "sec", "avg": 0.27156}), {"concurrency": 32}, 0),
 ])
 def test_genai_perf_and_aiperf_exports_are_runs(tmp_path: Path, content: dict[str, Any], workload: dict[str, Any],
                                                 failed: int) -> None:
@@ -220,8 +223,16 @@ def test_genai_perf_and_aiperf_exports_are_runs(tmp_path: Path, content: dict[st
 @pytest.mark.parametrize(("content", "message"), [
     (_genai_perf(inter_token_latency={"unit": "tokens", "avg": 20.0}), "inter_token_latency is"),
     (_genai_perf(input_config={"perf_analyzer": {"stimulus": {"concurrency": 8, "request_rate": 2.0}}}),
-     "is neither one concurrency nor one request rate"),
-    (_aiperf({"type": "concurrency", "concurrency": 32, "concurrency_ramp": 30}), "its profiling phase ramps"),
+     "its load {'concurrency': 8, 'request_rate': 2.0} is not one concurrency or one rate"),
+    (_aiperf({"type": "concurrency", "concurrency": 32, "concurrency_ramp": 30}),
+     "its profiling phase varies its load (concurrency_ramp)"),
+    (_aiperf({"type": "concurrency", "concurrency": 32, "prefill_ramp": 10}), "varies its load (prefill_ramp)"),
+    (_aiperf({"type": "concurrency", "concurrency": 32, "adaptive_scale": True}), "varies its load (adaptive_scale)"),
+    (_aiperf({"type": "concurrency", "concurrency": 8.0}), "concurrency is 8.0, not a whole number >= 1"),
+    (_aiperf({"type": ["concurrency"]}), "(None) is neither a concurrency nor a rate phase"),
+    (_genai_perf(input_config={"phases": [{"kind": "profiling", "type": "concurrency", "concurrency": 8},
+                                          {"kind": "profiling", "type": "concurrency", "concurrency": 64}]}),
+     "its 2 profiling phases are pooled"),
     (_aiperf({"type": "fixed_schedule"}), "'fixed_schedule') is neither a concurrency nor a rate phase"),
     (_aiperf({"type": "poisson", "rate": 4.0, "concurrency": 64}), "both concurrency 64 and rate 4"),
     ({k: v for k, v in _genai_perf().items() if k != "input_config"}, "records no input_config"),
@@ -234,3 +245,20 @@ def test_a_genai_perf_export_without_one_load_needs_the_entrys(tmp_path: Path, c
     if "inter_token_latency" not in message:  # the load given by the entry settles it
         run = load_runs(_measurements(tmp_path, [_entry(result="p.json", workload={"concurrency": 16})]))[0][0]
         assert run.scenario["workload"]["concurrency"] == 16
+
+
+
+@pytest.mark.parametrize(("content", "message"), [
+    ({k: v for k, v in _genai_perf().items() if k != "inter_token_latency"}, "no inter_token_latency: the run did not"),
+    ({k: v for k, v in _genai_perf().items() if k not in ("time_to_first_token", "inter_token_latency")},
+     "no time_to_first_token: the run did not stream"),
+    (_aiperf({"type": "concurrency"}, error_request_count={"unit": "requests", "avg": 2.5}),
+     "error_request_count averages 2.5; expected a whole number"),
+    (_aiperf({"type": "concurrency"}, error_request_count={"unit": "requests", "avg": 1e308}),
+     "expected a whole number of requests"),
+])
+def test_a_genai_perf_export_that_cannot_be_a_run_says_why(tmp_path: Path, content: dict[str, Any],
+                                                           message: str) -> None:
+    (tmp_path / "p.json").write_text(json.dumps(content), encoding="utf-8")
+    with pytest.raises(InputError, match=re.escape(message)):
+        load_runs(_measurements(tmp_path, [_entry(result="p.json", workload={"concurrency": 8})]))
