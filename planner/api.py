@@ -1,8 +1,9 @@
-"""The Python API for provisioning scripts: `from planner import load_scenario, solve, evaluate`.
+"""The Python API for provisioning scripts: `from planner import load_scenario, solve, evaluate, calibrate`.
 
 Each returns a typed result whose `to_dict()` is exactly what the matching command prints with
-`--format json` (`plan solve`, `plan evaluate`): the same builders (`planner.plan_output`,
-`costmodel.evaluate.Prediction.to_dict`) and the same defaults from the scenario's `search` section.
+`--format json` (`plan solve`, `plan evaluate`, `plan calibrate` less the `output` it wrote): the same builders
+(`planner.plan_output`, `costmodel.evaluate.Prediction.to_dict`, `planner.calibrate.calibration_summary`) and
+the same defaults from the scenario's `search` section.
 Errors are the CLI's: `InputError` (bad input), `InfeasibleError`, `NoSolutionInTimeError`.
 """
 
@@ -19,13 +20,16 @@ from costmodel.layout import Layout
 from costmodel.resolve import ResolvedScenario
 from planner import plan_output
 from planner import scenario as _scenario
-from planner.calibrate import load_calibration
+from planner.calibrate import DEFAULT_FOLDS, CalibrationRun, calibration_summary, calibration_text, load_calibration
+from planner.calibrate import calibrate as _calibrate
+from planner.errors import InputError
 from planner.solve import SolveResult, settings_for
 from planner.solve import solve as _solve
 from planner.sourcefile import SourceDocument
 from planner.sweep_result import Resolution
 
-__all__ = ["Front", "FrontPoint", "Prediction", "ResolvedScenario", "evaluate", "load_scenario", "solve"]
+__all__ = ["Calibrated", "Front", "FrontPoint", "Prediction", "ResolvedScenario", "calibrate", "evaluate",
+           "load_scenario", "solve"]
 
 
 def load_scenario(source: str | Path | dict[str, Any], base_dir: Path | None = None) -> ResolvedScenario:
@@ -105,6 +109,41 @@ def evaluate(scenario: ResolvedScenario | str | Path, layout: Layout | FrontPoin
     elif not isinstance(layout, Layout):
         layout = _scenario.load_layout(Path(layout), resolved)
     return _evaluate(resolved, layout, _calibration(calibration))
+
+
+@dataclass(frozen=True)
+class Calibrated:
+    """The result of `calibrate`: the fitted calibration (give it to `solve` or `evaluate`), how well it fits."""
+
+    calibration: Calibration
+    result: CalibrationRun = field(repr=False)
+    source: Path = field(repr=False)
+
+    def to_dict(self) -> dict[str, Any]:
+        """`plan calibrate --format json`'s summary, key for key, less `output` (the file the command wrote)."""
+        return calibration_summary(self.result)
+
+    def text(self) -> str:
+        """The calibration file `plan calibrate -o FILE` writes, byte for byte."""
+        return calibration_text(self.result, self.source)
+
+    def write(self, path: str | Path) -> Path:
+        """Write `text()` to `path` (readable by `--calibration` and by `solve(..., calibration=path)`)."""
+        target = Path(path)
+        target.write_text(self.text(), encoding="utf-8")
+        return target
+
+
+def calibrate(measurements: str | Path, *, start: Calibration | str | Path | None = None,
+              folds: int = DEFAULT_FOLDS) -> Calibrated:
+    """`plan calibrate`: fit the cost model to the measured runs of a measurements file, starting from `start`
+    (a calibration file or object; the bundled one by default), cross-validated over `folds` folds (0: not)."""
+    if folds == 1 or folds < 0:
+        raise InputError.single(None, None, "folds", f"folds {folds} holds nothing out: give 0 (no "
+                                "cross-validation) or at least 2")
+    source = Path(measurements)
+    result = _calibrate(source, _calibration(start), folds)
+    return Calibrated(result.calibration, result, source)
 
 
 def _calibration(source: Calibration | str | Path | None) -> Calibration | None:

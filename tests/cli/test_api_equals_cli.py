@@ -88,3 +88,21 @@ def test_readme_script_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> 
     exec(compile(block.group(1), "README.md", "exec"), namespace)
     assert (tmp_path / "out" / "ds" / "front.json").is_file()
     assert "launch-vllm.sh" in namespace["files"]
+
+
+def test_calibrate_dumps_the_cli_json_and_writes_its_file(tmp_path: Path) -> None:
+    """`calibrate` is `plan calibrate`: the same summary (less the `output` the command wrote), the same file
+    byte for byte, and a calibration `solve` and `evaluate` take."""
+    measurements = REPO / "examples" / "calibration" / "llama-70b-h200-vllm.measurements.yaml"
+    fitted = planner.calibrate(measurements)
+    cli_file = tmp_path / "cli.yaml"
+    result = run_cli("calibrate", str(measurements), "-o", str(cli_file), "--format", "json")
+    assert result.code == 0, result.err
+    assert {k: v for k, v in json.loads(result.out).items() if k != "output"} == _plain(fitted.to_dict())
+    assert fitted.write(tmp_path / "api.yaml").read_bytes() == cli_file.read_bytes()
+    scenario = load_scenario(REPO / "examples" / "calibration" / "llama-70b-h200-vllm.yaml")
+    layout = {"serving": "aggregated", "pools": [{"role": "mixed", "tp": 8, "moe_tp": 8, "batch": 16}]}
+    assert evaluate(scenario, layout, calibration=fitted.calibration).to_dict() == \
+        evaluate(scenario, layout, calibration=tmp_path / "api.yaml").to_dict()
+    with pytest.raises(InputError, match="folds 1 holds nothing out"):
+        planner.calibrate(measurements, folds=1)
