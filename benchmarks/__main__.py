@@ -21,6 +21,8 @@ def main(argv: list[str] | None = None) -> int:
     accuracy_parser = commands.add_parser("accuracy", help="leave-group-out error of TTFT and TPOT")
     accuracy_parser.add_argument("--json", type=Path, help="also write the figures as JSON here")
     accuracy_parser.add_argument("--markdown", action="store_true", help="also print markdown tables")
+    accuracy_parser.add_argument("--keys", nargs="+", choices=GROUP_KEYS, default=list(accuracy.KEYS),
+                                 help="what is held out in turn (default: model, system, engine, serving)")
     ceiling_parser = commands.add_parser("ceiling", help="held-out error with the engines' own values of some factors")
     ceiling_parser.add_argument("--factors", default=",".join(ceiling.TTFT_FIELDS),
                                 help="engine factors the held-out rows' engines keep (comma-separated)")
@@ -70,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
         return published.main()
     if args.command == "fit":
         return fit.main(write=args.write)
-    return accuracy.main(json_out=args.json, markdown=args.markdown)
+    return accuracy.main(json_out=args.json, markdown=args.markdown, keys=tuple(args.keys))
 
 
 if __name__ == "__main__":

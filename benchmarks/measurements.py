@@ -81,7 +81,9 @@ from costmodel.scenario import Scenario
 from costmodel.serving import sglang_chunked_prefill
 
 SHARED_CALIBRATION: Final = Path(__file__).resolve().parents[1].parent / "shared" / "calibration"
-GROUP_KEYS: Final = ("model", "system", "engine", "serving")
+# what a row may be held out by; a campaign is one engine build on one system in one serving mode (what one team
+# measures on its own cluster, with its own client and settings: `benchmarks.own_calibration`)
+GROUP_KEYS: Final = ("model", "system", "engine", "serving", "campaign")
 
 # CSV model_path (lower case) -> catalog id, for checkpoints we hold under another name.
 _MODEL_RENAMES: Final = {
@@ -120,6 +122,11 @@ class Measurement:
     ttft_ms: float
     tpot_ms: float
     assumptions: tuple[str, ...]
+
+    @property
+    def campaign(self) -> str:
+        """The row's campaign: engine, its version ("(none)" where the CSV gives none), system, serving mode."""
+        return f"{self.engine} {self.engine_version or '(none)'} {self.system} {self.serving}"
 
     def group(self, key: str) -> str:
         """The value of grouping `key` (one of GROUP_KEYS) for this row."""

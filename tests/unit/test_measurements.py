@@ -285,5 +285,8 @@ def test_unknown_group_key(tmp_path: Path) -> None:
     (m,) = load_measurements(_write_csv(tmp_path, AGG_ROW))
     assert [m.group(k) for k in ("model", "system", "engine", "serving")] == [
         "Qwen/Qwen3-32B", "h100-sxm", "trtllm", "aggregated"]
+    assert m.group("campaign") == "trtllm 1.0 h100-sxm aggregated"  # one engine build, system and serving mode
+    (unversioned,) = load_measurements(_write_csv(tmp_path, AGG_ROW | {"backend_version": ""}))
+    assert unversioned.group("campaign") == "trtllm (none) h100-sxm aggregated"
     with pytest.raises(KeyError):
         m.group("precision")
