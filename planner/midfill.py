@@ -18,14 +18,9 @@ import numpy as np
 from costmodel.serving import turn_share
 from planner.formulation.options import DeploymentOptions
 from planner.formulation.pairs import PAIR_LIMIT, PairTable
-from planner.formulation.screening import screen, split_ratio_bound
+from planner.formulation.screening import TooManyPairs, screen, split_ratio_bound
 from planner.solve import SolveResult
 from planner.sweep_result import SolvedPoint
-
-
-class TooManyPairs(Exception):
-    """More configuration pairs than `PAIR_LIMIT`: the shared structure's bound is not tabulated."""
-
 
 _TABLES: weakref.WeakKeyDictionary[DeploymentOptions, PairTable | None] = weakref.WeakKeyDictionary()
 
@@ -33,7 +28,7 @@ _TABLES: weakref.WeakKeyDictionary[DeploymentOptions, PairTable | None] = weakre
 def _shared_table(options: DeploymentOptions, slo_s: float | None) -> PairTable | None:
     """The shared structure's pairs within the TTFT SLO, built once per solve (every point's TTFT is within
     it, and a lower cap screens out only configurations none of whose pairs meets it); raises TooManyPairs
-    when the pairs are too many to tabulate."""
+    beyond `PAIR_LIMIT` pairs."""
     if options not in _TABLES:
         screened = screen(options, slo_s, 0.0, False)
         if len(screened.prefill) * len(screened.decode) > PAIR_LIMIT:
@@ -80,7 +75,13 @@ def midfill_choice(result: SolveResult, solved: SolvedPoint) -> dict[str, Any] |
         return {"pool": "shared", "first_turn_share": share, "alternative_bound": None,
                 "why": f"shared: {reason}"}
     else:
-        bound, other = split_ratio_bound(options, eps), "a separate midfill pool"
+        other = "a separate midfill pool"
+        try:
+            bound = split_ratio_bound(options, eps)
+        except TooManyPairs:
+            return {"pool": "shared", "first_turn_share": share, "alternative_bound": None,
+                    "why": f"shared (first turns are {share:.0%} of fills): the MILP found it better than {other} "
+                           "(no bound quoted: too many configuration pairs to tabulate)"}
     kind = "separate" if separate else "shared"
     if bound is None:
         tail = f"no deployment with {other} reaches this TTFT"

@@ -374,15 +374,29 @@ def _optimistic_split_pairs(options: DeploymentOptions, first: list[tuple[Prefil
     return result
 
 
+class TooManyPairs(Exception):
+    """More configuration pairs than a bound's limit: the bound is not tabulated (a report says so)."""
+
+
+# Pairs (fill configurations of both groups x decode configurations) `split_ratio_bound` tabulates at most: a
+# report's bound, computed for each point, at about 40 bytes a pair in its arrays. Beyond it the point's report
+# quotes no bound. Measured: gpt-oss-120b sessions on 16 MI300X racks, disaggregated, held 9,857 x 52,171 = 514
+# million pairs, 69 s and several GB for one point's sentence, in a solve of 8 s.
+SPLIT_BOUND_PAIR_LIMIT = 4_000_000
+
+
 def split_ratio_bound(options: DeploymentOptions, eps_s: float | None) -> float | None:
     """Most tokens/s per GPU any deployment with a separate midfill pool can reach within the cap (an
-    upper bound from the optimistic pairs; None when none is within it)."""
+    upper bound from the optimistic pairs; None when none is within it); raises TooManyPairs beyond
+    `SPLIT_BOUND_PAIR_LIMIT` pairs."""
     screened = screen(options, eps_s, 0.0, False)
     if not screened.midfill:
         return None
     table = _decode_table(options)
     keys = {(id(d), n) for d, n in screened.decode}
     index = np.array([i for i, (d, n) in enumerate(table.configs) if (id(d), n) in keys], dtype=int)
+    if (len(screened.first) + len(screened.midfill)) * len(index) > SPLIT_BOUND_PAIR_LIMIT:
+        raise TooManyPairs
     pairs = _optimistic_split_pairs(options, screened.first, screened.midfill, table, index)
     # every deployment holds a first-turn configuration: the first group's pairs already bound them all
     best = min(p.best_ratio(options, p.within(options, eps_s)) for p in pairs)
