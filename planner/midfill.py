@@ -66,9 +66,7 @@ def midfill_choice(result: SolveResult, solved: SolvedPoint) -> dict[str, Any] |
         try:
             bound = shared_ratio_bound(options, eps, None if slo is None else max(eps, slo / 1e3))
         except TooManyPairs:
-            return {"pool": "separate", "first_turn_share": share, "alternative_bound": None,
-                    "why": f"separate (first turns are {share:.0%} of fills): the MILP found it better than {other} "
-                           "(no bound quoted: too many configuration pairs to tabulate)"}
+            return _unquoted("separate", share, other)
     elif options.split is None:
         reason = ("a separate midfill pool was not searched (search.separate_midfill is false)"
                   if sessions.turns > 1 else "sessions of one turn have no midfills")
@@ -79,9 +77,7 @@ def midfill_choice(result: SolveResult, solved: SolvedPoint) -> dict[str, Any] |
         try:
             bound = split_ratio_bound(options, eps)
         except TooManyPairs:
-            return {"pool": "shared", "first_turn_share": share, "alternative_bound": None,
-                    "why": f"shared (first turns are {share:.0%} of fills): the MILP found it better than {other} "
-                           "(no bound quoted: too many configuration pairs to tabulate)"}
+            return _unquoted("shared", share, other)
     kind = "separate" if separate else "shared"
     if bound is None:
         tail = f"no deployment with {other} reaches this TTFT"
@@ -90,3 +86,10 @@ def midfill_choice(result: SolveResult, solved: SolvedPoint) -> dict[str, Any] |
                 f"{ratio:.1f} here")
     return {"pool": kind, "first_turn_share": share, "alternative_bound": bound,
             "why": f"{kind} (first turns are {share:.0%} of fills): {tail}"}
+
+
+def _unquoted(kind: str, share: float, other: str) -> dict[str, Any]:
+    """The choice without the other structure's bound, its pairs too many to tabulate."""
+    return {"pool": kind, "first_turn_share": share, "alternative_bound": None,
+            "why": f"{kind} (first turns are {share:.0%} of fills): the MILP found it better than {other} "
+                   "(no bound quoted: too many configuration pairs to tabulate)"}
