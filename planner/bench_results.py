@@ -142,8 +142,7 @@ def _measured(data: dict[str, Any], source: str) -> RunFromResult:
 
 def _load(data: dict[str, Any]) -> tuple[dict[str, Any], str | None]:
     """Closed loop at `max_concurrency`, or open loop at `request_rate`; else why the file cannot say."""
-    concurrency, rate = data.get("max_concurrency"), _number(data.get("request_rate"))
-    finite_rate = rate is not None and math.isfinite(rate) and rate > 0
+    concurrency, rate = data.get("max_concurrency"), _rate(data.get("request_rate"))
     if data.get("ramp_up_strategy") is not None:
         return {}, (f"a ramp-up run (ramp_up_strategy {data['ramp_up_strategy']!r}): its rate changes over the run, "
                     "with no one load to calibrate on")
@@ -152,11 +151,11 @@ def _load(data: dict[str, Any]) -> tuple[dict[str, Any], str | None]:
     if concurrency is not None:
         if _whole(concurrency) is None or concurrency < 1:
             raise ResultError(f"max_concurrency is {concurrency!r}; expected a whole number of at least 1")
-        if finite_rate:
+        if rate is not None:
             return {}, (f"both max_concurrency {concurrency} and request_rate {rate:g}: which one limited the run is "
                         "not recorded")
         return {"concurrency": concurrency}, None
-    if finite_rate:
+    if rate is not None:
         return {"arrival_rate_per_s": rate}, None
     return {}, (f"no max_concurrency and request_rate {data.get('request_rate')!r}: every prompt was sent at once, "
                 "a burst with no steady state")
@@ -165,6 +164,12 @@ def _load(data: dict[str, Any]) -> tuple[dict[str, Any], str | None]:
 def _number(value: object) -> float | None:
     """`value` if a JSON number (not a boolean)."""
     return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+
+def _rate(value: object) -> float | None:
+    """`value` if a positive, finite JSON number: a request rate that paces a run."""
+    rate = _number(value)
+    return rate if rate is not None and math.isfinite(rate) and rate > 0 else None
 
 
 def _whole(value: object) -> int | None:
@@ -229,13 +234,14 @@ def _measured_by_genai_perf(data: dict[str, Any], source: str) -> RunFromResult:
                          lengths | load, _errors(data), source, problem)
 
 
-def _average(data: dict[str, Any], key: str, units: tuple[str, ...]) -> float:
+def _average(data: dict[str, Any], key: str, units: tuple[str, ...]) -> tuple[float, str]:
+    """A metric's `avg` and its `unit` (one of `units`)."""
     metric = data.get(key)
     value = _number(metric.get("avg")) if isinstance(metric, dict) else None
     unit = metric.get("unit") if isinstance(metric, dict) else None
     if value is None or not math.isfinite(value) or value < 0 or unit not in units:
         raise ResultError(f"{key} is {_short(metric)}; expected {{unit: {' | '.join(units)}, avg: a number}}")
-    return value
+    return value, str(unit)
 
 
 def _short(value: object) -> str:
@@ -247,23 +253,22 @@ def _errors(data: dict[str, Any]) -> int:
     """Failed requests (AIPerf's `error_request_count`, present only when some failed)."""
     if "error_request_count" not in data:
         return 0
-    count = _average(data, "error_request_count", ("count", "requests"))
+    count, _ = _average(data, "error_request_count", ("count", "requests"))
     if not count.is_integer() or count > _MAX_COUNT:
         raise ResultError(f"error_request_count averages {count:g}; expected a whole number of requests")
     return int(count)
 
 
 def _average_ms(data: dict[str, Any], key: str) -> float:
-    metric = data.get(key)
-    unit = metric.get("unit") if isinstance(metric, dict) else None
-    value = _average(data, key, tuple(_TO_MS)) * _TO_MS[str(unit)]
+    value, unit = _average(data, key, tuple(_TO_MS))
+    value *= _TO_MS[unit]
     if not 0 < value <= MAX_TIME_MS:
         raise ResultError(f"{key} averages {value:g} ms; expected a positive time, under a day")
     return value
 
 
 def _average_length(data: dict[str, Any], key: str) -> int:
-    mean = round(_average(data, key, ("tokens",)))
+    mean = round(_average(data, key, ("tokens",))[0])
     if not 1 <= mean <= MAX_TOKENS:
         raise ResultError(f"{key} averages {mean} tokens; expected 1 to {MAX_TOKENS:,}")
     return mean
@@ -280,10 +285,10 @@ def _genai_perf_load(config: object) -> tuple[dict[str, Any], str | None]:
     analyzer = config.get("perf_analyzer")
     stimulus = analyzer.get("stimulus") if isinstance(analyzer, dict) else config
     stimulus = stimulus if isinstance(stimulus, dict) else {}
-    concurrency, rate = _whole(stimulus.get("concurrency")), _number(stimulus.get("request_rate"))
+    concurrency, rate = _whole(stimulus.get("concurrency")), _rate(stimulus.get("request_rate"))
     if concurrency is not None and concurrency >= 1 and "request_rate" not in stimulus:
         return {"concurrency": concurrency}, None
-    if rate is not None and math.isfinite(rate) and rate > 0 and "concurrency" not in stimulus:
+    if rate is not None and "concurrency" not in stimulus:
         return {"arrival_rate_per_s": rate}, None
     given = {key: stimulus[key] for key in ("concurrency", "request_rate") if key in stimulus}
     return {}, f"its load {_short(given or 'neither concurrency nor request_rate')} is not one concurrency or one rate"
@@ -304,10 +309,10 @@ def _aiperf_load(phases: list[Any]) -> tuple[dict[str, Any], str | None]:
     concurrency = _whole(phase.get("concurrency", 1))
     if "concurrency" in phase and (concurrency is None or concurrency < 1):
         return {}, f"its profiling phase's concurrency is {_short(phase['concurrency'])}, not a whole number >= 1"
-    rate = _number(phase.get("rate"))
+    rate = _rate(phase.get("rate"))
     if kind == "concurrency":
         return {"concurrency": concurrency}, None
-    if kind in _RATE_PHASES and rate is not None and math.isfinite(rate) and rate > 0:
+    if kind in _RATE_PHASES and rate is not None:
         if "concurrency" in phase:
             return {}, (f"both concurrency {concurrency} and rate {rate:g}: which one limited the run is not "
                         "recorded")
