@@ -1,7 +1,8 @@
 """`python -m benchmarks <command>`: fit (calibration), accuracy (held-out cost-model error), ceiling (the
 held-out-engine error with the engine's own factors), published (against published figures), speed,
 solver (front quality and time against a baseline), scaling (time and memory against size), own-calibration
-(what calibrating on one's own runs buys, campaign by campaign)."""
+(what calibrating on one's own runs buys, campaign by campaign), expected-error (the held-out figures
+`plan solve` and `plan evaluate` quote, packaged)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from benchmarks import accuracy, ceiling, fit, own_calibration, published, scaling, solver, speed
+from benchmarks import accuracy, ceiling, expected_error, fit, own_calibration, published, scaling, solver, speed
 from benchmarks.measurements import GROUP_KEYS
 
 
@@ -28,6 +29,9 @@ def main(argv: list[str] | None = None) -> int:
                                 help="engine factors the held-out rows' engines keep (comma-separated)")
     ceiling_parser.add_argument("--key", choices=GROUP_KEYS, default="engine", help="what is held out in turn")
     commands.add_parser("published", help="the calibration against published serving figures (never fitted)")
+    expected_parser = commands.add_parser("expected-error", help="the held-out figures plan solve quotes, packaged")
+    expected_parser.add_argument("--write", action="store_true",
+                                 help="write costmodel/data/calibration/expected_error.yaml")
     own_parser = commands.add_parser("own-calibration", help="error on half of each campaign, calibrated on the other")
     own_parser.add_argument("--json", type=Path, help="also write the figures as JSON here")
     speed_parser = commands.add_parser("speed", help="cost-model evaluations per second")
@@ -70,6 +74,8 @@ def main(argv: list[str] | None = None) -> int:
         return own_calibration.main(args.json)
     if args.command == "published":
         return published.main()
+    if args.command == "expected-error":
+        return expected_error.main(write=args.write)
     if args.command == "fit":
         return fit.main(write=args.write)
     return accuracy.main(json_out=args.json, markdown=args.markdown, keys=tuple(args.keys))

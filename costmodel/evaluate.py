@@ -9,6 +9,7 @@ from typing import Any
 from costmodel.calibration import SCHEDULING, Calibration, default_calibration, generation_of
 from costmodel.disaggregated import FillStation, split_serving
 from costmodel.errors import ScenarioError
+from costmodel.expected_error import ExpectedError, expected_error
 from costmodel.hardware import GB, SystemSpec
 from costmodel.inventory import ClusterGroup
 from costmodel.kv_report import kv_tier_report
@@ -56,6 +57,7 @@ class Prediction:
     kv_tiers: dict[str, Any] | None = None  # multi-turn sessions: see costmodel.kv_report
     warnings: tuple[str, ...] = ()  # layouts that run but waste GPUs (`costmodel.resolve.layout_warnings`)
     deployments: tuple[dict[str, Any], ...] = ()  # a composite layout: each deployment's own figures
+    expected_error: ExpectedError | None = None  # how far to trust the figures
 
     def to_dict(self) -> dict[str, Any]:
         extra: dict[str, Any] = {} if self.kv_tiers is None else {"kv_tiers": self.kv_tiers}
@@ -63,6 +65,8 @@ class Prediction:
             extra["warnings"] = list(self.warnings)
         if self.deployments:
             extra["deployments"] = list(self.deployments)
+        if self.expected_error is not None:
+            extra["expected_error"] = self.expected_error.to_dict()
         return {
             "ttft_ms": self.ttft_ms,
             "tpot_ms": self.tpot_ms,
@@ -197,8 +201,13 @@ def plan_layout(resolved: ResolvedScenario, layout: Layout, pricer: Pricer | Non
 
 
 def evaluate(resolved: ResolvedScenario, layout: Layout, calibration: Calibration | None = None) -> Prediction:
-    """Predict TTFT, TPOT, throughput per GPU and memory of `layout` serving `resolved`."""
-    calibration = calibration or default_calibration()
+    """Predict TTFT, TPOT, throughput per GPU and memory of `layout` serving `resolved`, with the error to
+    expect of those figures."""
+    trust = expected_error(resolved, calibration)
+    return replace(_predict_layout(resolved, layout, calibration or default_calibration()), expected_error=trust)
+
+
+def _predict_layout(resolved: ResolvedScenario, layout: Layout, calibration: Calibration) -> Prediction:
     pricer = DirectPricer(resolved.system, calibration, resolved.scenario.engine)
     if layout.serving == "composite":
         whole = composite([predict(plan_layout(resolved, part, pricer), pricer) for part in layout.parts])

@@ -83,6 +83,8 @@ def print_prediction(prediction: Prediction) -> None:
         _print_kv_tiers(console, prediction.kv_tiers)
     for pool in prediction.pools:
         _print_pool(console, pool)
+    if prediction.expected_error is not None:
+        console.print(prediction.expected_error.text())
 
 
 def _print_kv_tiers(console: Console, tiers: dict[str, Any]) -> None:

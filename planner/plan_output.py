@@ -16,6 +16,7 @@ import yaml
 
 from costmodel.calibration import default_calibration, fingerprint
 from costmodel.evaluate import evaluate, pool_context
+from costmodel.expected_error import expected_error
 from costmodel.kv_tiers import FETCHED_TIERS, TIERS
 from costmodel.layout import Layout
 from costmodel.resolve import ResolvedScenario
@@ -185,6 +186,7 @@ def result_dict(result: SolveResult) -> dict[str, Any]:
         "gpu_accounting": result.resolved.scenario.search.gpu_accounting,
         "cluster_gpus": result.resolved.gpus,
         **({"calibration": fingerprint(result.calibration)} if result.calibration is not None else {}),
+        "expected_error": expected_error(result.resolved, result.calibration).to_dict(),
         **economics_report.result_fields(result.resolved),
         "coverage": coverage_dict(result),
         "front": [point_dict(result, p) for p in result.front],
@@ -321,6 +323,7 @@ def print_table(result: SolveResult, console: Any, model_stats: bool) -> None:
               else "each TTFT cap proven by enumeration, no MILP needed")
     console.print(f"status {result.status} ({result.termination}); largest gap {result.gap:.2%}; "
                   f"{proofs}; {result.time_s:.1f} s")
+    console.print(expected_error(result.resolved, result.calibration).text())
     coverage = result.coverage
     if coverage is not None:
         uncovered = "".join(f"; not yet searched: TTFT {a:.1f}-{b:.1f} ms" for a, b, _ in coverage.uncovered_ms[:3])

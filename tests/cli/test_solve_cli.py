@@ -27,9 +27,12 @@ def test_json_front_and_plan_files_round_trip(scenario: Path, tmp_path: Path) ->
                      "--model-stats")
     assert result.code == 0, result.err
     data = json.loads(result.out)
-    assert set(data) == {"status", "termination", "scenario", "gpu_accounting", "cluster_gpus", "objective",
-                         "economics", "coverage", "front", "expert_banks", "solver", "candidates", "model_statistics"}
+    assert set(data) == {"status", "termination", "scenario", "gpu_accounting", "cluster_gpus", "expected_error",
+                         "objective", "economics", "coverage", "front", "expert_banks", "solver", "candidates",
+                         "model_statistics"}
     assert data["termination"] == "completed" and data["gpu_accounting"] == "cluster"
+    assert data["expected_error"]["basis"] and set(data["expected_error"]["held_out_by"]) <= {
+        "campaign", "model", "system", "engine"}
     assert 0.95 <= data["coverage"]["hypervolume_ratio_at_least"] <= 1.0
     assert data["coverage"]["batches"]["scope"] == "every_integer_batch"
     # auto resolution: optimal over the timed batches, within 1% over every untimed one: feasible, gap 1%
