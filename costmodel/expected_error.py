@@ -52,12 +52,16 @@ class ExpectedError:
 
     def text(self) -> str:
         """One line for the console."""
-        if self.figures is None:
-            return f"expected error of the predictions: not measured ({self.basis})"
-        f = self.figures
-        return (f"expected error of the predicted TTFT / TPOT: median {f['ttft_median_pct']:.0f}% / "
-                f"{f['tpot_median_pct']:.0f}%, 1 in 10 beyond {f['ttft_p90_pct']:.0f}% / {f['tpot_p90_pct']:.0f}% "
-                f"({self.basis})")
+        return describe(self.to_dict())
+
+
+def describe(error: dict[str, Any]) -> str:
+    """One line saying an `expected_error` of the JSON (`ExpectedError.to_dict`)."""
+    if error["ttft_median_pct"] is None:
+        return f"expected error of the predictions: not measured ({error['basis']})"
+    return (f"expected error of the predicted TTFT / TPOT: median {error['ttft_median_pct']:.0f}% / "
+            f"{error['tpot_median_pct']:.0f}%, 1 in 10 beyond {error['ttft_p90_pct']:.0f}% / "
+            f"{error['tpot_p90_pct']:.0f}% ({error['basis']})")
 
 
 @functools.lru_cache(maxsize=1)

@@ -14,6 +14,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from costmodel.expected_error import describe
 from costmodel.resolve import ResolvedScenario
 
 ASSETS = Path(__file__).parent / "report_assets"
@@ -44,6 +45,7 @@ def render(data: dict[str, Any], resolved: ResolvedScenario) -> str:
     slo = ", ".join(f"{k.removesuffix('_ms').upper()} SLO {v:g} ms" for k, v in info["slo"].items() if v is not None)
     css = (ASSETS / "report.css").read_text(encoding="utf-8")
     js = (ASSETS / "report.js").read_text(encoding="utf-8")
+    trust = f'<p class="key">{html.escape(describe(data["expected_error"]))}</p>\n' if "expected_error" in data else ""
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>{title}</title>
 <script>window.reportErrors = [];
@@ -54,7 +56,7 @@ window.addEventListener("error", (e) => window.reportErrors.push(String(e.messag
 <h1>{title}</h1>
 <p class="key"><span>{html.escape(slo or "no SLO")}</span><span>&#9679; aggregated</span>
 <span>&#9632; disaggregated</span><span>hover a point for its layout and figures; click it to draw it</span></p>
-<div id="front"></div>
+{trust}<div id="front"></div>
 <h2>Selected point</h2>
 <div id="detail"></div>
 <div id="cluster"></div>

@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 import yaml
 
+from costmodel.expected_error import describe
 from planner import report_html
 from planner.scenario import load_scenario
 from tests.conftest import SCENARIOS
@@ -122,6 +123,7 @@ def test_report_of_a_solved_front_renders_in_chromium(tmp_path: Path) -> None:
     data = json.loads((tmp_path / "front.json").read_text(encoding="utf-8"))
     page = tmp_path / "report.html"
     assert "http://" not in page.read_text(encoding="utf-8").replace("http://www.w3.org/2000/svg", "")
+    assert describe(data["expected_error"]).replace("'", "&#x27;") in page.read_text(encoding="utf-8")
     servings = [p["serving"] for p in data["front"]]
     for point in {0, servings.index("disaggregated") if "disaggregated" in servings else 0}:
         dom, log = browse(page, point)
