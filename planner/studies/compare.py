@@ -151,6 +151,7 @@ def compare_dict(study: Study, results: list[CaseResult], objective: str, bands:
                     "case_hash": f.result.case.hash,
                     "economics": f.result.result["economics"] if f.result.result else None,
                     "coverage": f.result.result["coverage"] if f.result.result else None,
+                    "expected_error": f.result.result.get("expected_error") if f.result.result else None,
                     "front": f.points} for f in found],
         "bands": best_by_band(found, caps, objective),
     }

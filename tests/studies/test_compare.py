@@ -60,6 +60,8 @@ def test_fronts_side_by_side_and_best_per_band(compared: tuple[Path, Path, dict[
         price = front["economics"]["usd_per_gpu_hour"]
         for point in front["front"]:
             assert point["usd_per_million_tokens"] == pytest.approx(price / (point["tokens_per_s_per_gpu"] * 3.6e-3))
+    # each case says how far to trust its figures: qwen3-30b is not in the calibration's rows, nor the engine
+    assert all(f["expected_error"]["held_out_by"] == ["model", "engine"] for f in data["fronts"])
     assert {p.name for p in out.iterdir()} == {"cases", "compare.json", "compare.csv", "compare.png"}
     rows = list(csv.DictReader(io.StringIO((out / "compare.csv").read_text())))
     assert len(rows) == sum(len(f["front"]) for f in data["fronts"])
