@@ -203,8 +203,16 @@ def plan_layout(resolved: ResolvedScenario, layout: Layout, pricer: Pricer | Non
 def evaluate(resolved: ResolvedScenario, layout: Layout, calibration: Calibration | None = None) -> Prediction:
     """Predict TTFT, TPOT, throughput per GPU and memory of `layout` serving `resolved`, with the error to
     expect of those figures."""
-    trust = expected_error(resolved, calibration)
+    trust = expected_error(resolved, calibration, layout_systems(resolved, layout))
     return replace(_predict_layout(resolved, layout, calibration or default_calibration()), expected_error=trust)
+
+
+def layout_systems(resolved: ResolvedScenario, layout: Layout) -> list[SystemSpec]:
+    """The systems a layout's pools run on (every deployment's of a composite layout), in cluster order."""
+    parts = layout.parts if layout.serving == "composite" else [layout]
+    names = {pool.group for part in parts for pool in part.pools}
+    groups = [resolved.group_named(name) for name in names]
+    return [g.system for g in resolved.groups if g in groups]
 
 
 def _predict_layout(resolved: ResolvedScenario, layout: Layout, calibration: Calibration) -> Prediction:

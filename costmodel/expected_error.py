@@ -4,31 +4,40 @@ chosen by what the bundled calibration's rows cover of a scenario.
 The figures are the accuracy benchmark's (`python -m benchmarks accuracy`, held-out median and 90th-percentile
 absolute percentage error of the mean TTFT and TPOT), copied into `data/calibration/expected_error.yaml` by
 `python -m benchmarks expected-error --write` with the fingerprint of the calibration they were measured on.
-Which figure applies:
-- the scenario's model, every system of its cluster and its engine are in the calibration's rows: the error
-  held out by campaign (a new engine build, system and serving mode of things the rows know: what a team's own
-  deployment is most like);
+Which figure applies (each over the rows of the scenario's engine where the rows have it: the engines' errors
+differ, TTFT held out by campaign 18.7% for vLLM, 26.4% for TRT-LLM, 36.7% for SGLang):
+- the scenario's model, the systems of its deployment and its engine are in the calibration's rows: the error
+  held out by campaign (a new engine build, system and serving mode of things the rows know: what a team's
+  own deployment is most like);
 - one of them is not (a catalog model, a GPU or the `generic` engine the rows lack): the error held out by that
   key (each model, system or engine of the rows predicted by a fit without it);
 - several are not: the largest of those figures, each measured with one key held out at a time, so likely
   optimistic for the combination;
 - a GPU generation without rows (AMD's today): no figure; its factors are priors, and no fold held out a whole
   generation (holding out H200 leaves H100's rows).
-Assumptions: a model is known by its name alone (another precision of a known model counts as known); the
-serving mode is never new (the rows have both); a calibration other than the bundled one (`plan calibrate`)
-has no figures here: its own cross-validated error is in its header.
+A deployment whose pools run on several systems counts as a new system (no row did that); a system with
+`overrides` is new; a model file equal to a catalog model of the rows is that model. Assumptions: a model is
+known by its catalog entry (Qwen3-235B-A22B in bf16 is not the FP8 checkpoint the rows ran); the serving mode
+is never new (the rows have both); a GPU name the catalog does not know is read as `generation_of` reads
+it; a calibration other than the bundled one (`plan calibrate`) has no figures here: its own cross-validated
+error is in its header.
 """
 
 from __future__ import annotations
 
 import functools
+from collections.abc import Sequence
 from dataclasses import dataclass
 from importlib import resources
 from typing import Any
 
 import yaml
 
+from costmodel.architecture import Architecture
 from costmodel.calibration import Calibration, default_calibration, fingerprint, generation_of
+from costmodel.errors import CostModelError
+from costmodel.hardware import SystemSpec, load_system, system_names
+from costmodel.models import load_model
 from costmodel.resolve import ResolvedScenario
 
 KEYS = ("model", "system", "engine")  # what a scenario may bring that the calibration's rows lack
@@ -40,7 +49,7 @@ DATA_FILE = "expected_error.yaml"
 class ExpectedError:
     """The error to expect of a scenario's predictions, and why that figure."""
 
-    held_out_by: tuple[str, ...]  # the accuracy benchmark's groupings the figures come from; () if none apply
+    held_out_by: tuple[str, ...]  # the accuracy benchmark's folds the figures come from; () if none apply
     new: dict[str, tuple[str, ...]]  # key -> the scenario's values the calibration's rows lack
     figures: dict[str, float] | None  # FIGURES -> percent; None for a calibration without measured figures
     basis: str
@@ -58,10 +67,10 @@ class ExpectedError:
 def describe(error: dict[str, Any]) -> str:
     """One line saying an `expected_error` of the JSON (`ExpectedError.to_dict`)."""
     if error["ttft_median_pct"] is None:
-        return f"expected error of the predictions: not measured ({error['basis']})"
-    return (f"expected error of the predicted TTFT / TPOT: median {error['ttft_median_pct']:.0f}% / "
-            f"{error['tpot_median_pct']:.0f}%, 1 in 10 beyond {error['ttft_p90_pct']:.0f}% / "
-            f"{error['tpot_p90_pct']:.0f}% ({error['basis']})")
+        return f"error to expect of the predicted mean TTFT / TPOT: not measured ({error['basis']})"
+    return (f"error to expect of the predicted mean TTFT / TPOT (either way; tokens/s per GPU follows TPOT): "
+            f"median {error['ttft_median_pct']:.0f}% / {error['tpot_median_pct']:.0f}%, 1 in 10 beyond "
+            f"{error['ttft_p90_pct']:.0f}% / {error['tpot_p90_pct']:.0f}% ({error['basis']})")
 
 
 @functools.lru_cache(maxsize=1)
@@ -72,36 +81,74 @@ def bundled_figures() -> dict[str, Any]:
     return data
 
 
-def scenario_values(resolved: ResolvedScenario) -> dict[str, tuple[str, ...]]:
-    """The scenario's model, systems and engine, as the calibration's rows name them."""
-    return {"model": (resolved.architecture.name,),
-            "system": tuple(sorted({group.system.name for group in resolved.groups})),
+def scenario_values(resolved: ResolvedScenario, systems: Sequence[SystemSpec]) -> dict[str, tuple[str, ...]]:
+    """The scenario's model, systems and engine, as the calibration's rows name them: a model file equal to a
+    catalog model the rows ran is that model; a system with overrides is new."""
+    return {"model": (_model_name(resolved.architecture),),
+            "system": tuple(sorted({_system_name(system) for system in systems})),
             "engine": (resolved.scenario.engine,)}
 
 
-def expected_error(resolved: ResolvedScenario, calibration: Calibration | None = None) -> ExpectedError:
-    """The held-out error that applies to `resolved` priced with `calibration` (the bundled one if None)."""
+def _model_name(architecture: Architecture) -> str:
+    covered: list[str] = bundled_figures()["covered"]["model"]
+    for name in covered:
+        known = _catalog_architecture(name)
+        if architecture == known or architecture.model_copy(update={"name": name}) == known:
+            return name
+    return architecture.name
+
+
+@functools.lru_cache(maxsize=32)
+def _catalog_architecture(name: str) -> Architecture | None:
+    try:
+        return load_model(name)
+    except CostModelError:  # a model of the rows the catalog lacks: matched by name alone
+        return None
+
+
+def _system_name(system: SystemSpec) -> str:
+    catalog = system.name in system_names() and load_system(system.name) == system
+    return system.name if catalog else f"{system.name} (overridden)"
+
+
+def expected_error(resolved: ResolvedScenario, calibration: Calibration | None = None,
+                   systems: Sequence[SystemSpec] | None = None) -> ExpectedError:
+    """The held-out error that applies to `resolved` priced with `calibration` (the bundled one if None), on
+    `systems`: those a deployment's pools run on (every system of the cluster if None)."""
     data = bundled_figures()
     if calibration is not None and calibration != default_calibration() \
             and fingerprint(calibration)["sha256"] != data["calibration_sha256"]:
         return ExpectedError((), {}, None, "a calibration other than the bundled one; `plan calibrate` prints its "
                                            "cross-validated error and writes it in the calibration's header")
-    covered: dict[str, list[str]] = data["covered"]
-    unmeasured = sorted({generation_of(g.system) for g in resolved.groups} - set(data["generations"]))
+    systems = list(systems) if systems else [group.system for group in resolved.groups]
+    unmeasured = sorted({generation_of(system) for system in systems} - set(data["generations"]))
     if unmeasured:
         return ExpectedError((), {}, None, f"the calibration's rows have no GPU of the {', '.join(unmeasured)} "
                                            "generation: its factors are kernel-microbenchmark priors, and no held-out "
                                            "fold measured a generation without rows")
-    values = scenario_values(resolved)
+    covered: dict[str, list[str]] = data["covered"]
+    values = scenario_values(resolved, systems)
     new = {key: tuple(v for v in values[key] if v not in covered[key]) for key in KEYS}
+    if len(values["system"]) > 1:  # no row ran one deployment's pools on different GPUs
+        new["system"] = (" + ".join(values["system"]) + " in one deployment",)
     new = {key: v for key, v in new.items() if v}
+    engine = resolved.scenario.engine
+    folds = tuple(new) or ("campaign",)
+    figures = {name: max(float(_fold_figures(data, fold, engine)[name]) for fold in folds) for name in FIGURES}
+    engine_note = f", over {engine}'s rows" if "engine" not in new else ""
     if not new:
-        return ExpectedError(("campaign",), {}, dict(data["held_out"]["campaign"]),
-                             "held out by campaign: the calibration's rows have this model, system and engine")
-    held_out = tuple(new)
-    figures = {name: max(float(data["held_out"][key][name]) for key in held_out) for name in FIGURES}
+        return ExpectedError(folds, {}, figures, f"held out by campaign{engine_note}: the calibration's rows have "
+                                                 "this model, system and engine")
     what = "; ".join(f"{key} {', '.join(v)}" for key, v in new.items())
-    basis = f"held out by {' and by '.join(held_out)}: the calibration's rows have no {what}"
-    if len(held_out) > 1:
-        basis += " (the larger figure of each key held out alone: likely optimistic for both new at once)"
-    return ExpectedError(held_out, new, figures, basis)
+    basis = f"held out by {' and by '.join(folds)}{engine_note}: the calibration's rows have no {what}"
+    if engine == "generic":
+        basis += " (generic is the default engine: set `engine:` to trtllm, vllm or sglang if you run one)"
+    if len(folds) > 1:
+        basis += "; the larger figure of each held out alone: likely optimistic for these new together"
+    return ExpectedError(folds, new, figures, basis)
+
+
+def _fold_figures(data: dict[str, Any], fold: str, engine: str) -> dict[str, float]:
+    """A fold's figures over the rows of `engine` where the rows have it, else over all its rows."""
+    by_rows: dict[str, dict[str, float]] = data["held_out"][fold]
+    return by_rows.get(engine, by_rows["all"])

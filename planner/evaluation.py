@@ -68,6 +68,8 @@ def print_prediction(prediction: Prediction) -> None:
         f"{prediction.tokens_per_s_per_user:,.1f} tokens/s/user   "
         f"{prediction.gpus} GPUs   {prediction.memory_per_gpu_gb:,.1f} GB/GPU ({status})"
     )
+    if prediction.expected_error is not None:
+        console.print(prediction.expected_error.text())
     used = prediction.utilisation
     console.print(f"bottleneck: {prediction.bottleneck}   utilisation: HBM capacity {used['hbm_capacity']:.0%}, "
                   f"HBM bandwidth {used['hbm_bandwidth']:.0%}, compute {used['compute']:.0%}")
@@ -83,8 +85,6 @@ def print_prediction(prediction: Prediction) -> None:
         _print_kv_tiers(console, prediction.kv_tiers)
     for pool in prediction.pools:
         _print_pool(console, pool)
-    if prediction.expected_error is not None:
-        console.print(prediction.expected_error.text())
 
 
 def _print_kv_tiers(console: Console, tiers: dict[str, Any]) -> None:

@@ -15,8 +15,8 @@ from typing import Any
 import yaml
 
 from costmodel.calibration import default_calibration, fingerprint
-from costmodel.evaluate import evaluate, pool_context
-from costmodel.expected_error import expected_error
+from costmodel.evaluate import evaluate, layout_systems, pool_context
+from costmodel.expected_error import ExpectedError, expected_error
 from costmodel.kv_tiers import FETCHED_TIERS, TIERS
 from costmodel.layout import Layout
 from costmodel.resolve import ResolvedScenario
@@ -186,7 +186,7 @@ def result_dict(result: SolveResult) -> dict[str, Any]:
         "gpu_accounting": result.resolved.scenario.search.gpu_accounting,
         "cluster_gpus": result.resolved.gpus,
         **({"calibration": fingerprint(result.calibration)} if result.calibration is not None else {}),
-        "expected_error": expected_error(result.resolved, result.calibration).to_dict(),
+        "expected_error": front_expected_error(result).to_dict(),
         **economics_report.result_fields(result.resolved),
         "coverage": coverage_dict(result),
         "front": [point_dict(result, p) for p in result.front],
@@ -201,6 +201,17 @@ def result_dict(result: SolveResult) -> dict[str, Any]:
                    "timed_out": sweep.timed_out, "termination": sweep.termination, "errors": sweep.errors},
         "candidates": result.candidates,
     }
+
+
+def front_expected_error(result: SolveResult) -> ExpectedError:
+    """The error to expect of the front's predictions: that of its least surely predicted point (a point on
+    systems the calibration's rows lack, or on several at once), `plan evaluate` giving each point's own."""
+    resolved, calibration = result.resolved, result.calibration
+    by_systems = {tuple(s.name for s in layout_systems(resolved, p.point.layout)): p.point.layout for p in result.front}
+    errors = [expected_error(resolved, calibration, layout_systems(resolved, layout)) for layout in by_systems.values()]
+    if not errors:
+        return expected_error(resolved, calibration)
+    return max(errors, key=lambda e: (e.figures is None, (e.figures or {}).get("ttft_median_pct", 0.0)))
 
 
 def pools_summary(layout: Layout) -> str:
@@ -323,7 +334,7 @@ def print_table(result: SolveResult, console: Any, model_stats: bool) -> None:
               else "each TTFT cap proven by enumeration, no MILP needed")
     console.print(f"status {result.status} ({result.termination}); largest gap {result.gap:.2%}; "
                   f"{proofs}; {result.time_s:.1f} s")
-    console.print(expected_error(result.resolved, result.calibration).text())
+    console.print(front_expected_error(result).text())
     coverage = result.coverage
     if coverage is not None:
         uncovered = "".join(f"; not yet searched: TTFT {a:.1f}-{b:.1f} ms" for a, b, _ in coverage.uncovered_ms[:3])

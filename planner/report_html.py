@@ -45,7 +45,8 @@ def render(data: dict[str, Any], resolved: ResolvedScenario) -> str:
     slo = ", ".join(f"{k.removesuffix('_ms').upper()} SLO {v:g} ms" for k, v in info["slo"].items() if v is not None)
     css = (ASSETS / "report.css").read_text(encoding="utf-8")
     js = (ASSETS / "report.js").read_text(encoding="utf-8")
-    trust = f'<p class="key">{html.escape(describe(data["expected_error"]))}</p>\n' if "expected_error" in data else ""
+    error = data.get("expected_error")
+    trust = f'<p class="trust">{html.escape(describe(error))}</p>\n' if error else ""
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8"><title>{title}</title>
 <script>window.reportErrors = [];

@@ -24,7 +24,8 @@ from typing import Annotated, Any
 import yaml
 from pydantic import Field
 
-from costmodel.calibration import fingerprint
+from costmodel.calibration import default_calibration, fingerprint
+from costmodel.expected_error import bundled_figures
 from costmodel.scenario import StrictModel
 from planner import __version__
 from planner.errors import InputError, InputProblem
@@ -191,10 +192,13 @@ def calibration_field(study: Study) -> dict[str, Any]:
 
 
 def case_hash(scenario: dict[str, Any], base_dir: Path | None) -> str:
-    """Content hash of a case: its validated scenario, the planner's version, and the bytes of a model
-    file it names (a catalog model is named by its id alone)."""
+    """Content hash of a case: its validated scenario, the planner's version, the bundled calibration and the
+    expected-error figures quoted with it (a refit changes every front), and the bytes of a model file it
+    names (a catalog model is named by its id alone)."""
     digest = hashlib.sha256()
-    digest.update(json.dumps({"scenario": scenario, "version": __version__}, sort_keys=True).encode())
+    bundled = {"calibration": fingerprint(default_calibration())["sha256"],
+               "expected_error": bundled_figures()}
+    digest.update(json.dumps({"scenario": scenario, "version": __version__, **bundled}, sort_keys=True).encode())
     model = Path(str(scenario["model"]))
     model_file = model if model.is_absolute() else (base_dir or Path.cwd()) / model
     if model_file.is_file():

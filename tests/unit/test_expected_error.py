@@ -8,12 +8,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from benchmarks.expected_error import CAMPAIGN, TARGET, committed_text
 from costmodel.calibration import default_calibration
 from costmodel.evaluate import evaluate
 from costmodel.expected_error import FIGURES, bundled_figures, expected_error
 from costmodel.layout import Layout
+from costmodel.models import load_model
 from costmodel.resolve import ResolvedScenario, resolve
 from costmodel.scenario import Scenario
 from planner.cli import main
@@ -21,14 +23,24 @@ from planner.cli import main
 SCENARIOS = Path(__file__).resolve().parents[2] / "scenarios"
 
 
-def _resolved(model: str = "deepseek-v3", system: str = "b200-sxm", engine: str = "trtllm") -> ResolvedScenario:
+def _resolved(model: str = "deepseek-v3", system: str = "b200-sxm", engine: str = "trtllm",
+              cluster: dict[str, Any] | None = None) -> ResolvedScenario:
     return resolve(Scenario.model_validate({
-        "schema_version": 1, "name": "trust", "model": model, "cluster": {"system": system, "gpus": 8},
+        "schema_version": 1, "name": "trust", "model": model, "cluster": cluster or {"system": system, "gpus": 8},
         "workload": {"input_tokens": 1000, "output_tokens": 1000}, "engine": engine}))
 
 
-def _held_out(key: str) -> dict[str, float]:
-    figures: dict[str, float] = bundled_figures()["held_out"][key]
+def _layout(serving: str, *pools: dict[str, Any]) -> Layout:
+    return Layout.model_validate({"schema_version": 1, "serving": serving, "pools": list(pools)})
+
+
+MIXED = {"inventory": [{"name": "hopper", "system": "h200-sxm", "nodes": 2},
+                       {"name": "other", "system": "gb200-nvl72", "gpus": 16}]}
+
+
+def _held_out(key: str, rows: str = "all") -> dict[str, float]:
+    """A fold's packaged figures over all its rows or one engine's."""
+    figures: dict[str, float] = bundled_figures()["held_out"][key][rows]
     return figures
 
 
@@ -37,11 +49,12 @@ def test_the_packaged_figures_are_the_committed_benchmark_figures_for_the_bundle
     assert TARGET.read_text("utf-8") == committed_text()
 
 
-def test_a_scenario_the_rows_know_gets_the_error_held_out_by_campaign() -> None:
-    trust = expected_error(_resolved())
-    pooled = {r["metric"]: r for r in json.loads(CAMPAIGN.read_text("utf-8"))["held_out"]["campaign"]
-              if r["group"] == "all"}
-    assert trust.held_out_by == ("campaign",) and trust.new == {}
+@pytest.mark.parametrize("engine", ["trtllm", "vllm", "sglang"])
+def test_a_scenario_the_rows_know_gets_the_error_held_out_by_campaign_over_its_engines_rows(engine: str) -> None:
+    trust = expected_error(_resolved(engine=engine))
+    pooled = {r["metric"]: r for r in json.loads(CAMPAIGN.read_text("utf-8"))["held_out_by_engine"]["campaign"]
+              if r["group"] == engine}
+    assert trust.held_out_by == ("campaign",) and trust.new == {} and f"{engine}'s rows" in trust.basis
     assert trust.figures == {"ttft_median_pct": round(pooled["ttft"]["median_ape_pct"], 1),
                              "ttft_p90_pct": round(pooled["ttft"]["p90_ape_pct"], 1),
                              "tpot_median_pct": round(pooled["tpot"]["median_ape_pct"], 1),
@@ -52,7 +65,7 @@ def test_a_model_the_rows_lack_gets_the_error_held_out_by_model() -> None:
     trust = expected_error(_resolved(model="moonshotai/Kimi-K2-Instruct"))
     assert trust.held_out_by == ("model",)
     assert trust.new == {"model": ("moonshotai/Kimi-K2-Instruct",)}
-    assert trust.figures == _held_out("model")
+    assert trust.figures == _held_out("model", "trtllm")
     assert "Kimi-K2-Instruct" in trust.basis
 
 
@@ -60,7 +73,43 @@ def test_several_new_keys_take_the_larger_figure_of_each_and_say_it_is_likely_op
     trust = expected_error(_resolved(system="b300-sxm", engine="generic"))
     assert trust.held_out_by == ("system", "engine")
     assert trust.figures == {name: max(_held_out("system")[name], _held_out("engine")[name]) for name in FIGURES}
-    assert "likely optimistic" in trust.basis
+    assert "likely optimistic for these new together" in trust.basis
+    assert "default engine" in trust.basis  # generic is what a scenario without `engine:` gets
+
+
+def test_a_deployment_is_judged_on_the_systems_its_pools_run_on() -> None:
+    amd = {"inventory": [MIXED["inventory"][0], {"name": "other", "system": "mi300x", "nodes": 1}]}
+    on_hopper = _layout("aggregated", {"role": "mixed", "group": "hopper", "tp": 8, "moe_ep": 8, "batch": 8})
+    trust = evaluate(_resolved(engine="sglang", cluster=amd), on_hopper).expected_error
+    assert trust is not None and trust.held_out_by == ("campaign",)  # the idle MI300X node does not count
+    assert trust.figures == _held_out("campaign", "sglang")
+    assert expected_error(_resolved(engine="sglang", cluster=amd)).figures is None  # the whole cluster's: cdna3
+
+
+def test_pools_on_two_systems_in_one_deployment_count_as_a_new_system() -> None:
+    split = _layout("disaggregated", {"role": "prefill", "group": "hopper", "tp": 8, "moe_ep": 8, "batch": 1},
+                    {"role": "decode", "group": "other", "tp": 8, "moe_ep": 8, "batch": 8})
+    trust = evaluate(_resolved(engine="sglang", cluster=MIXED), split).expected_error
+    assert trust is not None and trust.held_out_by == ("system",)
+    assert trust.new == {"system": ("gb200-nvl72 + h200-sxm in one deployment",)}
+    assert trust.figures == _held_out("system", "sglang")
+
+
+def test_a_system_with_overrides_is_new() -> None:
+    cluster = {"system": "h200-sxm", "gpus": 8, "overrides": {"hbm_bandwidth_bytes_per_s": 5.0e12}}
+    trust = expected_error(_resolved(cluster=cluster))
+    assert trust.new == {"system": ("h200-sxm (overridden)",)} and trust.figures == _held_out("system", "trtllm")
+
+
+def test_a_model_file_equal_to_a_catalog_model_of_the_rows_is_that_model(tmp_path: Path) -> None:
+    catalog = load_model("deepseek-ai/DeepSeek-V3")
+    copy = tmp_path / "my-deepseek.json"
+    copy.write_text(catalog.model_copy(update={"name": "my-deepseek"}).model_dump_json(), encoding="utf-8")
+    known = expected_error(_resolved(model=str(copy)))
+    assert known.held_out_by == ("campaign",)
+    smaller = catalog.model_copy(update={"name": "smaller", "vocab_size": catalog.vocab_size // 2})
+    copy.write_text(smaller.model_dump_json(), encoding="utf-8")
+    assert expected_error(_resolved(model=str(copy))).held_out_by == ("model",)
 
 
 def test_a_gpu_generation_without_rows_has_no_figure() -> None:
@@ -71,7 +120,7 @@ def test_a_gpu_generation_without_rows_has_no_figure() -> None:
 
 def test_a_calibration_of_ones_own_has_no_figure_but_the_bundled_one_passed_explicitly_has() -> None:
     bundled = default_calibration()
-    assert expected_error(_resolved(), bundled).figures == _held_out("campaign")
+    assert expected_error(_resolved(), bundled).figures == _held_out("campaign", "trtllm")
     own = bundled.model_copy(update={"nic_efficiency": 0.5})
     trust = expected_error(_resolved(), own)
     assert trust.figures is None and "plan calibrate" in trust.basis
@@ -84,4 +133,6 @@ def test_evaluate_carries_the_expected_error_into_its_json(capsys: pytest.Captur
     main(["evaluate", str(SCENARIOS / "deepseek-v3-8xh200.yaml"), "--layout",
           str(SCENARIOS / "deepseek-v3-8xh200.layout.yaml"), "--format", "json"])
     printed: dict[str, Any] = json.loads(capsys.readouterr().out)
-    assert printed["expected_error"]["tpot_median_pct"] == _held_out("campaign")["tpot_median_pct"]
+    engine = yaml.safe_load((SCENARIOS / "deepseek-v3-8xh200.yaml").read_text("utf-8")).get("engine", "generic")
+    figures = _held_out("engine") if engine == "generic" else _held_out("campaign", engine)
+    assert printed["expected_error"]["tpot_median_pct"] == figures["tpot_median_pct"]
