@@ -16,6 +16,7 @@ from typing import Any, Literal
 from costmodel.calibration import Calibration
 from costmodel.evaluate import Prediction
 from costmodel.evaluate import evaluate as _evaluate
+from costmodel.expected_error import ExpectedError
 from costmodel.layout import Layout
 from costmodel.resolve import ResolvedScenario
 from planner import plan_output
@@ -68,6 +69,11 @@ class Front:
     def to_dict(self) -> dict[str, Any]:
         """`plan solve --format json`, key for key."""
         return self._data
+
+    @property
+    def expected_error(self) -> ExpectedError:
+        """How far to trust the points' predicted TTFT and TPOT (the JSON's `expected_error`)."""
+        return plan_output.front_expected_error(self.result)
 
     def write(self, folder: str | Path) -> list[Path]:
         """What `plan solve --out DIR` writes: front.json/csv/png and a plan file per point."""

@@ -49,6 +49,7 @@ def test_front_points_are_typed_views_of_the_json(front: planner.Front) -> None:
         assert (point.ttft_ms, point.tokens_per_s_per_gpu, point.gpus, point.serving) == (
             entry["ttft_ms"], entry["tokens_per_s_per_gpu"], entry["gpus"], entry["serving"])
         assert point.layout.gpus == entry["gpus"] and point.data is entry
+    assert front.expected_error.to_dict() == front.to_dict()["expected_error"]
 
 
 def test_evaluate_dumps_the_cli_json(front: planner.Front, tmp_path: Path) -> None:
