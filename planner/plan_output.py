@@ -207,11 +207,15 @@ def front_expected_error(result: SolveResult) -> ExpectedError:
     """The error to expect of the front's predictions: that of its least surely predicted point (a point on
     systems the calibration's rows lack, or on several at once), `plan evaluate` giving each point's own."""
     resolved, calibration = result.resolved, result.calibration
-    by_systems = {tuple(s.name for s in layout_systems(resolved, p.point.layout)): p.point.layout for p in result.front}
-    errors = [expected_error(resolved, calibration, layout_systems(resolved, layout)) for layout in by_systems.values()]
-    if not errors:
+    by_systems: dict[tuple[str, ...], ExpectedError] = {}
+    for solved in result.front:
+        systems = layout_systems(resolved, solved.point.layout)
+        key = tuple(system.name for system in systems)
+        if key not in by_systems:
+            by_systems[key] = expected_error(resolved, calibration, systems)
+    if not by_systems:
         return expected_error(resolved, calibration)
-    return max(errors, key=lambda e: (e.figures is None, (e.figures or {}).get("ttft_median_pct", 0.0)))
+    return max(by_systems.values(), key=lambda e: (e.figures is None, (e.figures or {}).get("ttft_median_pct", 0.0)))
 
 
 def pools_summary(layout: Layout) -> str:
