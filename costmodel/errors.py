@@ -5,6 +5,8 @@ They carry a message meant for the user; callers (the CLI) print it without a tr
 
 from __future__ import annotations
 
+from pathlib import Path
+
 
 class CostModelError(Exception):
     """Base class of expected cost-model failures."""
@@ -17,12 +19,21 @@ class CatalogError(CostModelError):
 class ConfigError(CostModelError):
     """A Hugging Face config.json that lacks a field the architecture needs, or has a bad value.
 
-    `field` names the offending key (dotted for nested keys) so the CLI can point at it.
+    `field` names the offending key (dotted for nested keys) so the CLI can point at it; `path` and `line`, the
+    file and the key's line in it, when the config came from a file (`costmodel.models`).
     """
 
-    def __init__(self, message: str, field: str | None = None) -> None:
+    def __init__(self, message: str, field: str | None = None, path: Path | None = None,
+                 line: int | None = None) -> None:
         super().__init__(message)
         self.field = field
+        self.path = path
+        self.line = line
+
+    def located(self) -> str:
+        """`file:line, field key` of the offending key, or what of it is known ("" when nothing is)."""
+        where = f"{self.path}:{self.line}" if self.path and self.line else str(self.path or "")
+        return ", ".join(part for part in (where, f"field {self.field}" if self.field else "") if part)
 
 
 class ScenarioError(CostModelError):

@@ -17,9 +17,9 @@ import yaml
 from pydantic import ValidationError
 
 from costmodel.architecture import Architecture
-from costmodel.errors import CatalogError
+from costmodel.errors import CatalogError, ConfigError
 from costmodel.hf_config import parse_hf_config
-from costmodel.safe_load import InputLimitError, load_json, load_yaml, read_text
+from costmodel.safe_load import InputLimitError, key_line, load_json, load_yaml, read_text
 
 _SUFFIXES = (".config.json", ".reconstructed.json")
 
@@ -118,7 +118,7 @@ def _model_path(ref: str, base_dir: Path | None) -> Path | None:
 
 
 def _load_file(path: Path) -> Architecture:
-    data = _read_mapping(path)
+    text, data = _read_mapping(path)
     if "groups" in data:  # a normalised model written by Architecture.to_yaml_dict
         try:
             return Architecture.model_validate(data)
@@ -126,7 +126,10 @@ def _load_file(path: Path) -> Architecture:
             first = exc.errors()[0]
             where = ".".join(str(part) for part in first["loc"])
             raise CatalogError(f"{path}: not a valid normalised model: {where}: {first['msg']}") from None
-    return parse_hf_config(data, _name_from_path(path))
+    try:
+        return parse_hf_config(data, _name_from_path(path))
+    except ConfigError as exc:  # say where in the file
+        raise ConfigError(str(exc), exc.field, path, key_line(text, exc.field)) from None
 
 
 def _name_from_path(path: Path) -> str:
@@ -139,8 +142,8 @@ def _name_from_path(path: Path) -> str:
     return path.stem
 
 
-def _read_mapping(path: Path) -> dict[str, Any]:
-    """A user's model file, read within the input limits of `costmodel.safe_load`."""
+def _read_mapping(path: Path) -> tuple[str, dict[str, Any]]:
+    """A user's model file (its text and its mapping), read within the input limits of `costmodel.safe_load`."""
     try:
         text = read_text(path)
         data = load_json(text) if path.suffix == ".json" else load_yaml(text)
@@ -149,7 +152,7 @@ def _read_mapping(path: Path) -> dict[str, Any]:
         raise CatalogError(f"cannot read model file {path}{where}: {exc}") from None
     if not isinstance(data, dict):
         raise CatalogError(f"{path}: expected a mapping at the top level, got {type(data).__name__}")
-    return data
+    return text, data
 
 
 def _unknown_message(ref: str) -> str:

@@ -172,3 +172,35 @@ def load_json(text: str) -> Any:
         raise InputLimitError(f"not valid JSON: {exc.msg} (column {exc.colno})", exc.lineno) from None
     except ValueError:  # an integer of more than 4,300 digits
         raise InputLimitError(TOO_LONG_NUMBER) from None
+
+
+def key_line(text: str, field: str | None) -> int | None:
+    """1-based line of the key `field` (nested keys and list indices joined by dots, as `ConfigError.field`
+    names them) in a JSON or YAML text already read within the limits: the line of the deepest part the text
+    has (a missing key: its parent's, the first line for a top-level one). None for no field, or a text YAML
+    cannot compose. JSON is read as YAML; its tabs are whitespace (JSON strings escape theirs), which YAML
+    refuses to indent with, so they are read as spaces: the lines stay where they are."""
+    if not field:
+        return None
+    loader = LimitedSafeLoader(text.replace("\t", " "))
+    try:
+        node = loader.get_single_node()
+    except (yaml.YAMLError, ValueError):
+        return None
+    finally:
+        loader.dispose()
+    if node is None:
+        return None
+    line = node.start_mark.line + 1
+    for part in field.split("."):
+        child: yaml.Node | None = None
+        if isinstance(node, yaml.MappingNode):
+            pair = next(((k, v) for k, v in node.value if isinstance(k, yaml.ScalarNode) and k.value == part), None)
+            child, line = (pair[1], pair[0].start_mark.line + 1) if pair else (None, line)
+        elif isinstance(node, yaml.SequenceNode) and part.isdigit() and int(part) < len(node.value):
+            child = node.value[int(part)]
+            line = child.start_mark.line + 1
+        if child is None:
+            break
+        node = child
+    return line

@@ -38,7 +38,7 @@ from planner.cli_studies import CALIBRATION
 from planner.cli_studies import register as register_studies
 from planner.errors import InputError, PlannerError
 from planner.out_dir import OutputFolder
-from planner.scenario import is_plan_file, layout_from_document, load_layout, load_scenario
+from planner.scenario import is_plan_file, layout_from_document, load_layout, load_scenario, plan_scenario
 from planner.schemas import json_schema
 from planner.solve import settings_for, solve
 from planner.solvers import BACKENDS
@@ -76,8 +76,10 @@ def validate(file: Path) -> None:
         click.echo(f"{file}: valid study '{study.name}': {len(study.cases)} cases")
         return
     if isinstance(document.data, dict) and ("pools" in document.data or is_plan_file(document)):
-        layout = layout_from_document(document)
-        click.echo(f"{file}: valid layout ({layout.serving}, {layout.gpus} GPUs)")
+        resolved = plan_scenario(document)  # a plan file is checked against the scenario it carries
+        layout = layout_from_document(document, resolved)
+        against = f" for '{resolved.scenario.name}' on {resolved.cluster_text}" if resolved else ""
+        click.echo(f"{file}: valid layout ({layout.serving}, {layout.gpus} GPUs){against}")
         return
     resolved = load_scenario(file)
     click.echo(
@@ -358,7 +360,10 @@ def main(argv: list[str] | None = None) -> None:
     args = list(sys.argv[1:] if argv is None else argv)
     if argv is None:  # the `plan` process itself (not a test calling main in-process)
         interrupt.install()
-    code = _run(args, debug="--debug" in args)
+    debug = "--debug" in args
+    if debug:  # accepted anywhere on the line (`plan solve x.yaml --debug`): it is the group's option
+        args = ["--debug", *(arg for arg in args if arg != "--debug")]
+    code = _run(args, debug)
     interrupt.yield_to_stop()  # a signal's cleanup under way decides the exit code, not this thread
     if code:
         sys.exit(code)

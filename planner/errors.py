@@ -25,6 +25,8 @@ class InputProblem:
     message: str
 
     def __str__(self) -> str:
+        if self.path is None and self.line is None and self.field.startswith("--"):  # a command-line option
+            return f"{self.field}: {self.message}"
         where = str(self.path) if self.path is not None else "<input>"
         if self.line is not None:
             where += f":{self.line}"

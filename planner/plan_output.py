@@ -220,11 +220,12 @@ def front_expected_error(result: SolveResult) -> ExpectedError:
 
 def pools_summary(layout: Layout) -> str:
     """Each pool's instances, group, parallelism and batch, e.g. `9 x mixed tp1 dp8 ep8 b512`, or
-    `4 x prefill@hopper tp8 dp1 ep8 b4` on an inventory group; a composite's deployments joined by ` | `."""
+    `4 x prefill@hopper tp8 dp1 ep8 b4` on an inventory group (`pp`, and `moetp` for the experts' tensor
+    parallelism, shown above 1); a composite's deployments joined by ` | `."""
     if layout.serving == "composite":
         return " | ".join(pools_summary(part) for part in layout.parts)
     return " + ".join(f"{p.replicas} x {p.role}" + (f"@{p.group}" if p.group else "") + f" tp{p.tp} dp{p.dp_attention}"
-                      + (f" pp{p.pp}" if p.pp > 1 else "") + (f" mtp{p.moe_tp}" if p.moe_tp > 1 else "")
+                      + (f" pp{p.pp}" if p.pp > 1 else "") + (f" moetp{p.moe_tp}" if p.moe_tp > 1 else "")
                       + f" ep{p.moe_ep} b{p.batch}" for p in layout.pools)
 
 

@@ -14,7 +14,7 @@ from costmodel.hardware import SystemSpec, load_system, system_names
 from costmodel.hf_config import parse_hf_config
 from costmodel.models import aliases, load_model, model_ids
 from costmodel.precision import Dtype
-from costmodel.safe_load import InputLimitError, load_json, read_text
+from costmodel.safe_load import InputLimitError, key_line, load_json, read_text
 from planner.errors import InputError
 
 # Context length at which per-sequence state of windowed layers is quoted (their cap is reached by then).
@@ -190,7 +190,8 @@ def print_system(summary: dict[str, Any]) -> None:
 def import_hf_config(path: Path, name: str | None) -> dict[str, Any]:
     """Parse a Hugging Face config.json into the normalised model dict that `plan import-hf` writes."""
     try:  # within the input limits: a regular UTF-8 file, no NaN, bounded nesting
-        config = load_json(read_text(path))
+        text = read_text(path)
+        config = load_json(text)
     except InputLimitError as exc:
         raise InputError.single(path, exc.line, "", str(exc)) from None
     if not isinstance(config, dict):
@@ -198,5 +199,5 @@ def import_hf_config(path: Path, name: str | None) -> dict[str, Any]:
     try:
         arch = parse_hf_config(config, name or path.name.removesuffix(".json").removesuffix(".config"))
     except ConfigError as exc:
-        raise InputError.single(path, None, exc.field or "", str(exc)) from None
+        raise InputError.single(path, key_line(text, exc.field), exc.field or "", str(exc)) from None
     return arch.to_yaml_dict()

@@ -5,6 +5,7 @@ Every failure becomes an `InputError` naming the file, the line and the field, w
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -49,7 +50,8 @@ def _resolve_document(document: SourceDocument, base_dir: Path | None = None) ->
     except ScenarioError as exc:
         raise _located(document, exc.field, str(exc)) from None
     except ConfigError as exc:
-        detail = f" (config field {exc.field})" if exc.field else ""
+        where = exc.located()
+        detail = f" ({where})" if exc.path else f" (config field {exc.field})" if exc.field else ""
         raise _located(document, "model", f"{exc}{detail}") from None
 
 
@@ -62,16 +64,43 @@ def layout_from_text(text: str, resolved: ResolvedScenario | None = None) -> Lay
     return layout_from_document(parse_text(text), resolved)
 
 
+def plan_scenario(document: SourceDocument) -> ResolvedScenario | None:
+    """The scenario a plan file carries (`plan solve --out` writes it under `scenario`), resolved with paths
+    relative to the plan's folder; None when it carries none (written by an older `plan solve`)."""
+    embedded = document.data.get("scenario") if isinstance(document.data, dict) else None
+    if not isinstance(embedded, dict):
+        return None
+    try:
+        return scenario_from_data(embedded, base_dir=document.path.parent if document.path else None)
+    except InputError as exc:  # name the plan file, not "<input>"
+        raise InputError([replace(p, path=document.path, field=f"scenario.{p.field}" if p.field else "scenario")
+                          for p in exc.problems]) from None
+
+
 def is_plan_file(document: SourceDocument) -> bool:
     """A `plan-<i>.yaml` written by `plan solve --out`: its layout sits under `layout`."""
     return isinstance(document.data, dict) and "layout" in document.data and "pools" not in document.data
 
 
 def layout_from_document(document: SourceDocument, resolved: ResolvedScenario | None = None) -> Layout:
-    """Validate a layout document, or the layout inside a plan file."""
-    plan = document if is_plan_file(document) else None
-    if plan is not None:
-        document = document.sub("layout")
+    """Validate a layout document, or the layout inside a plan file (its problems named by their place in the
+    plan: `layout.pools.0.tp`, `placement.pools.0...`)."""
+    if not is_plan_file(document):
+        return _checked_layout(document, resolved)
+    try:
+        layout = _checked_layout(document.sub("layout"), resolved)
+    except InputError as exc:
+        raise InputError([replace(p, field=f"layout.{p.field}" if p.field else "layout")
+                          for p in exc.problems]) from None
+    if resolved is not None and isinstance(document.data, dict) and "placement" in document.data:
+        try:
+            check_placement(resolved, layout, document.data["placement"])
+        except ScenarioError as exc:
+            raise _located(document, exc.field, str(exc)) from None
+    return layout
+
+
+def _checked_layout(document: SourceDocument, resolved: ResolvedScenario | None) -> Layout:
     layout = validate_document(Layout, document, "layout")
     if resolved is not None:
         try:
@@ -80,11 +109,6 @@ def layout_from_document(document: SourceDocument, resolved: ResolvedScenario | 
             check_offload(resolved, layout)
         except ScenarioError as exc:
             raise _located(document, exc.field, str(exc)) from None
-        if plan is not None and isinstance(plan.data, dict) and "placement" in plan.data:
-            try:
-                check_placement(resolved, layout, plan.data["placement"])
-            except ScenarioError as exc:
-                raise _located(plan, exc.field, str(exc)) from None
     return layout
 
 

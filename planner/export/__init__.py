@@ -7,7 +7,6 @@ One module per engine (`trtllm`, `sglang`, `vllm`, `dynamo`) over a small `base`
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import replace
 from pathlib import Path
 
 from costmodel.calibration import Calibration
@@ -17,7 +16,7 @@ from planner.errors import InputError
 from planner.export import dynamo, sglang, trtllm, vllm
 from planner.export.base import ENGINE_VERSIONS, ENGINES, Export, Plan, draft_model_notes, read_plan
 from planner.plan_output import layout_dict
-from planner.scenario import layout_from_document, load_scenario, scenario_from_data
+from planner.scenario import is_plan_file, layout_from_document, load_scenario, plan_scenario
 from planner.sourcefile import read_document
 
 __all__ = ["ENGINES", "ENGINE_VERSIONS", "Export", "Plan", "export_plan", "load_plan"]
@@ -29,21 +28,18 @@ _EXPORTERS: dict[str, Callable[[Plan], Export]] = {
 
 def load_plan(path: str | Path, scenario: str | Path | None = None) -> Plan:
     """Read a plan file and its scenario: the one it carries (`scenario`, written by `plan solve --out`), or
-    the file `scenario` when given."""
+    the file `scenario` when given; the plan's layout and placement are checked against that scenario's model
+    and cluster as `plan evaluate` checks them (a plan for another cluster is refused, not exported)."""
     path = Path(path)
-    data = read_document(path).data
-    if scenario is not None:
-        return read_plan(path, data, load_scenario(Path(scenario)))
-    embedded = data.get("scenario") if isinstance(data, dict) else None
-    if not isinstance(embedded, dict):
+    document = read_document(path)
+    if not is_plan_file(document):
+        raise InputError.single(path, None, "layout", "not a plan file from `plan solve --out` (no layout)")
+    resolved = load_scenario(Path(scenario)) if scenario is not None else plan_scenario(document)
+    if resolved is None:
         raise InputError.single(path, None, "scenario", "the plan carries no scenario (written by an older "
                                 "`plan solve`); pass --scenario SCENARIO")
-    try:
-        resolved = scenario_from_data(embedded, base_dir=path.parent)
-    except InputError as exc:  # name the plan file, not "<input>"
-        raise InputError([replace(p, path=path, field=f"scenario.{p.field}" if p.field else "scenario")
-                          for p in exc.problems]) from None
-    return read_plan(path, data, resolved)
+    layout_from_document(document, resolved)
+    return read_plan(path, document.data, resolved)
 
 
 def export_plan(plan: Plan, engine: str, backend: str | None = None, calibration: Calibration | None = None

@@ -13,8 +13,9 @@ from rich.table import Table
 
 from planner.studies import tables
 
-CSV_COLUMNS = ("system", "gpus", "case_status", "point", "serving", *tables.POINT_COLUMNS, *tables.ECONOMICS_COLUMNS,
-               "status", "gap", "pools")
+# `cluster_gpus`: the compared cluster's size (the front's `gpus` in compare.json); `gpus`: what a point uses
+CSV_COLUMNS = ("system", "cluster_gpus", "case_status", "point", "serving", *tables.POINT_COLUMNS,
+               *tables.ECONOMICS_COLUMNS, "status", "gap", "pools")
 
 
 def csv_text(data: dict[str, Any]) -> str:

@@ -81,8 +81,10 @@ def test_validate_bad_file_exits_2_naming_line_and_field(tmp_path: Path) -> None
     assert run_cli("validate", str(tmp_path / "missing.yaml")).code == 2
 
 
-def test_debug_shows_the_traceback(tmp_path: Path) -> None:
-    result = run_cli("--debug", "validate", str(tmp_path / "missing.yaml"))
+@pytest.mark.parametrize("where", ["before", "after"])
+def test_debug_shows_the_traceback_wherever_it_is_given(where: str, tmp_path: Path) -> None:
+    args = ["validate", str(tmp_path / "missing.yaml")]
+    result = run_cli(*(["--debug", *args] if where == "before" else [*args, "--debug"]))
     assert result.code == 2 and "Traceback" in result.err
 
 
@@ -114,6 +116,23 @@ def test_import_hf_bad_config_exits_2(tmp_path: Path) -> None:
     result = run_cli("import-hf", str(config))
     assert result.code == 2 and "Traceback" not in result.err
     assert "config.json" in result.err
+
+
+def test_a_bad_config_value_is_named_by_its_line(tmp_path: Path) -> None:
+    """`plan import-hf` and a scenario whose model is the file both name the config's line of the bad key."""
+    source = REPO / "costmodel" / "data" / "models" / "Qwen--Qwen3-30B-A3B.config.json"
+    data = json.loads(source.read_text(encoding="utf-8")) | {"num_hidden_layers": 100_000}
+    config = tmp_path / "bad.json"
+    config.write_text(json.dumps(data, indent=2), encoding="utf-8")
+    line = next(i for i, text in enumerate(config.read_text().splitlines(), 1) if '"num_hidden_layers"' in text)
+    result = run_cli("import-hf", str(config))
+    assert result.code == 2 and f"{config}:{line}: num_hidden_layers: num_hidden_layers must be" in result.err
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text("schema_version: 1\nname: k\nmodel: bad.json\ncluster: {system: h100-sxm, gpus: 8}\n"
+                        "workload: {input_tokens: 1000, output_tokens: 100}\n", encoding="utf-8")
+    result = run_cli("validate", str(scenario))
+    assert result.code == 2 and f"{scenario}:3: model: num_hidden_layers must" in result.err
+    assert f"({config}:{line}, field num_hidden_layers)" in result.err
 
 
 def test_evaluate_table_and_json() -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -113,7 +114,8 @@ def test_bad_plan_files_exit_2_naming_file_and_field(text: str, field: str, tmp_
     scenario = str(SCENARIOS / "deepseek-v3-8xh200.yaml")
     result = run_cli("export", str(path), "--engine", "trtllm", "--scenario", scenario)
     assert result.code == 2
-    assert f"{path}: {field}:" in result.err and "Traceback" not in result.err
+    assert re.search(rf"{re.escape(str(path))}(:\d+)?: {re.escape(field)}:", result.err), result.err
+    assert "Traceback" not in result.err
 
 
 def test_bad_embedded_scenario_names_the_plan_file(tmp_path: Path) -> None:
@@ -149,3 +151,29 @@ def test_every_point_of_every_example_exports_for_every_engine(scenario: str, tm
     for path in plans:
         checked, problems = check_every_engine(load_plan(path))
         assert checked > 0 and problems == [], (path.name, problems)
+
+
+def test_a_plan_for_another_cluster_is_refused() -> None:
+    """`--scenario` replaces the plan's scenario: the plan must still fit it, as `plan evaluate` requires."""
+    result = run_cli("export", str(DISAGGREGATED), "--engine", "vllm", "--scenario",
+                     str(SCENARIOS / "deepseek-v3-8xh200.yaml"))
+    assert result.code == 2 and "Traceback" not in result.err
+    assert f"{DISAGGREGATED}:" in result.err and "but the cluster has 8" in result.err
+
+
+@pytest.mark.parametrize("command", [("validate",), ("export", "--engine", "sglang")])
+def test_validate_and_export_check_a_plans_placement(command: tuple[str, ...], tmp_path: Path) -> None:
+    data = yaml.safe_load(AGGREGATED.read_text(encoding="utf-8"))
+    gpus = data["placement"]["pools"][0]["instances"][0]["gpus"]
+    gpus[1] = gpus[0]
+    path = tmp_path / "plan-0.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
+    result = run_cli(command[0], str(path), *command[1:])
+    assert result.code == 2 and "Traceback" not in result.err
+    assert "placement.pools.0.instances.0.gpus.1: h200-sxm/r0/n0/g0 is used twice" in result.err
+
+
+def test_validate_checks_a_plan_against_the_scenario_it_carries() -> None:
+    result = run_cli("validate", str(AGGREGATED))
+    assert result.code == 0, result.err
+    assert "valid layout (aggregated, 8 GPUs) for 'deepseek-v3-8xh200' on 8 x h200-sxm" in result.out
