@@ -333,16 +333,17 @@ def plan_pool(ctx: PoolContext, pool: Pool, workload: Workload, tiers: TierPlan 
         chunk = min(budget, prompts)
         decodes = decode or []  # each stage's decode step, planned above (merging leaves it as it is)
 
-        def carrying(tokens: float) -> list[StepWork]:
-            """Each stage's decode step with `tokens` prompt tokens per rank riding on it (prefill first: the
-            prompt tokens alone)."""
-            per_seq = tokens / new / ctx.par.pp
+        def carrying(tokens: float, micro_batches: int) -> list[StepWork]:
+            """Each stage's decode step (one micro-batch's) with `tokens` prompt tokens per rank spread over
+            `micro_batches` of the pipeline's micro-batches riding on it (prefill first: the prompt tokens
+            alone)."""
+            per_seq = tokens / new / micro_batches
 
             def prompt(s: int) -> StepWork:
                 return midfill_work(ctx, s, per_seq, new, request.cached, request.fetch, active)
             return _stages(ctx, prompt if ctx.prefill_first else lambda s: merged_work(decodes[s], prompt(s)))
 
-        mixed = carrying(chunk)
+        mixed = carrying(chunk, ctx.par.pp)  # a round's prompt tokens: every micro-batch carries its share
         mixed_steps = prompts / chunk
         # A request's own prompt is chunked by the step's token budget alone (the round's chunk can be smaller:
         # fewer prompt tokens per rank than the budget), in steps of its own chunk (its mean prompt when
@@ -350,7 +351,9 @@ def plan_pool(ctx: PoolContext, pool: Pool, workload: Workload, tiers: TierPlan 
         # whole request.
         own_steps = request.own_steps(budget)
         own_chunk = min(budget, request.new)
-        own = mixed if own_chunk == chunk else carrying(own_chunk)  # long prompts fill the step either way
+        # One request's chunk rides in one micro-batch, whole: a pipeline splits a round's prompts among its
+        # micro-batches, not one prompt's chunk (at pp 1 the round's step; long prompts fill it either way)
+        own = mixed if own_chunk == chunk and ctx.par.pp == 1 else carrying(own_chunk, 1)
         return PoolPlan(ctx, pool, request, memory, largest, fill, decode, mixed, fill_chunks, mixed_steps,
                         own_steps, turns, own=own)
     return PoolPlan(ctx, pool, request, memory, largest, fill, decode, mixed, fill_chunks, mixed_steps, own_steps,
@@ -466,7 +469,13 @@ def time_pool(plan: PoolPlan, pricer: Pricer) -> PoolTiming:
         return PoolTiming(plan, None, decode, None, 0.0, t_decode / request.accepted, t_decode)
     assert plan.own is not None  # `plan_pool` plans a mixed pool's own-prompt step beside its mixed step
     t_mix = pp * mixed.max_s
-    t_own = t_mix if plan.own is plan.mixed else pp * time_phase(plan.own, pricer).max_s
+    # One request's own prompt: each chunk through every stage in turn, the next a stage behind it (chunks
+    # pipelined, as a prefill pool's are), so a single chunk takes its whole work whatever the pipeline depth;
+    # at pp 1, own steps x the step. (Until session 22 a chunk was spread over the pp micro-batches, and a
+    # prompt's latency fell as 1 / pp: an 8K-token Llama-70B prefill at tp2 pp4 in 244 ms, where its FLOPs
+    # at H100's fp8 peak take 292.)
+    own = mixed if plan.own is plan.mixed else time_phase(plan.own, pricer)
+    own_s = (own.sum_s - own.max_s) + plan.own_steps * own.max_s  # (the first chunk's other stages: 0 at pp 1)
     steps = request.output / request.accepted
     # Closed loop: a request arrives as its predecessor's last token leaves, while the next step, scheduled
     # during the last one, is already under way without it; it waits out that decode step (its slot idles
@@ -480,14 +489,14 @@ def time_pool(plan: PoolPlan, pricer: Pricer) -> PoolTiming:
         # own steps each) for staggered arrivals, those of the busiest rank (attention-DP ranks step together;
         # their staggered prompts are assumed to share steps: counting every request of the instance apart,
         # as if none did, fitted the calibration rows worse, in sample TTFT 23.5% -> 23.8%).
-        alone = seqs_per_rank(plan.in_service, plan.ctx.par.dp) * plan.own_steps * t_own
+        alone = seqs_per_rank(plan.in_service, plan.ctx.par.dp) * own_s
         prompt_s = (1.0 - k) * alone + k * plan.mixed_steps * t_mix
-        ttft = (t_decode + (1.0 - k) * t_own * plan.own_steps
+        ttft = (t_decode + (1.0 - k) * own_s
                 + k * t_mix * (plan.mixed_steps + plan.own_steps) / 2.0 + first_token)
         cycle = t_decode + max(0.0, request.output - 1.0) / request.accepted * t_decode + prompt_s
     else:
         backlog = max(0.0, plan.mixed_steps - plan.own_steps)
-        ttft = t_decode + t_own * plan.own_steps + k * t_mix * backlog / 2.0 + first_token
+        ttft = t_decode + own_s + k * t_mix * backlog / 2.0 + first_token
         # the prompt chunks ride on decode steps; any left over (prefill outpacing decode) run as steps of
         # their own
         prompt_s = plan.mixed_steps * t_mix

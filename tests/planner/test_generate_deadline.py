@@ -148,20 +148,36 @@ def test_a_layout_whose_only_fitting_batches_are_range_ends_is_left_out_of_the_w
     assert 1 in tps and 8 in tps
 
 
-def test_fill_bounds_need_no_timed_decode_option() -> None:
-    """DeepSeek-V3.2 with 25,000-41,000-token prompts on two H200 nodes: no decode layout is timed when the
-    batch search first bounds the prefill layouts, so there is no KV transfer time to take the shortest of (it
-    ended `plan solve` with ValueError: min() arg is an empty sequence); a transfer of none keeps the bound
-    optimistic, and the front is the aggregated deployments'."""
+def test_fill_bounds_need_no_timed_prefill_option(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The batch search can bound fill layouts' untimed ranges while no prefill option is timed, so that the
+    KV transfer table (by prefill and decode size) is empty (DeepSeek-V3.2 with 32K-token prompts on two H200
+    nodes ended `plan solve` with ValueError: min() arg is an empty sequence). Every bounding call is made
+    again with the table emptied: no transfer is the optimistic bound, so it raises nothing and leaves open
+    every decode row and fill option the timed transfers leave open."""
+    from dataclasses import replace
+
+    import planner.batches as batches
     from planner.api import solve
 
+    calls = 0
+
+    def with_empty_table(options, fills, size, rows, *rest, **named):  # type: ignore[no-untyped-def]
+        nonlocal calls
+        real = bounding(options, fills, size, rows, *rest, **named)
+        empty = bounding(replace(options, kv_transfer_s={}), fills, size, rows, *rest, **named)
+        assert np.all(empty[0] >= real[0]) and np.all(empty[1] >= real[1])
+        calls += 1
+        return real
+
+    bounding = batches._boxes
+    monkeypatch.setattr(batches, "_boxes", with_empty_table)
     front = solve(scenario_from_data({
         "schema_version": 1, "name": "v32-long-prompts", "model": "deepseek-ai/DeepSeek-V3.2",
         "precision": {"weights": "int4", "experts": "fp4", "kv_cache": "fp8"},
         "cluster": {"system": "h200-sxm", "nodes": 2}, "engine": "vllm",
-        "workload": {"input_tokens": {"mean": 32768, "range_ratio": 0.25},
+        "workload": {"input_tokens": {"mean": 16384, "range_ratio": 0.25},
                      "output_tokens": {"mean": 16, "range_ratio": 0.25}},
-        "slo": {"ttft_ms": 2000, "tpot_ms": 200},
+        "slo": {"ttft_ms": 3000, "tpot_ms": 200},
         "search": {"serving": ["aggregated", "disaggregated"], "time_limit_s": 6, "seed": 0}}))
-    assert front.points
-    assert all(p.ttft_ms <= 2000 and p.tpot_ms <= 200 for p in front.points)
+    assert calls and front.points
+    assert all(p.ttft_ms <= 3000 and p.tpot_ms <= 200 for p in front.points)
