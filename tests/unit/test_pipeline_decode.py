@@ -21,6 +21,7 @@ from costmodel.evaluate import evaluate, plan_layout
 from costmodel.hardware import load_system
 from costmodel.layout import Layout
 from costmodel.operators import Parallel
+from costmodel.precision import Dtype
 from costmodel.pricing import DirectPricer, price
 from costmodel.resolve import ResolvedScenario
 from costmodel.serving import time_pool
@@ -73,3 +74,40 @@ def test_wide_ep_beats_pipelined_ep_in_decode_on_nvl72(batch: int) -> None:
     piped = evaluate(resolved, _decode(batch, dp_attention=8, moe_ep=8, pp=4))
     assert wide.gpus == piped.gpus
     assert wide.tpot_ms < piped.tpot_ms
+
+
+def _llama70b(prompt: int) -> ResolvedScenario:
+    return scenario_from_data({
+        "schema_version": 1, "name": "t", "model": "llama3.1-70b", "precision": {"weights": "fp8", "kv_cache": "fp8"},
+        "cluster": {"system": "h100-sxm", "gpus": 8}, "engine": "vllm",
+        "workload": {"input_tokens": prompt, "output_tokens": 256}})
+
+
+def _fill_ms(resolved: ResolvedScenario, role: str, pp: int) -> float:
+    pools = [{"role": role, "tp": 2, "moe_tp": 2, "pp": pp, "batch": 1}]
+    if role == "prefill":
+        pools.append({"role": "decode", "tp": 2, "moe_tp": 2, "batch": 1})
+    layout = Layout.model_validate({"serving": "aggregated" if role == "mixed" else "disaggregated", "pools": pools})
+    return evaluate(resolved, layout).ttft_breakdown_ms["fill"]
+
+
+def test_one_prompt_chunk_gets_no_pipeline_speed_up() -> None:
+    """A prompt that fits one chunk runs its stages one after another: pipeline stages do not shorten it (until
+    session 22 a mixed pool spread it over the micro-batches: 944 -> 477 -> 244 ms at pp 1, 2, 4), and no
+    stage count takes it below its FLOPs at the GPUs' peak."""
+    resolved = _llama70b(8192)
+    fills = [_fill_ms(resolved, "mixed", pp) for pp in (1, 2, 4)]
+    assert max(fills) < 1.03 * min(fills)
+    flops = 2 * resolved.architecture.active_params() * 8192
+    assert min(fills) / 1e3 > flops / (2 * resolved.system.peak_flops_per_s[Dtype.FP8])  # tp 2 computes it
+    assert fills[2] == pytest.approx(_fill_ms(resolved, "prefill", 4), rel=0.03)  # as a prefill pool's
+
+
+def test_a_long_prompts_chunks_pipeline_as_a_prefill_pools() -> None:
+    """Four chunks through four stages: the first chunk's stages plus three slowest-stage steps, as the
+    prefill pool prices them, well short of four whole chunks one after another."""
+    resolved = _llama70b(32768)
+    mixed, prefill, flat = (_fill_ms(resolved, "mixed", 4), _fill_ms(resolved, "prefill", 4),
+                            _fill_ms(resolved, "mixed", 1))
+    assert mixed == pytest.approx(prefill, rel=0.05)
+    assert mixed < 0.6 * flat
