@@ -2,11 +2,12 @@
 model (planned per layout, priced in bulk).
 
 Degrees (unless the scenario's `search` lists them): tp in powers of two up to 8 that divide the attention
-heads; attention-DP in powers of two; pp in {1, 2, 4}; experts either spread (moe_ep = tp x dp) or
-tensor-parallel (moe_tp = tp x dp); dense models put all stage GPUs in moe_tp. Instances never exceed the
-cluster. Batches per attention-DP rank on a geometric grid (1, 2, 4, ... 1024; prefill 1 to 8 requests per
-fill). Pruned: candidates over HBM, and candidates that break an SLO on their own (TPOT of mixed and
-decode pools, TTFT of mixed pools, fill latency of prefill pools).
+heads; attention-DP in powers of two (MoE models; a dense model's attention-DP ranks would share nothing, so
+they are replicas, which the optimisation chooses and places more freely); pp in {1, 2, 4}; experts either
+spread (moe_ep = tp x dp) or tensor-parallel (moe_tp = tp x dp); dense models put all stage GPUs in moe_tp.
+Instances never exceed the cluster. Batches per attention-DP rank on a geometric grid (1, 2, 4, ... 1024;
+prefill 1 to 8 requests per fill). Pruned: candidates over HBM, and candidates that break an SLO on their
+own (TPOT of mixed and decode pools, TTFT of mixed pools, fill latency of prefill pools).
 """
 
 from __future__ import annotations
@@ -172,7 +173,12 @@ def _tp_options(resolved: ResolvedScenario) -> tuple[int, ...]:
 def _parallel_options(resolved: ResolvedScenario) -> Iterator[tuple[int, int, int, int, int]]:
     """(tp, dp, pp, moe_tp, moe_ep) within the cluster and the search's allowed degrees."""
     search, arch = resolved.scenario.search, resolved.architecture
-    dps = search.dp_attention or [d for d in POWERS_OF_TWO if d <= resolved.gpus]
+    # Attention DP splits a batch among ranks that share the experts; a dense model's ranks share nothing: its
+    # layout prices as dp replicas of tp (within 0.1% where the admitted batch rounds differently, Llama-3.1-70B
+    # on H100), which engines run as replicas (SGLang's dense models have no DP attention, vLLM's DP ranks of a
+    # dense model are independent engines): unless the scenario asks for it, dense models get none.
+    dense = arch.num_experts is None
+    dps = search.dp_attention or [d for d in POWERS_OF_TWO if d <= (1 if dense else resolved.gpus)]
     pps = search.pp or [p for p in PIPELINE_DEPTHS if p <= arch.num_layers]
     for tp, dp, pp in itertools.product(_tp_options(resolved), dps, pps):
         group = tp * dp

@@ -43,10 +43,13 @@ def server_args(plan: Plan, pool: Pool, placement_file: str | None, node_flags: 
     """SGLang server flags of one pool (also what `python -m dynamo.sglang` takes; under Dynamo the operator
     adds the node flags of a multi-node instance: `node_flags` False)."""
     context, _ = max_context_tokens(plan)
+    # a dense model's attention-DP ranks share nothing: SGLang's data-parallel workers of tp GPUs each, every
+    # one with its own scheduler (its share of the batch and of the prefill chunk), not DP attention
+    workers = pool.dp_attention if _replica_dp(plan, pool) else 1
     args = ["--model-path", plan.model, "--trust-remote-code",
-            "--tp-size", str(pool.gpus_per_stage), "--pp-size", str(pool.pp),
-            "--max-running-requests", str(pool.batch), "--context-length", str(context),
-            "--chunked-prefill-size", str(chunked_prefill_size(plan, pool)),
+            "--tp-size", str(pool.gpus_per_stage // workers), "--pp-size", str(pool.pp),
+            "--max-running-requests", str(math.ceil(pool.batch / workers)), "--context-length", str(context),
+            "--chunked-prefill-size", str(chunked_prefill_size(plan, pool) // workers),
             "--mem-fraction-static", str(memory_fraction())]
     per_rank = chunked_prefill_size(plan, pool) // pool.dp_attention
     if per_rank > SGLANG_MAX_PREFILL_TOKENS:  # a rank's prefill batch is capped by this too
@@ -55,7 +58,9 @@ def server_args(plan: Plan, pool: Pool, placement_file: str | None, node_flags: 
         args += ["--kv-cache-dtype", "fp8_e4m3"]
     args += speculative_args(plan, pool)
     if pool.dp_attention > 1:
-        args += ["--dp-size", str(pool.dp_attention), "--enable-dp-attention"]
+        args += ["--dp-size", str(pool.dp_attention)] + ([] if workers > 1 else ["--enable-dp-attention"])
+        if workers == 1 and pool.tp == 1 and _dense_layers(plan):  # priced on each rank alone, as planned
+            args += ["--moe-dense-tp-size", "1"]
     if pool.cpu_offload_gb > 0:  # SGLang takes whole GiB: rounded up, so HBM holds no more than planned
         args += ["--cpu-offload-gb", str(math.ceil(pool.cpu_offload_gb))]
     if pool.moe_ep > 1:
@@ -151,8 +156,28 @@ def export(plan: Plan) -> Export:
     return out
 
 
+def _replica_dp(plan: Plan, pool: Pool) -> bool:
+    """Attention DP on a dense model: its ranks are replicas (SGLang's dense models have no DP attention)."""
+    return pool.dp_attention > 1 and not plan.resolved.architecture.num_experts
+
+
+def _dense_layers(plan: Plan) -> bool:
+    """A MoE model with dense FFN layers (DeepSeek's first three, Kimi K2's first): SGLang runs them over the
+    whole stage under DP attention unless `--moe-dense-tp-size 1` (the only other value it takes) keeps
+    them on each rank, as the plan prices them (split like attention)."""
+    return any(layer.ffn.kind == "dense" for layer in plan.resolved.architecture.layers)
+
+
 def unexpressed(plan: Plan, pool: Pool) -> list[str]:
     notes = mtp_notes(plan, pool, "sglang") + _deepep_capacity(plan, pool)
+    if _replica_dp(plan, pool) and pool.nodes_per_instance > 1:
+        notes.append(f"SGLang runs data parallelism across nodes only with DP attention, which dense models lack: "
+                     f"launch {pool.dp_attention} servers of {pool.gpus_per_instance // pool.dp_attention} GPUs "
+                     "each instead of this instance")
+    if pool.dp_attention > 1 and pool.tp > 1 and _dense_layers(plan):
+        notes.append(f"SGLang runs the dense FFN layers over all {pool.gpus_per_stage} GPUs of a stage "
+                     f"(--moe-dense-tp-size takes 1 or the whole stage); the plan priced them at TP {pool.tp} on "
+                     "each attention-DP rank")
     if pool.moe_tp > 1 and pool.moe_ep > 1:
         notes.append(f"expert TP {pool.moe_tp} inside each of {pool.moe_ep} banks follows from --tp-size / --ep-size; "
                      "the all-to-all stays SGLang's default (DeepEP needs EP over the whole stage)")

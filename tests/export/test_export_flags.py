@@ -299,3 +299,33 @@ def test_a_draft_model_the_scenario_cannot_name_is_said() -> None:
         assert any("names no draft model" in text for text in out.files.values()), engine
         lines = [line for text in out.files.values() for line in text.splitlines()]
         assert not any("speculative" in line.split("#")[0] for line in lines), engine
+
+
+def test_sglang_keeps_a_moe_models_dense_layers_on_each_attention_dp_rank(plan: Plan) -> None:
+    """The plan prices dense FFN layers split like attention (on each attention-DP rank); SGLang runs them over
+    the whole stage unless --moe-dense-tp-size 1, its only other value, so that is launched where attention is
+    not tensor-parallel, and said where it is."""
+    dense_layers = any(layer.ffn.kind == "dense" for layer in plan.resolved.architecture.layers)
+    exported = export_plan(plan, "sglang")
+    for pool in plan.pools:
+        args = list(exported.commands[pool.name][0].args)
+        launched = "--moe-dense-tp-size" in args and args[args.index("--moe-dense-tp-size") + 1] == "1"
+        assert launched == (pool.dp_attention > 1 and pool.tp == 1 and dense_layers), (pool.name, args)
+        said = any("dense FFN layers over all" in note for note in exported.unexpressed)
+        assert said >= (pool.dp_attention > 1 and pool.tp > 1 and dense_layers)
+
+
+def test_a_dense_models_attention_dp_ranks_launch_as_sglang_replicas(tmp_path: Path) -> None:
+    """A dense model's attention-DP ranks share nothing and are priced as replicas: SGLang's data-parallel
+    workers of tp GPUs each (its dense models have no DP attention), each with its share of the batch."""
+    data = yaml.safe_load((Path(__file__).parent / "plans" / "deepseek-v3-8xh200-plan-0.yaml").read_text())
+    data["scenario"]["model"] = "llama3.1-70b"
+    data["layout"]["pools"][0].update(tp=2, dp_attention=2, pp=2, moe_tp=4, moe_ep=1, batch=9)
+    data.pop("expert_banks", None)
+    path = tmp_path / "dense.yaml"
+    path.write_text(yaml.safe_dump(data))
+    (pool,) = load_plan(path).pools
+    args = list(export_plan(load_plan(path), "sglang").commands[pool.name][0].args)
+    assert args[args.index("--tp-size") + 1] == "2" and args[args.index("--dp-size") + 1] == "2"
+    assert "--enable-dp-attention" not in args and args[args.index("--max-running-requests") + 1] == "5"
+    assert check_args(args, flags_of("sglang")) == []
