@@ -14,7 +14,15 @@ from costmodel.evaluate import evaluate
 from planner.calibrate import calibration_mismatch
 from planner.errors import InputError
 from planner.export import dynamo, sglang, trtllm, vllm
-from planner.export.base import ENGINE_VERSIONS, ENGINES, Export, Plan, draft_model_notes, read_plan
+from planner.export.base import (
+    ENGINE_VERSIONS,
+    ENGINES,
+    Export,
+    Plan,
+    checkpoint_notes,
+    draft_model_notes,
+    read_plan,
+)
 from planner.plan_output import layout_dict
 from planner.scenario import is_plan_file, layout_from_document, load_scenario, plan_scenario
 from planner.sourcefile import read_document
@@ -52,7 +60,7 @@ def export_plan(plan: Plan, engine: str, backend: str | None = None, calibration
     if plan.serving == "composite":
         return _composite(plan, engine, backend, calibration)
     out = dynamo.export(plan, backend) if engine == "dynamo" else _EXPORTERS[engine](plan)
-    out.unexpressed += draft_model_notes(plan)
+    out.unexpressed += draft_model_notes(plan) + checkpoint_notes(plan)
     return out
 
 

@@ -286,6 +286,23 @@ def draft_model_notes(plan: Plan) -> list[str]:
             "draft-model settings, or the engine decodes without it (slower than the plan's TPOT)"]
 
 
+def checkpoint_notes(plan: Plan) -> list[str]:
+    """The formats the plan prices against the published checkpoint's (the model argument): an engine takes the
+    quantisation from the checkpoint's config, so a plan priced with fp4 experts on an fp8 checkpoint would
+    run at twice the expert bytes priced unless the launch names a checkpoint stored as planned."""
+    resolved, arch = plan.resolved, plan.resolved.architecture
+    planned = {"weights": resolved.weights, "experts": resolved.experts} if arch.num_experts else \
+        {"weights": resolved.weights}
+    native = {"weights": arch.native_weights, "experts": arch.native_experts}
+    differ = {part: (fmt, native[part]) for part, fmt in planned.items() if fmt is not native[part]}
+    if not differ:
+        return []
+    said = ", ".join(f"{part} {fmt.value} (published {was.value})" for part, (fmt, was) in differ.items())
+    return [f"the plan prices {said}: point the model argument at a checkpoint stored so (or use the engine's "
+            f"online quantisation where it has one); {plan.model} as published runs its own formats, not the "
+            "plan's figures"]
+
+
 def plan_comments(plan: Plan) -> list[str]:
     """Figures and session tiers of the whole plan, for the head of each file."""
     figures = plan.data.get("figures") or {}
@@ -300,7 +317,7 @@ def plan_comments(plan: Plan) -> list[str]:
     midfill = plan.data.get("midfill")
     if isinstance(midfill, dict) and "why" in midfill:
         lines.append(f"midfill: {midfill['why']}")
-    return lines + draft_model_notes(plan)
+    return lines + draft_model_notes(plan) + checkpoint_notes(plan)
 
 
 _Dumper: type[yaml.SafeDumper] = getattr(yaml, "CSafeDumper", yaml.SafeDumper)  # libyaml: load balancers are large

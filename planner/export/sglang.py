@@ -39,6 +39,15 @@ DEEPEP_DISPATCH_TOKENS_MAX = 1024  # asserted in token_dispatcher/deepep.py (Dee
 BOOTSTRAP_PORT = 8998
 
 
+# Model types whose SGLang 0.5.21 model code has no DeepEP path (models/gpt_oss.py: "forward_deepep branch not
+# implemented yet", raised at the first forward), and those whose class has no
+# `get_model_config_for_expert_location`, for which SGLang drops --init-expert-location without a word and
+# keeps its contiguous order (eplb/expert_location.py from_model_config; models/kimi_k3.py, llama4.py,
+# mixtral.py, kimi_linear.py).
+NO_DEEPEP = frozenset({"gpt_oss"})
+NO_EXPERT_LOCATION = frozenset({"kimi_k3", "llama4", "mixtral", "kimi_linear"})
+
+
 def server_args(plan: Plan, pool: Pool, placement_file: str | None, node_flags: bool = True) -> list[str]:
     """SGLang server flags of one pool (also what `python -m dynamo.sglang` takes; under Dynamo the operator
     adds the node flags of a multi-node instance: `node_flags` False)."""
@@ -48,7 +57,7 @@ def server_args(plan: Plan, pool: Pool, placement_file: str | None, node_flags: 
     workers = pool.dp_attention if _replica_dp(plan, pool) else 1
     args = ["--model-path", plan.model, "--trust-remote-code",
             "--tp-size", str(pool.gpus_per_stage // workers), "--pp-size", str(pool.pp),
-            "--max-running-requests", str(math.ceil(pool.batch / workers)), "--context-length", str(context),
+            "--max-running-requests", str(_running_requests(pool, workers)), "--context-length", str(context),
             "--chunked-prefill-size", str(chunked_prefill_size(plan, pool) // workers),
             "--mem-fraction-static", str(memory_fraction())]
     per_rank = chunked_prefill_size(plan, pool) // pool.dp_attention
@@ -63,9 +72,10 @@ def server_args(plan: Plan, pool: Pool, placement_file: str | None, node_flags: 
             args += ["--moe-dense-tp-size", "1"]
     if pool.cpu_offload_gb > 0:  # SGLang takes whole GiB: rounded up, so HBM holds no more than planned
         args += ["--cpu-offload-gb", str(math.ceil(pool.cpu_offload_gb))]
+    model_type = plan.resolved.architecture.model_type
     if pool.moe_ep > 1:
         args += ["--ep-size", str(pool.moe_ep)]
-        if pool.moe_ep == pool.gpus_per_stage:  # DeepEP all-to-all spans the whole stage (no expert TP)
+        if pool.moe_ep == pool.gpus_per_stage and model_type not in NO_DEEPEP:  # DeepEP spans the whole stage
             args += ["--moe-a2a-backend", "deepep"]
     slots = expert_slots(pool)
     if slots is not None and placement_file is not None:
@@ -103,9 +113,10 @@ def chunked_prefill_size(plan: Plan, pool: Pool) -> int:
 
 
 def placement_json(plan: Plan, pool: Pool) -> dict[str, list[list[int]]] | None:
-    """The same slot map on every layer: SGLang's map has one row per decoder layer (dense ones unused)."""
+    """The same slot map on every layer: SGLang's map has one row per decoder layer (dense ones unused); None
+    where the plan has no banks or SGLang's model code reads no map (`NO_EXPERT_LOCATION`)."""
     slots = expert_slots(pool)
-    if slots is None:
+    if slots is None or plan.resolved.architecture.model_type in NO_EXPERT_LOCATION:
         return None
     return {"physical_to_logical_map": [slots for _ in range(plan.resolved.architecture.num_layers)]}
 
@@ -156,6 +167,15 @@ def export(plan: Plan) -> Export:
     return out
 
 
+def _running_requests(pool: Pool, workers: int) -> int:
+    """--max-running-requests: per data-parallel worker (dense replicas), else per instance, which SGLang floors
+    per attention-DP rank (mem_cache/kv_cache_configurator.py: max_num_reqs // attn_dp_size, and a rank of 0
+    stops it at start-up: "max_running_request is zero"), so whole ranks' worth: the plan's batch, rounded up."""
+    if workers > 1:
+        return math.ceil(pool.batch / workers)
+    return math.ceil(pool.batch / pool.dp_attention) * pool.dp_attention
+
+
 def _replica_dp(plan: Plan, pool: Pool) -> bool:
     """Attention DP on a dense model: its ranks are replicas (SGLang's dense models have no DP attention)."""
     return pool.dp_attention > 1 and not plan.resolved.architecture.num_experts
@@ -170,6 +190,18 @@ def _dense_layers(plan: Plan) -> bool:
 
 def unexpressed(plan: Plan, pool: Pool) -> list[str]:
     notes = mtp_notes(plan, pool, "sglang") + _deepep_capacity(plan, pool)
+    model_type = plan.resolved.architecture.model_type
+    if pool.batch % pool.dp_attention:
+        per_rank = math.ceil(pool.batch / pool.dp_attention)
+        notes.append(f"batch {pool.batch} over {pool.dp_attention} attention-DP ranks: SGLang admits per rank, so "
+                     f"each admits up to {per_rank} ({per_rank * pool.dp_attention} in all)")
+    if expert_slots(pool) is not None and model_type in NO_EXPERT_LOCATION:
+        notes.append(f"the plan's expert banks: SGLang's {model_type} model reads no --init-expert-location (it would "
+                     "drop the file without a word), so the experts stay in SGLang's contiguous order and the plan's "
+                     "redundant slots are not launched; the banks are in the plan file")
+    if pool.moe_ep > 1 and pool.moe_ep == pool.gpus_per_stage and model_type in NO_DEEPEP:
+        notes.append(f"no DeepEP: SGLang's {model_type} model has no DeepEP path; the all-to-all stays SGLang's "
+                     "default")
     if _replica_dp(plan, pool) and pool.nodes_per_instance > 1:
         notes.append(f"SGLang runs data parallelism across nodes only with DP attention, which dense models lack: "
                      f"launch {pool.dp_attention} servers of {pool.gpus_per_instance // pool.dp_attention} GPUs "

@@ -55,12 +55,18 @@ def engine_args(plan: Plan, pool: Pool) -> list[str]:
         backend = "deepep_low_latency" if pool.engine_role == "decode" else "deepep_high_throughput"
         args += ["--enable-expert-parallel", "--all2all-backend", backend]
         slots = expert_slots(pool)
-        if slots is not None:
+        if slots is not None and plan.resolved.architecture.model_type not in NO_EPLB:
             redundant = len(slots) - (plan.resolved.architecture.num_experts or 0)
             args += ["--enable-eplb", "--eplb-config", json.dumps({"num_redundant_experts": redundant})]
     if pool.engine_role != "aggregated":
         args += ["--kv-transfer-config", json.dumps(NIXL)]
     return args
+
+
+# Model types whose vLLM 0.31 model class lacks the MixtureOfExperts protocol's members (num_moe_layers,
+# expert_weights...: model_executor/models/gpt_oss.py, minimax_m2.py), which EPLB asserts at start-up
+# (v1/worker/gpu_model_runner.py eplb_step: `assert self._moe_model is not None`).
+NO_EPLB = frozenset({"gpt_oss", "minimax_m2"})
 
 
 def _node_args(plan: Plan, pool: Pool) -> tuple[list[str], list[str]] | None:
@@ -90,6 +96,20 @@ def commands(plan: Plan, pool: Pool) -> list[Command]:
 
 def unexpressed(plan: Plan, pool: Pool) -> list[str]:
     notes = mtp_notes(plan, pool, "vllm")
+    model_type = plan.resolved.architecture.model_type
+    if pool.batch % pool.dp_attention:
+        per_rank = math.ceil(pool.batch / pool.dp_attention)
+        notes.append(f"batch {pool.batch} over {pool.dp_attention} DP ranks: --max-num-seqs is per rank, so each "
+                     f"admits up to {per_rank} ({per_rank * pool.dp_attention} in all)")
+    if pool.moe_ep > 1 and expert_slots(pool) is not None and model_type in NO_EPLB:
+        notes.append(f"no EPLB: vLLM's {model_type} model is not a MixtureOfExperts (no num_moe_layers), and "
+                     "--enable-eplb stops it at start-up; the experts stay in vLLM's contiguous order")
+    if pool.moe_ep > 1 and pool.dp_attention > 1 and pool.engine_role != "decode":
+        notes.append("vLLM runs without CUDA graphs with deepep_high_throughput and DP > 1 (config/compilation.py): "
+                     "this pool's decode steps run eager, slower at small batches than priced")
+    if pool.pp > 1 and pool.dp_attention > 1 and pool.nodes_per_instance > 1:
+        notes.append("vLLM orders ranks DP x PP x TP, so each node holds whole DP ranks with all their stages and a "
+                     "stage's expert all-to-all crosses nodes; the plan placed each stage on its own GPUs")
     if pool.moe_ep > 1 and pool.moe_ep != pool.tp * pool.dp_attention:
         notes.append(f"expert TP {pool.moe_tp} x EP {pool.moe_ep}: vLLM's expert parallelism spans all "
                      f"{pool.tp * pool.dp_attention} GPUs of a stage (EP {pool.tp * pool.dp_attention}, no expert TP)")

@@ -19,6 +19,8 @@ from costmodel.layout import Layout
 from costmodel.serving import ENGINE_STEP_TOKENS
 from planner.export import ENGINE_VERSIONS, Plan, export_plan, load_plan
 from planner.export.base import expert_slots, moe_layer_indices
+from planner.export.sglang import NO_DEEPEP, NO_EXPERT_LOCATION
+from planner.export.vllm import NO_EPLB
 from tests.export.engine_check import check_args, check_every_engine, check_trtllm_options, definitions, flags_of
 
 PLANS = sorted((Path(__file__).parent / "plans").glob("*.yaml"))
@@ -99,8 +101,10 @@ def test_sglang_expert_location_is_the_plans_banks(plan: Plan) -> None:
     for pool in plan.pools:
         args = list(exported.commands[pool.name][0].args)
         name = f"sglang-expert-location-{pool.name}.json"
-        if expert_slots(pool) is None:
+        unread = plan.resolved.architecture.model_type in NO_EXPERT_LOCATION  # SGLang's model code reads no map
+        if expert_slots(pool) is None or unread:
             assert name not in exported.files and "--init-expert-location" not in args
+            assert unread <= any("reads no --init-expert-location" in note for note in exported.unexpressed)
             continue
         location = yaml.safe_load(exported.files[name])["physical_to_logical_map"]
         redundant = int(args[args.index("--ep-num-redundant-experts") + 1])
@@ -329,3 +333,53 @@ def test_a_dense_models_attention_dp_ranks_launch_as_sglang_replicas(tmp_path: P
     assert args[args.index("--tp-size") + 1] == "2" and args[args.index("--dp-size") + 1] == "2"
     assert "--enable-dp-attention" not in args and args[args.index("--max-running-requests") + 1] == "5"
     assert check_args(args, flags_of("sglang")) == []
+
+
+@pytest.mark.parametrize("engine", ["sglang", "vllm", "dynamo"])
+def test_gpt_oss_launches_without_what_its_engine_code_lacks(engine: str) -> None:
+    """gpt-oss: SGLang's model raises at its first forward under DeepEP ("forward_deepep branch not implemented
+    yet"), vLLM's is no MixtureOfExperts and EPLB asserts one at start-up: neither flag is launched, both said."""
+    plan = load_plan(Path(__file__).parent / "plans" / "gpt-oss-120b-8xb200-plan-24.yaml")
+    assert plan.resolved.architecture.model_type in NO_DEEPEP & NO_EPLB
+    exported = export_plan(plan, engine, "sglang" if engine == "dynamo" else None)
+    words = " ".join(" ".join(c.args) for commands in exported.commands.values() for c in commands)
+    words += " ".join(line for text in exported.files.values() for line in text.splitlines()
+                      if not line.lstrip().startswith("#"))  # the notes name the flags they leave out
+    assert "--moe-a2a-backend" not in words and "--enable-eplb" not in words  # (vLLM's DeepEP backend serves it)
+    if engine == "sglang":
+        assert any(note.startswith("no DeepEP") for note in exported.unexpressed)
+    if engine == "vllm":
+        assert any(note.startswith("no EPLB") for note in exported.unexpressed)
+
+
+@pytest.mark.parametrize("batch", [1, 21])
+def test_sglang_admits_whole_ranks_of_an_attention_dp_batch(batch: int, tmp_path: Path) -> None:
+    """SGLang floors --max-running-requests per attention-DP rank and stops at start-up when a rank gets 0 (a
+    prefill pool of one request on dp 8, which the planner accepts): the launch rounds up to whole ranks and
+    says so; vLLM's per-rank --max-num-seqs likewise."""
+    data = yaml.safe_load((Path(__file__).parent / "plans" / "gpt-oss-120b-8xb200-plan-24.yaml").read_text())
+    data["layout"]["pools"][0]["batch"] = batch
+    path = tmp_path / "plan.yaml"
+    path.write_text(yaml.safe_dump(data))
+    plan = load_plan(path)
+    (pool,) = plan.pools
+    per_rank = -(-batch // pool.dp_attention)
+    sglang, vllm = export_plan(plan, "sglang"), export_plan(plan, "vllm")
+    args = list(sglang.commands[pool.name][0].args)
+    assert int(args[args.index("--max-running-requests") + 1]) == per_rank * pool.dp_attention
+    args = list(vllm.commands[pool.name][0].args)
+    assert int(args[args.index("--max-num-seqs") + 1]) == per_rank
+    for exported in (sglang, vllm):
+        assert any(f"batch {batch} over {pool.dp_attention}" in note for note in exported.unexpressed)
+
+
+@pytest.mark.parametrize("engine", ["trtllm", "sglang", "vllm", "dynamo"])
+def test_formats_the_checkpoint_does_not_store_are_said(engine: str) -> None:
+    """Engines take the quantisation from the checkpoint: a plan priced with fp4 experts on Kimi K2's fp8
+    checkpoint says which checkpoint to launch; one priced in the published formats says nothing."""
+    fp4 = load_plan(Path(__file__).parent / "plans" / "kimi-k2-gb200-nvl72-plan-18.yaml")
+    native = load_plan(Path(__file__).parent / "plans" / "deepseek-v3-8xh200-plan-0.yaml")
+    notes = export_plan(fp4, engine).unexpressed
+    assert any(n.startswith("the plan prices experts fp4 (published fp8)") for n in notes)
+    assert not any("the plan prices" in n for n in export_plan(native, engine).unexpressed)
+    assert any("the plan prices experts fp4" in text for text in export_plan(fp4, engine).files.values())
