@@ -154,6 +154,10 @@ def _load(data: dict[str, Any]) -> tuple[dict[str, Any], str | None]:
         if rate is not None:
             return {}, (f"both max_concurrency {concurrency} and request_rate {rate:g}: which one limited the run is "
                         "not recorded")
+        prompts = _whole(data.get("num_prompts"))
+        if prompts is not None and prompts <= concurrency:  # the semaphore never held one back
+            return {}, (f"max_concurrency {concurrency} with {prompts} prompts: every prompt was sent at once, a burst "
+                        "with no steady state; run more prompts than the concurrency (vLLM's guides: 10x)")
         return {"concurrency": concurrency}, None
     if rate is not None:
         return {"arrival_rate_per_s": rate}, None
@@ -227,6 +231,9 @@ def _measured_by_genai_perf(data: dict[str, Any], source: str) -> RunFromResult:
         if key not in data:
             raise ResultError(f"no {key}: the run did not stream its tokens, so neither tool measured TTFT and "
                               "TPOT; rerun streaming (genai-perf --streaming; AIPerf with a streaming endpoint)")
+    if data.get("was_cancelled") is True or data.get("is_complete") is False:  # AIPerf's export says so
+        why = data.get("incomplete_reason") or ("cancelled" if data.get("was_cancelled") else "not complete")
+        raise ResultError(f"the run did not complete ({_short(why)}): its figures cover part of it; rerun to the end")
     lengths = {"input_tokens": _average_length(data, "input_sequence_length"),
                "output_tokens": _average_length(data, "output_sequence_length")}
     load, problem = _genai_perf_load(data.get("input_config"))
@@ -274,6 +281,12 @@ def _average_length(data: dict[str, Any], key: str) -> int:
     return mean
 
 
+# genai-perf 0.0.16 subcommands whose files carry another load than the run's (subcommand/analyze.py and
+# process_export_files.py pass the command's config to every file they write)
+_NOT_THIS_RUN = {"analyze": "a sweep writes the command's default stimulus, concurrency 1, into every point's file",
+                 "process": "process-export-files pools every client's requests but keeps the first client's load"}
+
+
 def _genai_perf_load(config: object) -> tuple[dict[str, Any], str | None]:
     """The load of genai-perf's `input_config` (`perf_analyzer.stimulus`: {concurrency} or {request_rate}; before
     0.0.13 top-level `concurrency` / `request_rate`) or AIPerf's (`phases`: the profiling phase's type, concurrency
@@ -282,6 +295,9 @@ def _genai_perf_load(config: object) -> tuple[dict[str, Any], str | None]:
         return {}, "the file records no input_config, hence no load"
     if isinstance(config.get("phases"), list):
         return _aiperf_load(config["phases"])
+    if config.get("subcommand") in _NOT_THIS_RUN:
+        return {}, (f"a genai-perf `{config['subcommand']}` file: its input_config is the command's, not this run's "
+                    f"load ({_NOT_THIS_RUN[config['subcommand']]})")
     analyzer = config.get("perf_analyzer")
     stimulus = analyzer.get("stimulus") if isinstance(analyzer, dict) else config
     stimulus = stimulus if isinstance(stimulus, dict) else {}
@@ -306,6 +322,10 @@ def _aiperf_load(phases: list[Any]) -> tuple[dict[str, Any], str | None]:
         "adaptive_scale") else [])
     if varying:
         return {}, f"its profiling phase varies its load ({', '.join(varying)}), with no one load to calibrate on"
+    if phase.get("prefill_concurrency") is not None:  # credit/issuer.py: a request waits for a prefill slot
+        raise ResultError(f"its profiling phase caps prompts in flight (prefill_concurrency "
+                          f"{_short(phase['prefill_concurrency'])}), which the cost model's closed loop does not, and "
+                          "its TTFT leaves out the wait for a slot; rerun without --prefill-concurrency")
     concurrency = _whole(phase.get("concurrency", 1))
     if "concurrency" in phase and (concurrency is None or concurrency < 1):
         return {}, f"its profiling phase's concurrency is {_short(phase['concurrency'])}, not a whole number >= 1"

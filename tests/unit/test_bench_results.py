@@ -115,6 +115,7 @@ def test_the_entrys_load_and_lengths_replace_the_files(tmp_path: Path, file: dic
      "both max_concurrency 64 and request_rate 2: which one limited the run is not recorded; give the load"),
     ("r.json", json.dumps(_vllm(max_concurrency=None, request_rate="trace")), "a trace replay"),
     ("r.json", json.dumps(_vllm(ramp_up_strategy="linear")), "a ramp-up run"),
+    ("r.json", json.dumps(_vllm(num_prompts=32)), "max_concurrency 32 with 32 prompts: every prompt was sent at once"),
     ("r.json", json.dumps(_vllm(mean_ttft_ms=1e12)), "mean_ttft_ms is 1000000000000.0; expected a positive time"),
     ("r.json", json.dumps(_vllm(failed=-1)), "failed is -1; expected a whole number"),
     ("r.json", json.dumps(_vllm(total_input_tokens=10**400)), "more than 10,000,000 tokens each"),
@@ -236,6 +237,11 @@ def test_genai_perf_and_aiperf_exports_are_runs(tmp_path: Path, content: dict[st
     (_aiperf({"type": "fixed_schedule"}), "'fixed_schedule') is neither a concurrency nor a rate phase"),
     (_aiperf({"type": "poisson", "rate": 4.0, "concurrency": 64}), "both concurrency 64 and rate 4"),
     ({k: v for k, v in _genai_perf().items() if k != "input_config"}, "records no input_config"),
+    # genai-perf 0.0.16 analyze sweeps write the command's default stimulus into every point's file
+    (_genai_perf(input_config={"subcommand": "analyze", "perf_analyzer": {"stimulus": {"concurrency": 1}}}),
+     "a genai-perf `analyze` file: its input_config is the command's, not this run's load"),
+    (_genai_perf(input_config={"subcommand": "process", "perf_analyzer": {"stimulus": {"concurrency": 16}}}),
+     "a genai-perf `process` file"),
 ])
 def test_a_genai_perf_export_without_one_load_needs_the_entrys(tmp_path: Path, content: dict[str, Any],
                                                                message: str) -> None:
@@ -256,6 +262,11 @@ def test_a_genai_perf_export_without_one_load_needs_the_entrys(tmp_path: Path, c
      "error_request_count averages 2.5; expected a whole number"),
     (_aiperf({"type": "concurrency"}, error_request_count={"unit": "requests", "avg": 1e308}),
      "expected a whole number of requests"),
+    (_aiperf({"type": "concurrency"}, was_cancelled=True, is_complete=False, incomplete_reason="cancelled by user"),
+     "the run did not complete ('cancelled by user')"),
+    (_aiperf({"type": "concurrency"}, is_complete=False), "the run did not complete ('not complete')"),
+    (_aiperf({"type": "concurrency", "concurrency": 64, "prefill_concurrency": 4}),
+     "caps prompts in flight (prefill_concurrency 4)"),
 ])
 def test_a_genai_perf_export_that_cannot_be_a_run_says_why(tmp_path: Path, content: dict[str, Any],
                                                            message: str) -> None:
