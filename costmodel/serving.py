@@ -475,7 +475,7 @@ def time_pool(plan: PoolPlan, pricer: Pricer) -> PoolTiming:
     # prompt's latency fell as 1 / pp: an 8K-token Llama-70B prefill at tp2 pp4 in 244 ms, where its FLOPs
     # at H100's fp8 peak take 292.)
     own = mixed if plan.own is plan.mixed else time_phase(plan.own, pricer)
-    own_s = (own.sum_s - own.max_s) + plan.own_steps * own.max_s  # (the first chunk's other stages: 0 at pp 1)
+    lead = own.sum_s - own.max_s  # the first chunk's other stages: 0 at pp 1 (the figures there as before)
     steps = request.output / request.accepted
     # Closed loop: a request arrives as its predecessor's last token leaves, while the next step, scheduled
     # during the last one, is already under way without it; it waits out that decode step (its slot idles
@@ -489,14 +489,15 @@ def time_pool(plan: PoolPlan, pricer: Pricer) -> PoolTiming:
         # own steps each) for staggered arrivals, those of the busiest rank (attention-DP ranks step together;
         # their staggered prompts are assumed to share steps: counting every request of the instance apart,
         # as if none did, fitted the calibration rows worse, in sample TTFT 23.5% -> 23.8%).
-        alone = seqs_per_rank(plan.in_service, plan.ctx.par.dp) * own_s
+        seqs = seqs_per_rank(plan.in_service, plan.ctx.par.dp)
+        alone = seqs * plan.own_steps * own.max_s + seqs * lead
         prompt_s = (1.0 - k) * alone + k * plan.mixed_steps * t_mix
-        ttft = (t_decode + (1.0 - k) * own_s
+        ttft = (t_decode + (1.0 - k) * own.max_s * plan.own_steps + (1.0 - k) * lead
                 + k * t_mix * (plan.mixed_steps + plan.own_steps) / 2.0 + first_token)
         cycle = t_decode + max(0.0, request.output - 1.0) / request.accepted * t_decode + prompt_s
     else:
         backlog = max(0.0, plan.mixed_steps - plan.own_steps)
-        ttft = t_decode + own_s + k * t_mix * backlog / 2.0 + first_token
+        ttft = t_decode + own.max_s * plan.own_steps + lead + k * t_mix * backlog / 2.0 + first_token
         # the prompt chunks ride on decode steps; any left over (prefill outpacing decode) run as steps of
         # their own
         prompt_s = plan.mixed_steps * t_mix
@@ -511,6 +512,10 @@ def time_pool(plan: PoolPlan, pricer: Pricer) -> PoolTiming:
     tpot = t_decode / request.accepted
     if request.output > 1:
         tpot = max(tpot, (cycle - ttft) / (request.output - 1))
+    # ...and the round is at least that path, TTFT and the decode steps after it: a prompt's pipeline fill (pp >
+    # 1), its first-token latency or its wait in a cohort can outlast the round's share of prompt work, and the
+    # slot waits them out (until session 22 the round kept the share, and tokens/s the difference)
+    cycle = max(cycle, ttft + max(0.0, request.output - 1.0) * tpot)
     return PoolTiming(plan, None, decode, mixed, ttft, tpot, cycle, first_token_s=first_token, step_wait_s=t_decode,
                       dp_wait_s=dp_wait, prompt_s=prompt_s)
 

@@ -525,7 +525,8 @@ def _boxes(options: DeploymentOptions, fills: _Fills, size: int, rows: _Decodes,
     beside = (packing or _Packing()).most_beside(fills.gpus, size, counts, options.domains)
     most = np.minimum(fills.most[:, None], beside)
     capacity = np.where(most >= 1, fills.capacity[:, None] * most, np.nan)
-    # an unseen size pair: the shortest transfer; none timed (no decode option yet): none (both optimistic)
+    # an unseen size pair: the shortest transfer; none timed (no prefill or no decode option yet): none (both
+    # optimistic)
     fallback = min(options.kv_transfer_s.values(), default=0.0)
     transfer = np.array([options.kv_transfer_s.get((int(g), size), fallback) for g in fills.gpus])
     within = cap * (1 + 1e-12)

@@ -193,8 +193,9 @@ def unexpressed(plan: Plan, pool: Pool) -> list[str]:
     model_type = plan.resolved.architecture.model_type
     if pool.batch % pool.dp_attention:
         per_rank = math.ceil(pool.batch / pool.dp_attention)
-        notes.append(f"batch {pool.batch} over {pool.dp_attention} attention-DP ranks: SGLang admits per rank, so "
-                     f"each admits up to {per_rank} ({per_rank * pool.dp_attention} in all)")
+        ranks = "data-parallel workers" if _replica_dp(plan, pool) else "attention-DP ranks"
+        notes.append(f"batch {pool.batch} over {pool.dp_attention} {ranks}: SGLang admits per rank, so each admits "
+                     f"up to {per_rank} ({per_rank * pool.dp_attention} in all)")
     if expert_slots(pool) is not None and model_type in NO_EXPERT_LOCATION:
         notes.append(f"the plan's expert banks: SGLang's {model_type} model reads no --init-expert-location (it would "
                      "drop the file without a word), so the experts stay in SGLang's contiguous order and the plan's "
@@ -206,7 +207,7 @@ def unexpressed(plan: Plan, pool: Pool) -> list[str]:
         notes.append(f"SGLang runs data parallelism across nodes only with DP attention, which dense models lack: "
                      f"launch {pool.dp_attention} servers of {pool.gpus_per_instance // pool.dp_attention} GPUs "
                      "each instead of this instance")
-    if pool.dp_attention > 1 and pool.tp > 1 and _dense_layers(plan):
+    if pool.dp_attention > 1 and pool.tp > 1 and _dense_layers(plan) and not _replica_dp(plan, pool):
         notes.append(f"SGLang runs the dense FFN layers over all {pool.gpus_per_stage} GPUs of a stage "
                      f"(--moe-dense-tp-size takes 1 or the whole stage); the plan priced them at TP {pool.tp} on "
                      "each attention-DP rank")

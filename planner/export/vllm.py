@@ -104,7 +104,7 @@ def unexpressed(plan: Plan, pool: Pool) -> list[str]:
     if pool.moe_ep > 1 and expert_slots(pool) is not None and model_type in NO_EPLB:
         notes.append(f"no EPLB: vLLM's {model_type} model is not a MixtureOfExperts (no num_moe_layers), and "
                      "--enable-eplb stops it at start-up; the experts stay in vLLM's contiguous order")
-    if pool.moe_ep > 1 and pool.dp_attention > 1 and pool.engine_role != "decode":
+    if pool.moe_ep > 1 and pool.dp_attention > 1 and pool.engine_role == "aggregated":
         notes.append("vLLM runs without CUDA graphs with deepep_high_throughput and DP > 1 (config/compilation.py): "
                      "this pool's decode steps run eager, slower at small batches than priced")
     if pool.pp > 1 and pool.dp_attention > 1 and pool.nodes_per_instance > 1:

@@ -333,6 +333,7 @@ def test_a_dense_models_attention_dp_ranks_launch_as_sglang_replicas(tmp_path: P
     assert args[args.index("--tp-size") + 1] == "2" and args[args.index("--dp-size") + 1] == "2"
     assert "--enable-dp-attention" not in args and args[args.index("--max-running-requests") + 1] == "5"
     assert check_args(args, flags_of("sglang")) == []
+    assert not any("dense FFN layers over all" in note for note in export_plan(load_plan(path), "sglang").unexpressed)
 
 
 @pytest.mark.parametrize("engine", ["sglang", "vllm", "dynamo"])

@@ -181,3 +181,17 @@ def test_fill_bounds_need_no_timed_prefill_option(monkeypatch: pytest.MonkeyPatc
         "search": {"serving": ["aggregated", "disaggregated"], "time_limit_s": 6, "seed": 0}}))
     assert calls and front.points
     assert all(p.ttft_ms <= 3000 and p.tpot_ms <= 200 for p in front.points)
+
+
+@pytest.mark.parametrize(("model", "asked", "expected"), [
+    ("llama3.1-70b", None, {1}),  # dense: attention-DP ranks would be replicas
+    ("llama3.1-70b", [1, 2], {1, 2}),  # unless the scenario asks for them
+    ("qwen3-30b", None, {1, 2, 4, 8}),  # MoE: ranks share the experts
+])
+def test_dense_models_get_attention_dp_only_when_asked(model: str, asked: list[int] | None,
+                                                       expected: set[int]) -> None:
+    search = {"dp_attention": asked} if asked else {}
+    resolved = scenario_from_data({
+        "schema_version": 1, "name": "t", "model": model, "cluster": {"system": "h100-sxm", "gpus": 8},
+        "workload": {"input_tokens": 1024, "output_tokens": 256}, "search": search})
+    assert {pool.dp_attention for pool in candidate_pools(resolved, "mixed")} == expected
