@@ -31,9 +31,11 @@ class ConfigError(CostModelError):
         self.line = line
 
     def located(self) -> str:
-        """`file:line, field key` of the offending key, or what of it is known ("" when nothing is)."""
-        where = f"{self.path}:{self.line}" if self.path and self.line else str(self.path or "")
-        return ", ".join(part for part in (where, f"field {self.field}" if self.field else "") if part)
+        """`file:line, field key` of the offending key, `config field key` without a file, "" without either."""
+        if self.path is None:
+            return f"config field {self.field}" if self.field else ""
+        where = f"{self.path}:{self.line}" if self.line else str(self.path)
+        return f"{where}, field {self.field}" if self.field else where
 
 
 class ScenarioError(CostModelError):

@@ -5,7 +5,7 @@ A real bug still raises whatever it raises; these carry a message written for th
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 
@@ -48,6 +48,12 @@ class InputError(PlannerError):
     @classmethod
     def single(cls, path: Path | None, line: int | None, field: str, message: str) -> InputError:
         return cls([InputProblem(path, line, field, message)])
+
+    def under(self, key: str, path: Path | None = None) -> InputError:
+        """The same problems named from a document that holds this one under `key` (a plan file's `layout`
+        or `scenario`), and in `path` where given."""
+        return InputError([replace(p, path=path or p.path, field=f"{key}.{p.field}" if p.field else key)
+                           for p in self.problems])
 
 
 class InfeasibleError(PlannerError):

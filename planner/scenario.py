@@ -5,7 +5,6 @@ Every failure becomes an `InputError` naming the file, the line and the field, w
 
 from __future__ import annotations
 
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -51,7 +50,7 @@ def _resolve_document(document: SourceDocument, base_dir: Path | None = None) ->
         raise _located(document, exc.field, str(exc)) from None
     except ConfigError as exc:
         where = exc.located()
-        detail = f" ({where})" if exc.path else f" (config field {exc.field})" if exc.field else ""
+        detail = f" ({where})" if where else ""
         raise _located(document, "model", f"{exc}{detail}") from None
 
 
@@ -73,8 +72,7 @@ def plan_scenario(document: SourceDocument) -> ResolvedScenario | None:
     try:
         return scenario_from_data(embedded, base_dir=document.path.parent if document.path else None)
     except InputError as exc:  # name the plan file, not "<input>"
-        raise InputError([replace(p, path=document.path, field=f"scenario.{p.field}" if p.field else "scenario")
-                          for p in exc.problems]) from None
+        raise exc.under("scenario", document.path) from None
 
 
 def is_plan_file(document: SourceDocument) -> bool:
@@ -90,8 +88,7 @@ def layout_from_document(document: SourceDocument, resolved: ResolvedScenario | 
     try:
         layout = _checked_layout(document.sub("layout"), resolved)
     except InputError as exc:
-        raise InputError([replace(p, field=f"layout.{p.field}" if p.field else "layout")
-                          for p in exc.problems]) from None
+        raise exc.under("layout") from None
     if resolved is not None and isinstance(document.data, dict) and "placement" in document.data:
         try:
             check_placement(resolved, layout, document.data["placement"])

@@ -61,6 +61,11 @@ class Pool:
         return self.tp * self.dp_attention
 
     @property
+    def batch_per_rank(self) -> int:
+        """Sequences each attention-DP rank (or data-parallel worker) admits: the plan's batch, rounded up."""
+        return math.ceil(self.batch / self.dp_attention)
+
+    @property
     def engine_role(self) -> str:
         """The role an engine knows: a midfill pool runs as a prefill server."""
         return {"mixed": "aggregated", "midfill": "prefill"}.get(self.role, self.role)
@@ -284,6 +289,15 @@ def draft_model_notes(plan: Plan) -> list[str]:
     return [f"speculative decoding with a draft model ({spec.draft_tokens} token(s) per step, acceptance "
             f"{spec.acceptance_rate:g}) is priced, but the scenario names no draft model: add the engine's "
             "draft-model settings, or the engine decodes without it (slower than the plan's TPOT)"]
+
+
+def rank_rounding_notes(pool: Pool, ranks: str, engine: str) -> list[str]:
+    """Engines admit sequences per rank (`Pool.batch_per_rank`): a batch the ranks do not divide runs as
+    whole ranks' worth, said where that is more than the plan's batch."""
+    if pool.batch % pool.dp_attention == 0:
+        return []
+    return [f"batch {pool.batch} over {pool.dp_attention} {ranks}: {engine} admits per rank, so each admits up to "
+            f"{pool.batch_per_rank} ({pool.batch_per_rank * pool.dp_attention} in all)"]
 
 
 def checkpoint_notes(plan: Plan) -> list[str]:

@@ -29,6 +29,7 @@ from planner.export.base import (
     mtp_notes,
     plan_comments,
     pool_comments,
+    rank_rounding_notes,
 )
 
 PROGRAM = ("python3", "-m", "sglang.launch_server")
@@ -127,7 +128,7 @@ def _deepep_capacity(plan: Plan, pool: Pool) -> list[str]:
     this pool dispatches its sequences per rank times the verified tokens of each."""
     if pool.engine_role == "prefill" or pool.moe_ep <= 1 or pool.moe_ep != pool.gpus_per_stage:
         return []
-    tokens = math.ceil(pool.batch / pool.dp_attention) * (1 + launched_drafts(plan, pool, "sglang"))
+    tokens = pool.batch_per_rank * (1 + launched_drafts(plan, pool, "sglang"))
     if tokens <= DEEPEP_DISPATCH_TOKENS:
         return []
     if tokens > DEEPEP_DISPATCH_TOKENS_MAX:
@@ -171,9 +172,7 @@ def _running_requests(pool: Pool, workers: int) -> int:
     """--max-running-requests: per data-parallel worker (dense replicas), else per instance, which SGLang floors
     per attention-DP rank (mem_cache/kv_cache_configurator.py: max_num_reqs // attn_dp_size, and a rank of 0
     stops it at start-up: "max_running_request is zero"), so whole ranks' worth: the plan's batch, rounded up."""
-    if workers > 1:
-        return math.ceil(pool.batch / workers)
-    return math.ceil(pool.batch / pool.dp_attention) * pool.dp_attention
+    return pool.batch_per_rank if workers > 1 else pool.batch_per_rank * pool.dp_attention
 
 
 def _replica_dp(plan: Plan, pool: Pool) -> bool:
@@ -191,11 +190,8 @@ def _dense_layers(plan: Plan) -> bool:
 def unexpressed(plan: Plan, pool: Pool) -> list[str]:
     notes = mtp_notes(plan, pool, "sglang") + _deepep_capacity(plan, pool)
     model_type = plan.resolved.architecture.model_type
-    if pool.batch % pool.dp_attention:
-        per_rank = math.ceil(pool.batch / pool.dp_attention)
-        ranks = "data-parallel workers" if _replica_dp(plan, pool) else "attention-DP ranks"
-        notes.append(f"batch {pool.batch} over {pool.dp_attention} {ranks}: SGLang admits per rank, so each admits "
-                     f"up to {per_rank} ({per_rank * pool.dp_attention} in all)")
+    notes += rank_rounding_notes(pool, "data-parallel workers" if _replica_dp(plan, pool) else "attention-DP ranks",
+                                 "SGLang")
     if expert_slots(pool) is not None and model_type in NO_EXPERT_LOCATION:
         notes.append(f"the plan's expert banks: SGLang's {model_type} model reads no --init-expert-location (it would "
                      "drop the file without a word), so the experts stay in SGLang's contiguous order and the plan's "

@@ -13,7 +13,6 @@ off, as exported); whoever sets it adds the balancing to the launch.
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 from planner.export.base import (
@@ -40,7 +39,7 @@ PROGRAM = ("trtllm-serve",)
 
 def max_batch_size(pool: Pool) -> int:
     """Per rank with attention DP (each rank schedules its own sequences), else per instance."""
-    return math.ceil(pool.batch / pool.dp_attention) if pool.dp_attention > 1 else pool.batch
+    return pool.batch_per_rank
 
 
 def graph_batches(batch: int) -> list[int]:

@@ -10,7 +10,6 @@ engines per node, the other nodes `--headless`.
 from __future__ import annotations
 
 import json
-import math
 
 from planner.export.base import (
     FILL_CHUNK_TOKENS,
@@ -29,6 +28,7 @@ from planner.export.base import (
     mtp_notes,
     plan_comments,
     pool_comments,
+    rank_rounding_notes,
 )
 
 PROGRAM = ("vllm", "serve")
@@ -41,7 +41,7 @@ def engine_args(plan: Plan, pool: Pool) -> list[str]:
     context, _ = max_context_tokens(plan)
     args = ["--trust-remote-code", "--tensor-parallel-size", str(pool.tp), "--pipeline-parallel-size", str(pool.pp),
             "--data-parallel-size", str(pool.dp_attention),
-            "--max-num-seqs", str(math.ceil(pool.batch / pool.dp_attention)),
+            "--max-num-seqs", str(pool.batch_per_rank),
             "--max-num-batched-tokens", str(FILL_CHUNK_TOKENS), "--max-model-len", str(context),
             "--gpu-memory-utilization", str(memory_fraction())]
     if kv_dtype(plan) == "fp8":
@@ -97,10 +97,7 @@ def commands(plan: Plan, pool: Pool) -> list[Command]:
 def unexpressed(plan: Plan, pool: Pool) -> list[str]:
     notes = mtp_notes(plan, pool, "vllm")
     model_type = plan.resolved.architecture.model_type
-    if pool.batch % pool.dp_attention:
-        per_rank = math.ceil(pool.batch / pool.dp_attention)
-        notes.append(f"batch {pool.batch} over {pool.dp_attention} DP ranks: --max-num-seqs is per rank, so each "
-                     f"admits up to {per_rank} ({per_rank * pool.dp_attention} in all)")
+    notes += rank_rounding_notes(pool, "DP ranks", "vLLM (--max-num-seqs)")
     if pool.moe_ep > 1 and expert_slots(pool) is not None and model_type in NO_EPLB:
         notes.append(f"no EPLB: vLLM's {model_type} model is not a MixtureOfExperts (no num_moe_layers), and "
                      "--enable-eplb stops it at start-up; the experts stay in vLLM's contiguous order")
