@@ -24,7 +24,7 @@ from planner.reference import exhaustive_front
 from planner.scenario import scenario_from_data
 from planner.solve import SolveResult, SolveSettings, settings_for, solve
 from planner.solvers import BACKENDS, LazyBackend
-from planner.sweep import AUTO_HV_TOL, SweepSettings, sweep
+from planner.sweep import AUTO_FASTEST_TOL, AUTO_HV_TOL, SweepSettings, sweep
 from planner.templates import generate
 from tests.planner.small_scenarios import SMALL, small_data
 
@@ -127,6 +127,16 @@ def test_front_points_bound_the_auto_front() -> None:
     assert few.coverage is not None and default.coverage is not None
     assert len(few.front) <= 5 < len(default.front)  # the coarse pass too: caps at 4/5 ... 1/5 of the range
     assert few.coverage.hypervolume_ratio_at_least < default.coverage.hypervolume_ratio_at_least
+
+
+@pytest.mark.parametrize("name", sorted(SMALL))
+def test_the_auto_front_reaches_the_fastest_deployment(name: str) -> None:
+    """However little hypervolume the fast end hides, the `auto` front's fastest point is within
+    AUTO_FASTEST_TOL of TTFT of the fastest deployment of the space it certifies, even at a points limit the
+    hypervolume refinement spends (12)."""
+    result = solve(resolved(name), SolveSettings("cpsat", 120.0, points=12))
+    fastest = min(p.ttft_ms for p in reference(name))
+    assert min(s.point.ttft_ms for s in result.front) <= fastest * (1 + AUTO_FASTEST_TOL) + 1e-6
 
 
 def test_settings_come_from_the_scenario_unless_given() -> None:
