@@ -56,6 +56,11 @@ if TYPE_CHECKING:
 # 7.0%): `python -m benchmarks own-calibration`, 12 campaigns.
 FEW_RUNS = 8
 
+# A result file's mean length more than this share off the entry's scenario's is noted (the file's are used): the
+# scenario may describe another run than the file measured; within it, the means of a benchmark's drawn lengths
+# (a random range ratio, early EOS) sit near the target it was given.
+LENGTH_NOTE_SHARE = 0.1
+
 # A run the fitted model still misses by more than this factor, in TTFT or TPOT, is named in a warning: a
 # misread layout, other lengths or other units are likelier than physics no factor can reach.
 OUTLIER_RATIO = 3.0
@@ -147,6 +152,7 @@ class Run:
     ttft_ms: float
     tpot_ms: float
     failed: int = 0  # requests of the run that failed (its result file's `failed`): not in the means
+    notes: tuple[str, ...] = ()  # what the run's result file changed of its scenario (`_length_notes`)
 
 
 @dataclass(frozen=True)
@@ -199,8 +205,28 @@ def _planned(base: Path, run: RunSpec, entry: SourceDocument, index: int) -> tup
     assert ttft is not None and tpot is not None  # RunSpec: times or a result file
     measured = Run(run.name or _default_name(run, index), resolved.scenario.engine, resolved.system.name,
                    resolved.architecture.name, resolved.scenario.model_dump(mode="json"),
-                   layout.model_dump(mode="json"), ttft, tpot, measured_run.failed if measured_run else 0)
+                   layout.model_dump(mode="json"), ttft, tpot, measured_run.failed if measured_run else 0,
+                   _length_notes(base, run, entry, measured_run))
     return measured, plan_layout(resolved, layout)
+
+
+def _length_notes(base: Path, run: RunSpec, entry: SourceDocument,
+                  measured_run: RunFromResult | None) -> tuple[str, ...]:
+    """Each mean length the result file gave that differs from the scenario's by more than LENGTH_NOTE_SHARE (the
+    entry's own workload fields replace the file's and are not compared)."""
+    if measured_run is None:
+        return ()
+    data = _document(base, run.scenario, entry, "scenario").data
+    written = (data.get("workload") if isinstance(data, dict) else None) or {}
+    notes = []
+    for field in ("input_tokens", "output_tokens"):
+        mine, theirs = written.get(field), measured_run.workload.get(field)
+        if (field in run.workload or not isinstance(mine, int | float) or isinstance(mine, bool) or theirs is None
+                or abs(theirs - mine) <= LENGTH_NOTE_SHARE * mine):
+            continue
+        notes.append(f"{measured_run.source} measured a mean {field} of {theirs:g} where the scenario says {mine:g}: "
+                     "the file's is used; check that the entry pairs this result with its scenario")
+    return tuple(notes)
 
 
 def _result(base: Path, run: RunSpec, entry: SourceDocument) -> RunFromResult | None:
@@ -384,6 +410,7 @@ def calibration_summary(result: CalibrationRun) -> dict[str, Any]:
         "outliers": [{"run": name, "ttft_ratio": ratio(ttft), "tpot_ratio": ratio(tpot)}
                      for name, ttft, tpot in result.outliers],
         "failed_requests": [{"run": run.name, "failed": run.failed} for run in result.runs if run.failed],
+        "notes": [{"run": run.name, "note": note} for run in result.runs for note in run.notes],
     }
 
 

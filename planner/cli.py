@@ -261,6 +261,8 @@ def _print_calibration_summary(result: CalibrationRun) -> None:
         if run.failed:
             click.echo(f"note: run {run.name}: {run.failed} request{'s' if run.failed > 1 else ''} failed; its means "
                        "are the completed ones'", err=True)
+        for note in run.notes:
+            click.echo(f"note: run {run.name}: {note}", err=True)
     for name, ttft, tpot in result.outliers:
         ratios = ("no prediction (the model cannot price it)" if not (math.isfinite(ttft) and math.isfinite(tpot))
                   else f"predicted / measured TTFT {ttft:.3g}x, TPOT {tpot:.3g}x after the fit")

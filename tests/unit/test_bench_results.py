@@ -165,6 +165,23 @@ def test_failed_requests_are_noted(tmp_path: Path, capsys: pytest.CaptureFixture
     assert calibration_summary(calibrate(path))["failed_requests"] == [{"run": "r.json", "failed": 3}]
 
 
+def test_a_result_of_other_lengths_than_its_scenario_is_noted(tmp_path: Path,
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    """The scenario says 1,024 + 1,000 tokens: a file of 8,192-token prompts is used but named (the entry may pair
+    the wrong files); a mean within 10% (drawn lengths, early EOS), or a length the entry gives itself, is not."""
+    (tmp_path / "long.json").write_text(json.dumps(_vllm(total_input_tokens=320 * 8192)), encoding="utf-8")
+    (tmp_path / "near.json").write_text(json.dumps(_vllm(total_output_tokens=320 * 950)), encoding="utf-8")
+    path = _measurements(tmp_path, [_entry(result="long.json"), _entry(result="near.json"),
+                                    _entry(result="long.json", workload={"input_tokens": 8192})])
+    runs = load_runs(path)[0]
+    assert runs[0].scenario["workload"]["input_tokens"] == 8192  # the file's
+    assert [len(run.notes) for run in runs] == [1, 0, 0]
+    assert "mean input_tokens of 8192 where the scenario says 1024" in runs[0].notes[0]
+    main(["calibrate", str(path), "-o", str(tmp_path / "cal.yaml")])
+    assert "note: run long.json: " in capsys.readouterr().err
+    assert [n["run"] for n in calibration_summary(calibrate(path))["notes"]] == ["long.json"]
+
+
 def test_one_fold_is_a_usage_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     (tmp_path / "r.json").write_text(json.dumps(_vllm()), encoding="utf-8")
     with pytest.raises(SystemExit) as exit_info:
