@@ -4,7 +4,8 @@ vLLM runs attention data-parallel as `--data-parallel-size` engines of `--tensor
 `--enable-expert-parallel` then spreads the experts over all of them (EP = TP x DP, no expert TP). vLLM
 has no file for an initial expert placement: EPLB (`--enable-eplb`) rebalances at run time from measured
 loads, given the plan's redundant slots. An instance over several nodes runs `--data-parallel-size-local`
-engines per node, the other nodes `--headless`.
+engines per node, the other nodes `--headless`, where a DP rank (tp x pp GPUs) fits a node; where it fills whole
+nodes, `--nnodes` of the multiprocessing backend; otherwise Ray (said).
 """
 
 from __future__ import annotations
@@ -69,29 +70,42 @@ def engine_args(plan: Plan, pool: Pool) -> list[str]:
 NO_EPLB = frozenset({"gpt_oss", "minimax_m2"})
 
 
-def _node_args(plan: Plan, pool: Pool) -> tuple[list[str], list[str]] | None:
-    """Head-node and other-node flags for an instance over several nodes, None when it fits one."""
+def _node_args(pool: Pool) -> tuple[list[str], list[str], str] | None:
+    """Head-node and other-node flags for an instance over several nodes, with what the other nodes set; None
+    when it fits one node, or when vLLM's multiprocessing backend cannot split it (`_splits`)."""
     if pool.nodes_per_instance <= 1:
         return None
-    local = pool.gpus_per_node // (pool.tp * pool.pp) if pool.gpus_per_node % (pool.tp * pool.pp) == 0 else 0
-    if local == 0:
+    per_rank = pool.tp * pool.pp  # GPUs of one DP rank
+    if pool.gpus_per_node % per_rank == 0:  # whole DP ranks on each node: DP engines per node, the rest headless
+        local = pool.gpus_per_node // per_rank
+        common = ["--data-parallel-size-local", str(local), "--data-parallel-address", "${HEAD_ADDR}",
+                  "--data-parallel-rpc-port", str(DP_RPC_PORT)]
+        return (common, [*common, "--data-parallel-start-rank", "${DP_START_RANK}", "--headless"],
+                f"DP_START_RANK = NODE_RANK x {local}")
+    if not _splits(pool):
         return None
-    common = ["--data-parallel-size-local", str(local), "--data-parallel-address", "${HEAD_ADDR}",
-              "--data-parallel-rpc-port", str(DP_RPC_PORT)]
-    return common, [*common, "--data-parallel-start-rank", "${DP_START_RANK}", "--headless"]
+    # A DP rank over whole nodes: the multiprocessing backend over --nnodes (vllm 0.31 engine/arg_utils.py: the
+    # world size split evenly over the nodes, each node's DP rank inferred from its rank; entrypoints/cli/serve.py:
+    # a node other than its DP rank's first runs that rank's workers --headless, the first its engine, node 0 the
+    # API), the DP handshake at --master-addr
+    common = ["--nnodes", str(pool.nodes_per_instance), "--master-addr", "${HEAD_ADDR}"]
+    return [*common, "--node-rank", "0"], [*common, "--node-rank", "${NODE_RANK}", "--headless"], "NODE_RANK 1..n-1"
+
+
+def _splits(pool: Pool) -> bool:
+    """A DP rank spans whole nodes, as vLLM's multiprocessing backend splits it (the same GPUs on every node)."""
+    return pool.tp * pool.pp % pool.gpus_per_node == 0
 
 
 def commands(plan: Plan, pool: Pool) -> list[Command]:
     comments = pool_comments(plan, pool) + unexpressed(plan, pool)
     args = [plan.model, *engine_args(plan, pool), "--host", HOST, "--port", str(PORT + pool.index)]
-    nodes = _node_args(plan, pool)
+    nodes = _node_args(pool)
     if nodes is None:
         return [Command(PROGRAM, tuple(args), tuple(comments))]
-    head, rest = nodes
-    local = int(head[1])
+    head, rest, others = nodes
     return [Command(PROGRAM, (*args, *head), (*comments, "node 0 of the instance (serves the API)")),
-            Command(PROGRAM, (*args, *rest), (f"nodes 1..{pool.nodes_per_instance - 1}: DP_START_RANK = "
-                                                f"NODE_RANK x {local}",))]
+            Command(PROGRAM, (*args, *rest), (f"nodes 1..{pool.nodes_per_instance - 1}: {others}",))]
 
 
 def unexpressed(plan: Plan, pool: Pool) -> list[str]:
@@ -113,9 +127,10 @@ def unexpressed(plan: Plan, pool: Pool) -> list[str]:
     if pool.banks is not None and pool.moe_ep > 1:
         notes.append("the plan's expert banks: vLLM loads no initial placement (EPLB rebalances from measured "
                      "loads); the banks are in the plan file")
-    if pool.nodes_per_instance > 1 and pool.gpus_per_node % (pool.tp * pool.pp):
-        notes.append(f"tp x pp = {pool.tp * pool.pp} GPUs do not divide a node's {pool.gpus_per_node}: run the "
-                     "instance with --distributed-executor-backend ray over a Ray cluster of its nodes")
+    if pool.nodes_per_instance > 1 and _node_args(pool) is None:
+        notes.append(f"tp x pp = {pool.tp * pool.pp} GPUs neither divide a node's {pool.gpus_per_node} nor fill whole "
+                     "nodes, as vLLM's multiprocessing backend splits an instance: run it with "
+                     "--distributed-executor-backend ray over a Ray cluster of its nodes")
     return notes
 
 

@@ -57,6 +57,22 @@ def test_multinode_commands_carry_node_placeholders() -> None:
     assert len(vllm) == 2 and "--headless" in vllm[1].args and "--headless" not in vllm[0].args
 
 
+def test_vllm_spans_whole_nodes_with_its_multiprocessing_backend() -> None:
+    """A prefill instance of tp 8 on GB200's 4-GPU nodes: a DP rank over two whole nodes runs over --nnodes (no
+    Ray), node 0 serving, node 1 its workers headless; an instance of whole DP ranks per node keeps
+    --data-parallel-size-local."""
+    exported = export_plan(load_plan(SESSIONS), "vllm")
+    head, rest = (list(command.args) for command in exported.commands["prefill"])
+    for args in (head, rest):
+        assert args[args.index("--nnodes") + 1] == "2" and args[args.index("--master-addr") + 1] == "${HEAD_ADDR}"
+    assert head[head.index("--node-rank") + 1] == "0" and "--headless" not in head
+    assert rest[rest.index("--node-rank") + 1] == "${NODE_RANK}" and "--headless" in rest
+    assert not any("ray" in note.lower() for note in exported.unexpressed)
+    assert '--node-rank "${NODE_RANK}"' in exported.files["launch-vllm.sh"]
+    decode = list(export_plan(load_plan(DISAGGREGATED), "vllm").commands["decode"][0].args)
+    assert "--data-parallel-size-local" in decode and "--nnodes" not in decode
+
+
 def test_what_an_engine_cannot_express_is_a_comment() -> None:
     exported = export_plan(load_plan(ATTENTION_TP_AND_DP), "trtllm")
     assert exported.unexpressed and "attention TP 2 inside each of 4 attention-DP ranks" in exported.unexpressed[0]
