@@ -9,6 +9,7 @@ from pathlib import Path
 import click
 
 from costmodel.calibration import Calibration
+from planner import economics_report
 from planner.calibrate import load_calibration
 from planner.errors import PlannerError
 from planner.finite import dumps
@@ -118,7 +119,7 @@ def _print_sweep(summary: dict[str, object]) -> None:
             table.add_row(str(case["case"]), values, case["status"], "0", "", "", "", "", "")
             continue
         table.add_row(str(case["case"]), values, case["status"], str(case["points"]), f"{best['ttft_ms']:.0f}",
-                      f"{best['tokens_per_s_per_gpu']:.1f}", f"{best['usd_per_million_tokens']:.3g}",
+                      f"{best['tokens_per_s_per_gpu']:.1f}", economics_report.usd_text(best['usd_per_million_tokens']),
                       f"{best['tokens_per_s_per_mw']:,.0f}", best["pools"])
     out = report_console()
     out.print(table)

@@ -87,3 +87,8 @@ def rates_line(resolved: ResolvedScenario) -> str:
     return (f"$/Mtok at ${rate.usd_per_gpu_hour:.2f} per {rate.system} GPU-hour ({rate.usd_source}); tok/s/MW at "
             f"{rate.facility_w_per_gpu:,.0f} W per GPU (TDP {rate.gpu_w:,.0f} + node {rate.node_w_per_gpu:,.0f} W, "
             f"PUE {rate.pue:g})")
+
+
+def usd_text(value: float) -> str:
+    """USD per million tokens for tables: cents to tens of thousands, never an exponent (".3g" printed 3.05e+03)."""
+    return f"{value:,.3f}" if value < 10 else f"{value:,.2f}" if value < 1000 else f"{value:,.0f}"

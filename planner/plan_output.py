@@ -229,6 +229,11 @@ def pools_summary(layout: Layout) -> str:
                       + f" ep{p.moe_ep} b{p.batch}" for p in layout.pools)
 
 
+def _six(value: float) -> str:
+    """Six significant digits without an exponent (".6g" wrote tokens/s per MW as 1.03293e+06)."""
+    return f"{value:.6g}" if abs(value) < 1e6 else f"{value:.0f}"
+
+
 def csv_text(result: SolveResult) -> str:
     out = io.StringIO()
     writer = csv.writer(out, lineterminator="\n")
@@ -236,11 +241,10 @@ def csv_text(result: SolveResult) -> str:
     for index, solved in enumerate(result.front):
         p = solved.point
         economics = economics_report.economics_of(result.resolved, p, result.calibration)
-        writer.writerow([index, p.layout.serving, f"{p.ttft_ms:.6g}", f"{p.tpot_ms:.6g}",
-                         f"{p.tokens_per_s_per_gpu:.6g}", f"{p.tokens_per_s_per_gpu_used:.6g}",
-                         f"{p.tokens_per_s_per_cluster_gpu:.6g}", f"{p.tokens_per_s_per_user:.6g}", p.gpus,
-                         p.idle_gpus, f"{economics.usd_per_million_tokens:.6g}",
-                         f"{economics.tokens_per_s_per_mw:.6g}", solved.status.value,
+        writer.writerow([index, p.layout.serving, _six(p.ttft_ms), _six(p.tpot_ms), _six(p.tokens_per_s_per_gpu),
+                         _six(p.tokens_per_s_per_gpu_used), _six(p.tokens_per_s_per_cluster_gpu),
+                         _six(p.tokens_per_s_per_user), p.gpus, p.idle_gpus, _six(economics.usd_per_million_tokens),
+                         _six(economics.tokens_per_s_per_mw), solved.status.value,
                          "" if math.isinf(solved.gap) else f"{solved.gap:.3g}", pools_summary(p.layout)])
     return out.getvalue()
 
@@ -328,7 +332,7 @@ def print_table(result: SolveResult, console: Any, model_stats: bool) -> None:
         economics = economics_report.economics_of(result.resolved, p, result.calibration)
         table.add_row(str(index), p.layout.serving, f"{p.ttft_ms:.1f}", f"{p.tpot_ms:.2f}",
                       f"{p.tokens_per_s_per_cluster_gpu:.1f}", f"{p.tokens_per_s_per_gpu_used:.1f}",
-                      f"{p.tokens_per_s_per_user:.1f}", f"{economics.usd_per_million_tokens:.3g}",
+                      f"{p.tokens_per_s_per_user:.1f}", economics_report.usd_text(economics.usd_per_million_tokens),
                       f"{economics.tokens_per_s_per_mw:,.0f}", gpus, gap, pools_summary(p.layout))
     console.print(table)
     sweep = result.sweep

@@ -11,10 +11,11 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from planner.economics_report import usd_text
 from planner.studies import tables
 
 # `cluster_gpus`: the compared cluster's size (the front's `gpus` in compare.json); `gpus`: what a point uses
-CSV_COLUMNS = ("system", "cluster_gpus", "case_status", "point", "serving", *tables.POINT_COLUMNS,
+CSV_COLUMNS = ("system", "grid", "cluster_gpus", "case_status", "point", "serving", *tables.POINT_COLUMNS,
                *tables.ECONOMICS_COLUMNS, "status", "gap", "pools")
 
 
@@ -23,7 +24,7 @@ def csv_text(data: dict[str, Any]) -> str:
     writer = csv.writer(out, lineterminator="\n")
     writer.writerow(CSV_COLUMNS)
     for front in data["fronts"]:
-        head = [front["system"], front["gpus"], front["status"]]
+        head = [front["system"], _grid_text(front["grid"]), front["gpus"], front["status"]]
         if not front["front"]:
             writer.writerow([*head, *([""] * (len(CSV_COLUMNS) - len(head)))])
         for index, point in enumerate(front["front"]):
@@ -32,6 +33,24 @@ def csv_text(data: dict[str, Any]) -> str:
             writer.writerow([*head, index, point["serving"], *(tables.cell(v) for v in figures), point["status"],
                              tables.cell(point["gap"]), tables.layout_summary(point["layout"])])
     return out.getvalue()
+
+
+def _grid_text(grid: dict[str, Any]) -> str:
+    """A case's values of the study grid's other paths, `path=value` joined by ", " (empty: none)."""
+    return ", ".join(f"{path}={value}" for path, value in grid.items())
+
+
+def _label(entry: dict[str, Any]) -> str:
+    """A front's (or band entry's) system, with its other grid values where the study varies more."""
+    return f"{entry['system']} ({_grid_text(entry['grid'])})" if entry.get("grid") else entry["system"]
+
+
+def _price(economics: dict[str, Any]) -> str:
+    """USD per GPU-hour: one system's, or each system's of an inventory (joined by "/", in its order)."""
+    each = economics.get("by_system") or {}
+    if len(each) > 1:
+        return "/".join(f"{rate['usd_per_gpu_hour']:.2f}" for rate in each.values())
+    return f"{economics['usd_per_gpu_hour']:.2f}"
 
 
 def _best(front: list[dict[str, Any]], key: str, higher: bool) -> float | None:
@@ -47,18 +66,18 @@ def print_tables(data: dict[str, Any], console: Console) -> None:
     for front in data["fronts"]:
         points = front["front"]
         if not points:
-            table.add_row(front["system"], str(front["gpus"]), front["status"], "0", "", "", "", "", "")
+            table.add_row(_label(front), str(front["gpus"]), front["status"], "0", "", "", "", "", "")
             continue
-        table.add_row(front["system"], str(front["gpus"]), front["status"], str(len(points)),
+        best_usd = _best(points, 'usd_per_million_tokens', False)
+        table.add_row(_label(front), str(front["gpus"]), front["status"], str(len(points)),
                       f"{points[0]['ttft_ms']:.0f}-{points[-1]['ttft_ms']:.0f}",
                       f"{_best(points, 'tokens_per_s_per_gpu', True):.1f}",
-                      f"{_best(points, 'usd_per_million_tokens', False):.3g}",
-                      f"{_best(points, 'tokens_per_s_per_mw', True):,.0f}",
-                      f"{front['economics']['usd_per_gpu_hour']:.2f}")
+                      "" if best_usd is None else usd_text(best_usd),
+                      f"{_best(points, 'tokens_per_s_per_mw', True):,.0f}", _price(front["economics"]))
     console.print(table)
     for front in data["fronts"]:
         if not front["front"] and front["message"]:
-            console.print(f"  {front['system']} x {front['gpus']}: {front['message'].splitlines()[0]}")
+            console.print(f"  {_label(front)} x {front['gpus']}: {front['message'].splitlines()[0]}")
     bands = Table(title=f"Best point per TTFT band and system (by {data['objective']})")
     for column in ("TTFT at most", "system", "GPUs", "TTFT ms", "TPOT ms", "tok/s/GPU", "$/Mtok", "tok/s/MW",
                    "HBM used", "HBM bw", "stranded GB", "pools"):
@@ -69,9 +88,9 @@ def print_tables(data: dict[str, Any], console: Console) -> None:
             if entry["point"] is None:
                 bands.add_row(cap, entry["system"], "", "no point", "", "", "", "", "", "", "", "")
                 continue
-            bands.add_row(cap, entry["system"], str(entry["gpus"]), f"{entry['ttft_ms']:.0f}",
+            bands.add_row(cap, _label(entry), str(entry["cluster_gpus"]), f"{entry['ttft_ms']:.0f}",
                           f"{entry['tpot_ms']:.1f}", f"{entry['tokens_per_s_per_gpu']:.1f}",
-                          f"{entry['usd_per_million_tokens']:.3g}", f"{entry['tokens_per_s_per_mw']:,.0f}",
+                          usd_text(entry['usd_per_million_tokens']), f"{entry['tokens_per_s_per_mw']:,.0f}",
                           f"{entry['hbm_capacity_utilisation']:.0%}", f"{entry['hbm_bandwidth_utilisation']:.0%}",
                           f"{entry['stranded_hbm_gb']:,.0f}", entry["pools"])
     console.print(bands)
@@ -96,7 +115,7 @@ def plot(data: dict[str, Any], path: Path) -> None:
             continue
         colour = colours(systems.index(front["system"]) % 10)
         marker = markers[sizes.index(front["gpus"]) % len(markers)]
-        label = f"{front['system']} x {front['gpus']}"
+        label = f"{_label(front)} x {front['gpus']}"
         ttft = [p["ttft_ms"] for p in points]
         throughput.plot(ttft, [p["tokens_per_s_per_gpu"] for p in points], marker=marker, ms=3, lw=0.9,
                         color=colour, label=label)

@@ -9,6 +9,7 @@ an interrupt never leaves half a result), and a case whose file is there is not 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import logging
 import multiprocessing
@@ -46,9 +47,16 @@ class CaseResult:
     cached: bool = False
 
     def to_record(self) -> dict[str, Any]:
-        return {"hash": self.case.hash, "planner_version": __version__, "scenario": self.case.scenario,
-                "status": self.status, "message": self.message, "time_s": round(self.time_s, 3),
-                "result": self.result}
+        record = {"hash": self.case.hash, "planner_version": __version__, "scenario": self.case.scenario,
+                  "status": self.status, "message": self.message, "time_s": round(self.time_s, 3),
+                  "result": self.result}
+        return record | {"sha256": _checksum(record)}
+
+
+def _checksum(record: dict[str, Any]) -> str:
+    """SHA-256 of a record's content (less its checksum): an edited or truncated record is solved again."""
+    content = {key: value for key, value in record.items() if key != "sha256"}
+    return hashlib.sha256(json.dumps(content, sort_keys=True).encode()).hexdigest()
 
 
 def solve_case(scenario: dict[str, Any], base_dir: str | None,
@@ -221,15 +229,16 @@ def _kept(cache: Path) -> None:
 
 
 def read_record(cache: Path, key: str) -> dict[str, Any] | None:
-    """A finished case's record, or None (absent, unreadable or from another planner version)."""
+    """A finished case's record, or None (absent, unreadable, from another planner version, or changed since it
+    was written: its checksum)."""
     path = cache / f"{key}.json"
     try:
         record: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
-    if record.get("hash") != key or record.get("planner_version") != __version__:
+    if not isinstance(record, dict) or record.get("hash") != key or record.get("planner_version") != __version__:
         return None
-    return record
+    return record if record.get("sha256") == _checksum(record) else None
 
 
 def write_record(cache: Path, result: CaseResult) -> None:

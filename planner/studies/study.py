@@ -89,11 +89,12 @@ def load_study(path: Path) -> Study:
     """Read, validate and expand a study file; every case is validated as a scenario."""
     document = read_document(path)
     study = validate_document(StudyFile, document, "study")
-    base, base_document, base_dir = _base(study, document, path)
+    base, base_document, base_dir = study_base(study, document, path)
     return build_study(study.study, study.description, base, study.grid, document, base_document, base_dir)
 
 
-def _base(study: StudyFile, document: SourceDocument, path: Path) -> tuple[dict[str, Any], SourceDocument, Path]:
+def study_base(study: StudyFile, document: SourceDocument, path: Path) -> tuple[dict[str, Any], SourceDocument, Path]:
+    """The study's base scenario, its document and the folder its relative paths start from."""
     if isinstance(study.base, dict):
         return study.base, document.sub("base"), path.parent
     base_path = (path.parent / study.base) if not Path(study.base).is_absolute() else Path(study.base)
@@ -118,6 +119,11 @@ def build_study(name: str, description: str | None, base: dict[str, Any], grid: 
             problems.append(InputProblem(document.path, _key_line(document, key), f"grid.{key}",
                                          "not a dotted scenario path; write it like cluster.system or "
                                          "workload.input_tokens"))
+        elif key == "search.objective" or key.startswith("search.objective."):
+            problems.append(InputProblem(document.path, _key_line(document, key), f"grid.{key}",
+                                         "the objective ranks the cases against each other, so a study has one: "
+                                         "set search.objective in the base (a front does not change with it), "
+                                         "or run a study per objective"))
     count = 1
     for values in grid.values():
         count *= len(values)

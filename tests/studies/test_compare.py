@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 import yaml
 
-from planner.studies.compare import compare_dict, comparison_study
-from planner.studies.runner import Executor, run_cases
+from planner.studies.compare import Front, band_caps, compare_dict, comparison_study, fronts
+from planner.studies.runner import CaseResult, Executor, read_record, run_cases
 from tests.helpers import run_cli
 from tests.studies.test_sweep import BASE
 
@@ -109,6 +109,87 @@ def test_a_study_file_compares_its_grid(tmp_path: Path, compared: tuple[Path, Pa
     wider = comparison_study(study, ["h200-sxm", "b200-sxm"], None)  # --systems replaces the grid's systems
     assert [c.values for c in wider.cases] == [{"cluster.system": "h200-sxm", "cluster.gpus": 4},
                                                {"cluster.system": "b200-sxm", "cluster.gpus": 4}]
+
+
+def test_each_band_entry_names_the_compared_size(compared: tuple[Path, Path, dict[str, Any]]) -> None:
+    """`cluster_gpus` is the compared cluster's size; `gpus` (a point's column) what the point uses."""
+    _, _, data = compared
+    sizes = {f["system"]: f["gpus"] for f in data["fronts"]}
+    for band in data["bands"]:
+        for entry in band["systems"] + band["fronts"]:
+            if entry["point"] is not None:
+                assert entry["cluster_gpus"] == sizes[entry["system"]] >= entry["gpus"]
+
+
+def test_the_widest_band_holds_the_slowest_point(tmp_path: Path) -> None:
+    """Without a TTFT SLO the top cap is the slowest point's TTFT rounded up, never below it (rounded to the
+    nearest us, 196.13313 ms fell outside a 196.133 ms cap)."""
+    study = comparison_study(_write_scenario(tmp_path, {**SCENARIO, "slo": {"tpot_ms": 50}}), ["h200-sxm"], [4])
+    case = study.cases[0]
+    result = CaseResult(case, "solved", None, 0.0, {"cluster_gpus": 4, "front": [{"ttft_ms": 196.13313}]})
+    caps = band_caps(study, fronts([result]), None)
+    assert caps[-1] >= 196.13313 and caps[-1] == pytest.approx(196.134)
+
+
+def test_a_grid_over_other_paths_labels_each_front(tmp_path: Path) -> None:
+    """A study varying the workload beside the systems: each front carries its case's other grid values (JSON
+    `grid`, the table's label), so that two workloads on one system are told apart."""
+    study_file = tmp_path / "study.yaml"
+    study_file.write_text(yaml.safe_dump({"study": "lengths", "base": SCENARIO, "grid": {
+        "cluster.system": ["h200-sxm"], "workload.input_tokens": [1024, 4096]}}))
+    study = comparison_study(study_file, None, None)
+    found = fronts([CaseResult(case, "infeasible", "x", 0.0, None) for case in study.cases])
+    assert [(f.system, f.grid) for f in found] == [("h200-sxm", {"workload.input_tokens": 1024}),
+                                                    ("h200-sxm", {"workload.input_tokens": 4096})]
+    assert found[1].label == "h200-sxm (workload.input_tokens=4096)"
+    assert isinstance(found[0], Front) and found[0].gpus == 4
+
+
+def test_an_edited_case_record_is_solved_again(tmp_path: Path, compared: tuple[Path, Path, dict[str, Any]]) -> None:
+    """A cached case whose record was changed by hand (a point's economics removed) is not trusted: its
+    checksum fails and the case is solved again, where it had stopped the command with a KeyError."""
+    import shutil
+
+    scenario, out, _ = compared
+    cache = tmp_path / "cases"
+    shutil.copytree(out / "cases", cache)
+    study = comparison_study(scenario, ["h200-sxm"], [4])
+    key = study.cases[0].hash
+    record = json.loads((cache / f"{key}.json").read_text())
+    assert read_record(cache, key) == record
+    del record["result"]["front"][0]["economics"]
+    (cache / f"{key}.json").write_text(json.dumps(record))
+    assert read_record(cache, key) is None
+    assert not run_cases(study.cases, Executor("local", 1), cache)[0].cached
+
+
+def test_a_study_compared_on_other_systems_is_the_study(tmp_path: Path) -> None:
+    """--systems / --gpus on a study file: the base's relative paths from the base's folder (as `plan sweep`
+    reads it), the base's problems at the study's `base`, and a bad option value at the option."""
+    (tmp_path / "sub").mkdir()
+    base = {**SCENARIO, "model": "qwen3.json"}
+    (tmp_path / "sub" / "base.yaml").write_text(yaml.safe_dump(base))
+    catalog = Path(__file__).resolve().parents[2] / "costmodel" / "data" / "models"
+    (tmp_path / "sub" / "qwen3.json").write_text((catalog / "Qwen--Qwen3-30B-A3B.config.json").read_text())
+    study_file = tmp_path / "study.yaml"
+    study_file.write_text(yaml.safe_dump({"study": "s", "base": "sub/base.yaml", "grid": {"cluster.gpus": [4]}}))
+    assert [c.values for c in comparison_study(study_file, ["b200-sxm"], None).cases] == [
+        {"cluster.gpus": 4, "cluster.system": "b200-sxm"}]
+    result = run_cli("compare", str(study_file), "--systems", "h200-sxm,b400-sxm")
+    assert result.code == 2 and "error: --systems: b400-sxm" in result.err, result.err
+    (tmp_path / "sub" / "base.yaml").write_text("- 1\n")
+    result = run_cli("compare", str(study_file), "--systems", "h200-sxm")
+    assert result.code == 2 and "a scenario must be a YAML mapping" in result.err and "Traceback" not in result.err
+    study_file.write_text(yaml.safe_dump({"study": "s", "base": "missing.yaml", "grid": {"cluster.gpus": [4]}}))
+    result = run_cli("compare", str(study_file), "--systems", "h200-sxm")
+    line = next(n for n, text in enumerate(study_file.read_text().splitlines(), 1) if text.startswith("base:"))
+    assert result.code == 2 and f"{study_file}:{line}: base: cannot read the base scenario" in result.err, result.err
+
+
+def _write_scenario(folder: Path, data: dict[str, Any]) -> Path:
+    path = folder / "scenario.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
+    return path
 
 
 def test_bad_options_are_exit_2(tmp_path: Path) -> None:

@@ -48,6 +48,8 @@ def test_study_errors_point_at_the_line(tmp_path: Path) -> None:
          "greater than 0"),
         ({**good, "base": {**BASE, "slo": {"tpot_ms": -1}}}, "tpot_ms: -1", "base.slo.tpot_ms", "greater than 0"),
         ({**good, "base": "missing.yaml"}, "base: missing.yaml", "base", "cannot read the base scenario"),
+        ({**good, "grid": {"search.objective": ["tokens_per_gpu"]}}, "search.objective", "grid.search.objective",
+         "a study has one"),
     ]
     for data, text, field, message in cases:
         path = _write(tmp_path / "study.yaml", data)
