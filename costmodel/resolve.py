@@ -233,7 +233,9 @@ def check_speculative(resolved: ResolvedScenario) -> None:
 
 
 def check_search_degrees(resolved: ResolvedScenario) -> None:
-    search = resolved.scenario.search
+    """Every degree the search is given fits the cluster, and splits the model as a layout of it must
+    (`_check_pool`): the solver would otherwise return plans that `evaluate` and `export` refuse."""
+    search, architecture = resolved.scenario.search, resolved.architecture
     for name in ("tp", "dp_attention", "pp", "moe_tp", "moe_ep"):
         degrees: list[int] | None = getattr(search, name)
         too_big = [d for d in degrees or [] if d > resolved.gpus]
@@ -242,6 +244,12 @@ def check_search_degrees(resolved: ResolvedScenario) -> None:
                 f"degrees {too_big} exceed the cluster's {resolved.gpus} GPUs; remove them",
                 f"search.{name}",
             )
+    for name in ("tp", "pp", "moe_ep"):
+        for index, degree in enumerate(getattr(search, name) or []):
+            try:
+                _check_pool(architecture, Pool.model_construct(role="mixed", batch=1, **{name: degree}), "search")
+            except ScenarioError as exc:
+                raise ScenarioError(f"{exc}; remove it from search.{name}", f"search.{name}.{index}") from None
 
 
 def check_redundant_experts(resolved: ResolvedScenario) -> None:

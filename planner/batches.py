@@ -83,6 +83,7 @@ class BatchCoverage:
     open_ttft: np.ndarray = field(default_factory=lambda: np.zeros(0))  # lower bounds of TTFT, s
     open_value: np.ndarray = field(default_factory=lambda: np.zeros(0))  # upper bounds of tokens/s
     untimed: int = 0  # grid batches candidate generation left untimed at its deadline (bounded as open)
+    cut_by_time: bool = False  # the time limit ended the batch search (its open intervals are in the gaps)
 
     def bound_at(self, ttft_s: float) -> float:
         """Most tokens/s an untimed batch could reach at this TTFT or less (0: none)."""
@@ -144,7 +145,7 @@ def refine(resolved: ResolvedScenario, calibration: Calibration, candidates: Can
         nothing = _Front(np.zeros(0), np.zeros(0))
         _, ttft_lb, value_ub = _alive(options, _untimed_grid(candidates), nothing, resolved, 0.0, loose=True)
         return options, BatchCoverage(certified=False, open_ttft=ttft_lb, open_value=value_ub,
-                                      untimed=candidates.untimed)
+                                      untimed=candidates.untimed, cut_by_time=True)
     work = _first_round_work(options, intervals)
     if work > WORK_LIMIT:  # too large to bound in time: the front is certified over the grid's batches only
         return options, BatchCoverage(certified=False, skipped=work)
@@ -162,7 +163,7 @@ def refine(resolved: ResolvedScenario, calibration: Calibration, candidates: Can
         if not intervals:
             break
         if time.perf_counter() >= deadline:
-            coverage.certified = False
+            coverage.certified, coverage.cut_by_time = False, True
             coverage.open_ttft, coverage.open_value = ttft_lb, value_ub
             break
         coverage.rounds += 1

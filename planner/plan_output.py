@@ -198,7 +198,7 @@ def result_dict(result: SolveResult) -> dict[str, Any]:
                        "variables": len(sweep.largest_model.variables),
                        "constraints": len(sweep.largest_model.constraints)},
                    "threads": result.settings.threads, "seed": result.settings.seed,
-                   "timed_out": sweep.timed_out, "termination": sweep.termination, "errors": sweep.errors},
+                   "timed_out": result.timed_out, "termination": result.termination, "errors": sweep.errors},
         "candidates": result.candidates,
     }
 

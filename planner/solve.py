@@ -93,12 +93,20 @@ class SolveResult:
     def status(self) -> str:
         """Outcome: optimal only when every point is proven and the sweep completed (why it stopped:
         `termination`)."""
-        proven = all(p.status == SolveStatus.OPTIMAL for p in self.front) and not self.sweep.timed_out
+        proven = all(p.status == SolveStatus.OPTIMAL for p in self.front) and not self.timed_out
         return SolveStatus.OPTIMAL.value if proven else SolveStatus.FEASIBLE.value
 
     @property
     def termination(self) -> Termination:
+        """Why the solve stopped: the sweep's reason, or the time limit where it ended the batch search before the
+        sweep (whose front then leaves untimed batches in its points' gaps: `coverage.batches.why_grid`)."""
+        if self.sweep.termination == "completed" and self.batches.cut_by_time:
+            return "time_limit"
         return self.sweep.termination
+
+    @property
+    def timed_out(self) -> bool:
+        return self.termination != "completed"
 
     @property
     def coverage(self) -> Coverage | None:
@@ -193,15 +201,16 @@ def _inventory_blocks(resolved: ResolvedScenario, sets: list[CandidateSet], cali
     deadline shared out), then every block built from the refined candidates; the cross-group blocks see
     the batches the search timed but are not searched themselves, so the front is certified over the grid
     (and the batches timed), with the groups' open intervals in the points' gaps."""
-    open_ttft, open_value, rounds, timed = [], [], 0, 0
+    open_ttft, open_value, rounds, timed, cut = [], [], 0, 0, False
     for index, own in enumerate(sets):
         share = (deadline - time.perf_counter()) / (len(sets) - index)
         _, coverage = refine(resolved, calibration, own, time.perf_counter() + max(0.0, share), tolerance)
         open_ttft.append(coverage.open_ttft)
         open_value.append(coverage.open_value)
-        rounds, timed = max(rounds, coverage.rounds), timed + coverage.timed
+        rounds, timed, cut = max(rounds, coverage.rounds), timed + coverage.timed, cut or coverage.cut_by_time
     batches = BatchCoverage(certified=False, groups=True, tolerance=tolerance, rounds=rounds, timed=timed,
-                            open_ttft=np.concatenate(open_ttft), open_value=np.concatenate(open_value))
+                            open_ttft=np.concatenate(open_ttft), open_value=np.concatenate(open_value),
+                            cut_by_time=cut)
     return structure_blocks(resolved, sets, calibration), batches
 
 

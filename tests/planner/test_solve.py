@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import subprocess
 import sys
@@ -183,6 +184,18 @@ def test_a_sweep_proven_by_enumeration_stops_at_its_time_limit() -> None:
     cut = sweep(scenario, default_calibration(), full.blocks, SweepSettings(LazyBackend("cpsat"), 1e-6,
                                                                            resolution="exact"), full.fastest_ttft_s)
     assert cut.termination == "time_limit" and 1 <= len(cut.front) < len(full.front)
+
+
+def test_a_batch_search_cut_by_the_time_limit_is_a_time_limit() -> None:
+    """The batch search stopped at its deadline leaves untimed batches in the points' gaps: the solve says
+    `time_limit` (and is not optimal), even where the sweep after it completed."""
+    from planner.batches import BatchCoverage
+
+    full = solve(resolved("qwen3-30b-4xh200"), SolveSettings("cpsat", 60.0))
+    assert full.termination == "completed" and not full.timed_out
+    cut = dataclasses.replace(full, batches=BatchCoverage(certified=False, cut_by_time=True))
+    assert cut.sweep.termination == "completed" and cut.termination == "time_limit" and cut.timed_out
+    assert cut.status == "feasible"
 
 
 def test_no_time_left_loads_no_solver() -> None:

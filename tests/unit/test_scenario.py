@@ -147,6 +147,18 @@ def test_context_longer_than_the_model_is_rejected(tmp_path: Path) -> None:
     assert problem.field == "workload" and "163840" in problem.message
 
 
+@pytest.mark.parametrize(("search", "field", "says"), [
+    ("{tp: [1, 3]}", "search.tp.1", "tp 3 does not divide the 128 attention heads"),
+    ("{pp: [1, 2, 64]}", "search.pp.2", "pp 64 exceeds the model's 61 layers"),
+])
+def test_search_degrees_must_split_the_model(tmp_path: Path, search: str, field: str, says: str) -> None:
+    """A degree a layout could not have is refused where the search names it, not solved into plans that `plan
+    evaluate` and `plan export` then refuse."""
+    text = BASE.replace("gpus: 8}", "gpus: 128}") + f"search: {search}\n"
+    problem = _error(tmp_path, text).problems[0]
+    assert problem.field == field and says in problem.message and problem.line == 7
+
+
 def test_mtp_needs_mtp_layers(tmp_path: Path) -> None:
     text = BASE.replace("deepseek-ai/DeepSeek-V3", "qwen3-235b").replace(
         "output_tokens: 1024}", "output_tokens: 1024, speculative: {method: mtp}}"
