@@ -458,7 +458,8 @@ class Search(StrictModel):
         description="Serving modes to consider.",
     )
     solver: SolverName = Field("cpsat", description="MILP backend: cpsat (OR-Tools), highs or cbc.")
-    time_limit_s: float = Field(60.0, gt=0, le=MAX_SECONDS, description="Wall-clock limit of the whole solve, s.")
+    time_limit_s: float = Field(60.0, ge=0.1, le=MAX_SECONDS,
+                                description="Wall-clock limit of the whole solve, s (at least 0.1, as --time-limit).")
     seed: int = Field(
         0, ge=0, le=MAX_SEED, description="Random seed (0 to 2^31 - 1); same scenario and seed give the same plans."
     )

@@ -110,9 +110,11 @@ def evaluate(scenario: ResolvedScenario | str | Path, layout: Layout | FrontPoin
     resolved = scenario if isinstance(scenario, ResolvedScenario) else load_scenario(scenario)
     if isinstance(layout, FrontPoint):
         layout = layout.layout
+    if isinstance(layout, Layout):  # checked against the scenario as a file's layout is (InputError)
+        layout = layout.model_dump(mode="json")
     if isinstance(layout, dict):
         layout = _scenario.layout_from_document(SourceDocument(None, layout, None), resolved)
-    elif not isinstance(layout, Layout):
+    else:
         layout = _scenario.load_layout(Path(layout), resolved)
     return _evaluate(resolved, layout, _calibration(calibration))
 

@@ -10,20 +10,21 @@ from __future__ import annotations
 import gc
 import itertools
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from typing import Literal
 
 import numpy as np
+from pydantic import ValidationError
 
 from costmodel.calibration import Calibration, default_calibration
 from costmodel.resolve import ResolvedScenario
 from costmodel.scenario import Search
 from planner import diagnose
 from planner.batches import BatchCoverage, refine
-from planner.errors import NoSolutionInTimeError
+from planner.errors import InputError, InputProblem, NoSolutionInTimeError
 from planner.experts import ExpertPlacement, place_experts
 from planner.formulation.model import build_model
 from planner.formulation.options import DeploymentOptions, deployment_options
@@ -55,16 +56,36 @@ class SolveSettings:
     on_point: Callable[[SolvedPoint, int], None] | None = None  # progress callback
 
 
+# `settings_for`'s arguments and the `search` fields they replace
+_SEARCH_FIELDS = {"solver": "solver", "time_limit_s": "time_limit_s", "threads": "threads", "seed": "seed",
+                  "resolution": "front_resolution", "points": "front_points", "batch_tolerance": "batch_tolerance"}
+
+
 def settings_for(search: Search, *, solver: str | None = None, time_limit_s: float | None = None,
                  threads: int | None = None, seed: int | None = None, resolution: Resolution | None = None,
                  points: int | Literal["all"] | None = None, batch_tolerance: float | None = None) -> SolveSettings:
-    """`plan solve`'s settings: each one given here, else the scenario's `search` (the CLI and the API)."""
-    front_points = search.front_points if points is None else points
-    return SolveSettings(backend=solver or search.solver, time_limit_s=time_limit_s or search.time_limit_s,
-                         threads=threads or search.threads or 1, seed=search.seed if seed is None else seed,
-                         resolution=search.front_resolution if resolution is None else resolution,
-                         points=None if front_points == "all" else front_points,
-                         batch_tolerance=search.batch_tolerance if batch_tolerance is None else batch_tolerance)
+    """`plan solve`'s settings: each one given here, else the scenario's `search` (the CLI and the API); a value
+    given is checked as the scenario's field is (InputError naming the argument: the API passes them unchecked)."""
+    given = {"solver": solver, "time_limit_s": time_limit_s, "threads": threads, "seed": seed,
+             "resolution": resolution, "points": points, "batch_tolerance": batch_tolerance}
+    chosen = {_SEARCH_FIELDS[name]: value for name, value in given.items() if value is not None}
+    if chosen:
+        search = _searched(search, chosen)
+    return SolveSettings(backend=search.solver, time_limit_s=search.time_limit_s, threads=search.threads or 1,
+                         seed=search.seed, resolution=search.front_resolution,
+                         points=None if search.front_points == "all" else search.front_points,
+                         batch_tolerance=search.batch_tolerance)
+
+
+def _searched(search: Search, chosen: Mapping[str, object]) -> Search:
+    """`search` with the chosen fields replaced, validated as a scenario's."""
+    try:
+        return Search.model_validate({**search.model_dump(), **chosen})
+    except ValidationError as exc:
+        argument = {field: name for name, field in _SEARCH_FIELDS.items()}
+        raise InputError([InputProblem(None, None, argument.get(str(error["loc"][0]), str(error["loc"][0])),
+                                       f"{error['msg']} (got {error['input']!r})")
+                          for error in exc.errors() if error["loc"]]) from None
 
 
 @dataclass

@@ -78,6 +78,29 @@ def test_bad_input_raises_the_clis_error() -> None:
                        "cluster": {"system": "h900", "gpus": 8}, "workload": {"input_tokens": 1, "output_tokens": 1}})
 
 
+@pytest.mark.parametrize(("settings", "argument"), [
+    ({"time_limit_s": -1}, "time_limit_s"), ({"time_limit_s": float("nan")}, "time_limit_s"),
+    ({"threads": 0}, "threads"), ({"points": 1}, "points"), ({"batch_tolerance": 5}, "batch_tolerance"),
+    ({"seed": -5}, "seed"), ({"solver": "gurobi"}, "solver"), ({"resolution": "fine"}, "resolution"),
+])
+def test_solve_checks_its_settings_as_the_cli_does(settings: dict[str, Any], argument: str) -> None:
+    """Each setting is checked as the scenario's `search` field is, before anything is solved: InputError naming
+    the argument (a negative time limit solved one point; an unknown solver raised a bare ValueError)."""
+    with pytest.raises(InputError) as caught:
+        solve(load_scenario(SCENARIO), **settings)
+    assert caught.value.problems[0].field == argument
+
+
+def test_evaluate_checks_a_layout_object_as_a_file() -> None:
+    """A `Layout` built in code is checked against the scenario as a layout file is (32 GPUs on 8 were priced)."""
+    from costmodel.layout import Layout
+
+    layout = Layout.model_validate({"serving": "aggregated",
+                                    "pools": [{"role": "mixed", "replicas": 4, "tp": 8, "moe_tp": 8, "batch": 8}]})
+    with pytest.raises(InputError, match="the layout holds 32 GPUs but the cluster has 8"):
+        evaluate(load_scenario(SCENARIO), layout)
+
+
 def test_readme_script_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The README's Python API example, as written (run from a scratch folder with the scenarios beside)."""
     readme = (REPO / "README.md").read_text(encoding="utf-8")
