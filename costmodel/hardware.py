@@ -317,6 +317,9 @@ def _validate(data: Mapping[str, Any], where: str) -> SystemSpec:
         raise CatalogError(f"{where} is invalid: {problems}") from exc
 
 
+IDENTITY_FIELDS = frozenset({"name", "vendor", "gpu_name"})  # what the catalog names a system by
+
+
 def with_overrides(spec: SystemSpec, overrides: Mapping[str, object]) -> SystemSpec:
     """A copy of `spec` with fields replaced by name, re-validated.
 
@@ -329,6 +332,13 @@ def with_overrides(spec: SystemSpec, overrides: Mapping[str, object]) -> SystemS
         raise CatalogError(
             f"unknown system field(s) {', '.join(unknown)} in overrides for {spec.name}; "
             f"valid fields: {', '.join(valid)}"
+        )
+    identity = sorted(set(overrides) & IDENTITY_FIELDS)
+    if identity:  # a renamed system would be priced, reported and exported as the other one (its name's rates)
+        raise CatalogError(
+            f"{', '.join(identity)} cannot be overridden: the catalog knows a system by it (rates, reports and "
+            "launch files would name the other system); choose that system instead, or override figures such as "
+            "hbm_capacity_bytes"
         )
     data: dict[str, Any] = spec.model_dump()
     data.update(overrides)

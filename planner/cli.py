@@ -2,12 +2,14 @@
 
 Exit codes: 0 success; 1 internal error (a bug: rerun with --debug for the traceback); 2 bad input;
 3 infeasible scenario; 4 no solution within the time limit; 130 interrupted (SIGINT: nothing written, see
-`planner.interrupt`). JSON output is strict (no NaN or Infinity: `planner.finite`).
+`planner.interrupt`); 141 standard output closed by its reader. JSON output is strict (no NaN or Infinity:
+`planner.finite`).
 """
 
 from __future__ import annotations
 
 import math
+import os
 import sys
 import traceback
 from dataclasses import replace
@@ -51,7 +53,19 @@ FORMAT = click.option(
 )
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+SIGPIPE_EXIT = 141  # 128 + SIGPIPE: the reader closed standard output (`plan solve x | head -1`), as Unix tools exit
+
+
+class _Plan(click.Group):
+    def invoke(self, ctx: click.Context) -> object:
+        try:
+            return super().invoke(ctx)
+        except BrokenPipeError:  # not a bug (click would exit 1, the internal-error code): stop writing, quietly
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # the exit's flush writes nowhere
+            raise click.exceptions.Exit(SIGPIPE_EXIT) from None
+
+
+@click.group(cls=_Plan, context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--debug", is_flag=True, help="Show tracebacks of errors.")
 @click.version_option(__version__, prog_name="moe-planner")
 def cli(debug: bool) -> None:
@@ -374,7 +388,9 @@ def main(argv: list[str] | None = None) -> None:
 def _run(args: list[str], debug: bool) -> int:
     """Run the CLI; the exit code, having said what went wrong."""
     try:
-        cli.main(args=args, prog_name="plan", standalone_mode=False)
+        code = cli.main(args=args, prog_name="plan", standalone_mode=False)
+        if isinstance(code, int):  # an Exit raised on purpose (SIGPIPE_EXIT); commands return None
+            return code
     except (click.exceptions.Abort, KeyboardInterrupt):  # without the watcher (in-process calls)
         click.echo(f"interrupted (exit {interrupt.EXIT_CODE})", err=True)
         return interrupt.EXIT_CODE

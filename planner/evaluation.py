@@ -15,6 +15,7 @@ from costmodel.evaluate import Prediction, evaluate
 from costmodel.safe_load import InputLimitError, decode_utf8, load_json, read_bytes
 from planner.errors import InputError
 from planner.finite import finite_or_error
+from planner.report import console as report_console
 from planner.scenario import layout_from_document, scenario_from_data
 from planner.sourcefile import SourceDocument
 
@@ -59,8 +60,7 @@ def _evaluate_case(path: Path, number: int, raw: bytes, calibration: Calibration
 
 
 def print_prediction(prediction: Prediction) -> None:
-    console = Console(highlight=False)
-    console = console if console.is_terminal else Console(highlight=False, width=160)
+    console = report_console(width=160)
     status = "fits" if prediction.feasible else "DOES NOT FIT"
     console.print(
         f"TTFT {prediction.ttft_ms:,.1f} ms   TPOT {prediction.tpot_ms:,.2f} ms   "

@@ -21,10 +21,17 @@ from planner.errors import InputError
 _STATE_CONTEXT_TOKENS = 131072
 
 
-def console() -> Console:
+class _Console(Console):
+    def on_broken_pipe(self) -> None:
+        """The reader closed standard output: the CLI's to handle (`planner.cli.SIGPIPE_EXIT`), where rich would
+        exit 1, the internal-error code."""
+        raise BrokenPipeError
+
+
+def console(width: int = 200) -> Console:
     # Piped output (scripts, CI logs) gets a wide fixed width so tables are never truncated.
-    console = Console(highlight=False)
-    return console if console.is_terminal else Console(highlight=False, width=200)
+    console = _Console(highlight=False)
+    return console if console.is_terminal else _Console(highlight=False, width=width)
 
 
 def find_model(name: str) -> Architecture:

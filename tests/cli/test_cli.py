@@ -171,3 +171,19 @@ def test_evaluate_cases_keeps_order_and_reports_bad_lines(tmp_path: Path) -> Non
 def test_evaluate_needs_a_layout() -> None:
     result = run_cli("evaluate", str(SCENARIOS / "deepseek-v3-8xh200.yaml"))
     assert result.code == 2 and "--layout" in result.err
+
+
+def test_a_closed_standard_output_is_exit_141_not_an_internal_error() -> None:
+    """`plan evaluate ... | head -0`: the reader closed the pipe, which rich (and click) report as exit 1, the
+    internal-error code; the CLI exits 141 (128 + SIGPIPE, as Unix tools do) and says nothing."""
+    import subprocess
+    import sys
+
+    command = [sys.executable, "-c", "from planner.cli import main; main()", "evaluate",
+               str(SCENARIOS / "deepseek-v3-8xh200.yaml"), "--layout",
+               str(SCENARIOS / "deepseek-v3-8xh200.layout.yaml")]
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=REPO)
+    assert process.stdout is not None and process.stderr is not None
+    process.stdout.close()
+    error = process.stderr.read().decode()
+    assert process.wait() == 141 and error == ""

@@ -98,6 +98,12 @@ def test_a_number_or_word_field_reports_the_member_meant(tmp_path: Path, value: 
     assert says in error.problems[0].message
 
 
+def test_a_systems_name_is_not_an_override(tmp_path: Path) -> None:
+    """`overrides: {name: b200-sxm}` on H200s reported "8 x b200-sxm" and priced B200 GPU-hours."""
+    problem = _error(tmp_path, BASE.replace("gpus: 8}", "gpus: 8, overrides: {name: b200-sxm}}")).problems[0]
+    assert problem.field == "cluster.overrides" and "name cannot be overridden" in problem.message
+
+
 def test_short_float_notation_is_read_as_a_number(tmp_path: Path) -> None:
     text = BASE.replace("gpus: 8}", "gpus: 8, overrides: {nic_bandwidth_bytes_per_s: 1e11}}")
     assert load_scenario(_write(tmp_path, text)).system.nic_bandwidth_bytes_per_s == 1e11
