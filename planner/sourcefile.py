@@ -101,6 +101,22 @@ def _child(node: yaml.Node | None, part: str | int) -> yaml.Node | None:
     return None
 
 
+# Constructs a YAML error can be about that were opened on an earlier line and never closed (a block mapping's
+# context is where the mapping starts, often line 1: there the failing line says more)
+_LEFT_OPEN = ("quoted scalar", "flow mapping", "flow sequence")
+
+
+def _syntax_error(exc: yaml.MarkedYAMLError) -> tuple[int | None, str, str]:
+    """(line, field, message) of a YAML syntax error: at the construct left open (an unclosed quote or brace), whose
+    line PyYAML keeps as the context, with where parsing failed; else where it failed."""
+    problem = exc.problem or str(exc)
+    if exc.context and exc.context_mark is not None and any(word in exc.context for word in _LEFT_OPEN):
+        failed = f" on line {exc.problem_mark.line + 1}" if exc.problem_mark is not None else ""
+        return exc.context_mark.line + 1, "", f"not valid YAML: {problem}{failed}, {exc.context} that starts here"
+    mark = exc.problem_mark or exc.context_mark
+    return (mark.line + 1 if mark is not None else None), "", f"not valid YAML: {problem}"
+
+
 def parse_text(text: str, path: Path | None = None) -> SourceDocument:
     """Parse YAML (JSON is a subset) text; syntax errors and broken limits become an InputError with the line."""
     loader = None
@@ -111,9 +127,7 @@ def parse_text(text: str, path: Path | None = None) -> SourceDocument:
             check_node_tree(root)
         data = loader.construct_document(root) if root is not None else None
     except yaml.MarkedYAMLError as exc:
-        mark = exc.problem_mark or exc.context_mark
-        line = mark.line + 1 if mark is not None else None
-        raise InputError.single(path, line, "", f"not valid YAML: {exc.problem or exc}") from None
+        raise InputError.single(path, *_syntax_error(exc)) from None
     except yaml.reader.ReaderError as exc:  # a character YAML does not allow (NUL, other controls)
         line = text.count("\n", 0, exc.position) + 1
         code = exc.character if isinstance(exc.character, int) else ord(exc.character)

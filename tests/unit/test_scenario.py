@@ -123,6 +123,19 @@ def test_duplicate_key_and_syntax_error_give_lines(tmp_path: Path) -> None:
     assert problem.line is not None and "not valid YAML" in problem.message
 
 
+@pytest.mark.parametrize(("text", "line", "says"), [
+    ('schema_version: 1\nname: "t\nmodel: x\n', 2, "while scanning a quoted scalar that starts here"),
+    ("schema_version: 1\ncluster: {system: h200-sxm, gpus: 8\nworkload: {input_tokens: 1}\n", 2,
+     "on line 3, while parsing a flow mapping that starts here"),
+    ("a: 1\n- b\n", 2, "expected <block end>"),
+])
+def test_a_syntax_error_names_the_line_left_open(tmp_path: Path, text: str, line: int, says: str) -> None:
+    """An unclosed quote or brace is reported where it opens (PyYAML's problem mark is where parsing failed,
+    often the end of the file); other errors where they fail (a block mapping's context is its first line)."""
+    problem = _error(tmp_path, text).problems[0]
+    assert problem.line == line and says in problem.message
+
+
 def test_cluster_needs_exactly_one_count(tmp_path: Path) -> None:
     problem = _error(tmp_path, BASE.replace("gpus: 8}", "gpus: 8, nodes: 1}")).problems[0]
     assert problem.field == "cluster" and "exactly one" in problem.message
