@@ -300,6 +300,17 @@ def rank_rounding_notes(pool: Pool, ranks: str, engine: str) -> list[str]:
             f"{pool.batch_per_rank} ({pool.batch_per_rank * pool.dp_attention} in all)"]
 
 
+def head_split_notes(plan: Plan, pool: Pool, engine: str, source: str) -> list[str]:
+    """A tp the attention heads do not divide (a multiple of them: the cost model replicates heads, with a layout
+    warning) is one `engine` refuses at start-up (`source`: where it checks)."""
+    heads = min(layer.attention.num_heads for layer in plan.resolved.architecture.layers)
+    if heads % pool.tp == 0:
+        return []
+    return [f"tp {pool.tp} exceeds the model's {heads} attention heads: {engine} needs the heads divisible by its "
+            f"attention TP ({source}) and will not start; re-plan with tp at most {heads} and the rest in "
+            "dp_attention"]
+
+
 def checkpoint_notes(plan: Plan) -> list[str]:
     """The formats the plan prices against the published checkpoint's (the model argument): an engine takes the
     quantisation from the checkpoint's config, so a plan priced with fp4 experts on an fp8 checkpoint would

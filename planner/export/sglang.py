@@ -22,6 +22,7 @@ from planner.export.base import (
     Pool,
     comment_block,
     expert_slots,
+    head_split_notes,
     kv_dtype,
     launched_drafts,
     max_context_tokens,
@@ -192,6 +193,7 @@ def unexpressed(plan: Plan, pool: Pool) -> list[str]:
     model_type = plan.resolved.architecture.model_type
     notes += rank_rounding_notes(pool, "data-parallel workers" if _replica_dp(plan, pool) else "attention-DP ranks",
                                  "SGLang")
+    notes += head_split_notes(plan, pool, "SGLang", "sglang 0.5.21 models: assert total_num_heads % attn_tp_size")
     if expert_slots(pool) is not None and model_type in NO_EXPERT_LOCATION:
         notes.append(f"the plan's expert banks: SGLang's {model_type} model reads no --init-expert-location (it would "
                      "drop the file without a word), so the experts stay in SGLang's contiguous order and the plan's "

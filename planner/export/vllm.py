@@ -22,6 +22,7 @@ from planner.export.base import (
     Pool,
     comment_block,
     expert_slots,
+    head_split_notes,
     kv_dtype,
     launched_drafts,
     max_context_tokens,
@@ -112,6 +113,7 @@ def unexpressed(plan: Plan, pool: Pool) -> list[str]:
     notes = mtp_notes(plan, pool, "vllm")
     model_type = plan.resolved.architecture.model_type
     notes += rank_rounding_notes(pool, "DP ranks", "vLLM (--max-num-seqs)")
+    notes += head_split_notes(plan, pool, "vLLM", "vllm 0.31 config/model.py verify_with_parallel_config")
     if pool.moe_ep > 1 and expert_slots(pool) is not None and model_type in NO_EPLB:
         notes.append(f"no EPLB: vLLM's {model_type} model is not a MixtureOfExperts (no num_moe_layers), and "
                      "--enable-eplb stops it at start-up; the experts stay in vLLM's contiguous order")

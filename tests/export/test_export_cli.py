@@ -73,6 +73,20 @@ def test_vllm_spans_whole_nodes_with_its_multiprocessing_backend() -> None:
     assert "--data-parallel-size-local" in decode and "--nnodes" not in decode
 
 
+def test_a_tp_beyond_the_heads_is_said_to_stop_vllm_and_sglang() -> None:
+    """Both engines assert the heads divide the attention TP; a plan the cost model priced with heads replicated
+    (tp a multiple of them, a layout warning) says the launch will not start."""
+    import dataclasses
+
+    from planner.export import sglang, vllm
+
+    plan = load_plan(AGGREGATED)  # DeepSeek-V3: 128 heads
+    wide = dataclasses.replace(plan.pools[0], tp=256)
+    for engine in (vllm, sglang):
+        assert not any("attention heads" in note for note in engine.unexpressed(plan, plan.pools[0]))
+        assert any("tp 256 exceeds the model's 128 attention heads" in note for note in engine.unexpressed(plan, wide))
+
+
 def test_what_an_engine_cannot_express_is_a_comment() -> None:
     exported = export_plan(load_plan(ATTENTION_TP_AND_DP), "trtllm")
     assert exported.unexpressed and "attention TP 2 inside each of 4 attention-DP ranks" in exported.unexpressed[0]
