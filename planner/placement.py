@@ -23,8 +23,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from costmodel.errors import ScenarioError
+from costmodel.evaluate import pool_context
 from costmodel.inventory import ClusterGroup, Domain, GpuIndex, parse_gpu_id
-from costmodel.layout import Layout
+from costmodel.layout import Layout, Pool
 from costmodel.resolve import ResolvedScenario
 
 
@@ -282,6 +283,24 @@ def check_placement(resolved: ResolvedScenario, layout: Layout, placement: Any) 
                 raise ScenarioError(f"expected a list of the instance's {pool.gpus_per_instance} GPU ids", where)
             indices = [_gpu_of(group, gpu, f"{where}.{k}", used) for k, gpu in enumerate(gpus)]
             _check_span(group, indices, where)
+        # the stages are the layout's (engines split layers as the cost model does): written for the reader and
+        # copied into launch files' comments, so an edited split is refused, not launched as a comment
+        stages = placed.get("stages")
+        if stages is not None and stages != stage_entries(resolved, pool):
+            raise ScenarioError(f"the stages are not the layout's ({_stages_text(stage_entries(resolved, pool))}); "
+                                "they follow from the layout's pp and the model's layers: re-run `plan solve --out` "
+                                "or restore them", f"placement.pools.{i}.stages")
+
+
+def stage_entries(resolved: ResolvedScenario, pool: Pool) -> list[dict[str, Any]]:
+    """Each pipeline stage of a pool's instance: its layers (first, last) and GPU offsets in the instance (first,
+    last), as plan files write them."""
+    per_stage, first_layer, stages = pool.tp * pool.dp_attention, 0, []
+    for stage, layers in enumerate(pool_context(resolved, pool).stages):
+        stages.append({"stage": stage, "layers": [first_layer, first_layer + len(layers) - 1],
+                       "gpu_offset": [stage * per_stage, (stage + 1) * per_stage - 1]})
+        first_layer += len(layers)
+    return stages
 
 
 def _gpu_of(group: ClusterGroup, gpu: object, where: str, used: dict[tuple[str, GpuIndex], str]) -> GpuIndex:
@@ -303,6 +322,11 @@ def _gpu_of(group: ClusterGroup, gpu: object, where: str, used: dict[tuple[str, 
         raise ScenarioError(f"{text} is used twice (also by {used[group.name, index]})", where)
     used[group.name, index] = where
     return index
+
+
+def _stages_text(stages: list[dict[str, Any]]) -> str:
+    return "; ".join(f"stage {s['stage']}: layers {s['layers'][0]}-{s['layers'][1]}, GPUs {s['gpu_offset'][0]}-"
+                     f"{s['gpu_offset'][1]}" for s in stages)
 
 
 def _check_span(group: ClusterGroup, gpus: list[GpuIndex], where: str) -> None:

@@ -15,7 +15,7 @@ from typing import Any
 import yaml
 
 from costmodel.calibration import default_calibration, fingerprint
-from costmodel.evaluate import evaluate, layout_systems, pool_context
+from costmodel.evaluate import evaluate, layout_systems
 from costmodel.expected_error import ExpectedError, expected_error
 from costmodel.kv_tiers import FETCHED_TIERS, TIERS
 from costmodel.layout import Layout
@@ -26,7 +26,7 @@ from planner.experts import ExpertPlacement
 from planner.finite import dumps
 from planner.midfill import midfill_choice
 from planner.out_dir import OutputFolder
-from planner.placement import layout_gpus
+from planner.placement import layout_gpus, stage_entries
 from planner.solve import SolveResult
 from planner.sweep import AUTO_HV_TOL
 from planner.sweep_result import SolvedPoint
@@ -124,13 +124,8 @@ def layout_placement(resolved: ResolvedScenario, layout: Layout,
             domains.update((group.name, r, n // (group.system.scaleup_domain_gpus // group.system.gpus_per_node))
                            for r, n, _ in placed)
             instances.append({"gpus": [group.gpu_id(g) for g in placed]})
-        per_stage, first_layer, stages = pool.tp * pool.dp_attention, 0, []
-        for stage, layers in enumerate(pool_context(resolved, pool).stages):
-            stages.append({"stage": stage, "layers": [first_layer, first_layer + len(layers) - 1],
-                           "gpu_offset": [stage * per_stage, (stage + 1) * per_stage - 1]})
-            first_layer += len(layers)
         entry: dict[str, Any] = {"role": pool.role, "group": group.name, "gpus_per_instance": pool.gpus_per_instance,
-                                 "instances": instances, "stages": stages}
+                                 "instances": instances, "stages": stage_entries(resolved, pool)}
         if experts and pool.moe_ep in experts:
             banks = experts[pool.moe_ep]
             entry["experts"] = {"moe_ep": pool.moe_ep, "imbalance": banks.imbalance,

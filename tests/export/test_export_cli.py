@@ -203,6 +203,18 @@ def test_validate_and_export_check_a_plans_placement(command: tuple[str, ...], t
     assert "placement.pools.0.instances.0.gpus.1: h200-sxm/r0/n0/g0 is used twice" in result.err
 
 
+@pytest.mark.parametrize("command", [("validate",), ("export", "--engine", "vllm")])
+def test_a_plans_stages_must_be_its_layouts(command: tuple[str, ...], tmp_path: Path) -> None:
+    """Stages edited by hand (layers left to no stage) were launched as the script's comments."""
+    data = yaml.safe_load(AGGREGATED.read_text(encoding="utf-8"))  # pp 2: two stages
+    data["placement"]["pools"][0]["stages"][0]["layers"] = [0, 10]
+    path = tmp_path / "plan-0.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
+    result = run_cli(command[0], str(path), *command[1:])
+    assert result.code == 2 and "Traceback" not in result.err
+    assert "placement.pools.0.stages: the stages are not the layout's (stage 0: layers 0-" in result.err
+
+
 def test_validate_checks_a_plan_against_the_scenario_it_carries() -> None:
     result = run_cli("validate", str(AGGREGATED))
     assert result.code == 0, result.err
