@@ -71,6 +71,9 @@ def no_candidates(resolved: ResolvedScenario, candidates: CandidateSet) -> Infea
         kv_binds = _kv_binds(resolved, candidates.instance_gpus or resolved.gpus)
         if kv_binds is not None:
             return kv_binds
+        unavailable = _unavailable_bind(resolved, candidates.instance_gpus)
+        if unavailable is not None:
+            return unavailable
         return InfeasibleError(
             f"HBM: no instance layout the search allows fits (largest tried: {candidates.instance_gpus} GPUs, "
             f"{hbm / resolved.gpus / GB:.0f} GB each; the weights need {need / GB:.0f} GB plus KV cache and "
@@ -89,6 +92,20 @@ def no_candidates(resolved: ResolvedScenario, candidates: CandidateSet) -> Infea
             f"{store.bandwidth_bytes_per_s / GB:.0f} GB/s) even as one instance, and no layout without it meets "
             "the targets; enlarge cluster.kv_store or relax the SLOs")
     return InfeasibleError("no layout meets both the TTFT and TPOT targets at once; relax slo.ttft_ms or slo.tpot_ms")
+
+
+def _unavailable_bind(resolved: ResolvedScenario, largest: int) -> InfeasibleError | None:
+    """Busy or failed GPUs that leave no room for the next larger instance, which a group would hold were they
+    free: they, not HBM, bind (one failed GPU on 8 GB200s left instances of 4 GPUs, too small for Kimi K2)."""
+    count = sum(len(group.unavailable) for group in resolved.groups)
+    wider = 2 * max(largest, 1)
+    if not count or not any(wider <= group.installed for group in resolved.groups):
+        return None
+    need = weight_bytes(resolved)
+    return InfeasibleError(
+        f"GPUs: the {_gpus(count)} marked unavailable (cluster.inventory unavailable) leave{'s' if count == 1 else ''} "
+        f"no {wider} available GPUs together for an instance, and no instance of at most {_gpus(largest)} holds the "
+        f"weights ({need / GB:.0f} GB plus KV cache and workspace); free {'it' if count == 1 else 'them'} or add GPUs")
 
 
 def _gpus(count: int) -> str:

@@ -216,6 +216,21 @@ def test_an_inventory_with_no_deployment_names_the_binding_resource() -> None:
         api_solve(scenario_from_data(data))
 
 
+def test_unavailable_gpus_that_bind_are_named() -> None:
+    """Kimi K2 on 8 GB200s needs an 8-GPU instance; one failed GPU leaves instances of 4, which hold no copy of
+    the weights: the failed GPU binds, not the instance layouts the search allows (as it said before)."""
+    from planner.api import solve as api_solve
+    from planner.errors import InfeasibleError
+
+    data = {"schema_version": 1, "name": "one-failed", "model": "moonshotai/Kimi-K2-Instruct",
+            "precision": {"weights": "fp8", "kv_cache": "fp8"},
+            "cluster": {"inventory": [{"name": "nvl", "system": "gb200-nvl72", "gpus": 8,
+                                       "unavailable": ["r0/n1/g3"]}]},
+            "workload": {"input_tokens": 4096, "output_tokens": 1024}, "search": {"time_limit_s": 10}}
+    with pytest.raises(InfeasibleError, match=r"GPUs: the 1 GPU marked unavailable .* leaves no 8 available GPUs"):
+        api_solve(scenario_from_data(data))
+
+
 def test_evaluate_refuses_a_placement_on_an_unavailable_gpu(tmp_path: Path) -> None:
     result = _solve(TWO_GROUPS, "highs")
     resolved = result.resolved
