@@ -58,6 +58,13 @@ class Prediction:
     warnings: tuple[str, ...] = ()  # layouts that run but waste GPUs (`costmodel.resolve.layout_warnings`)
     deployments: tuple[dict[str, Any], ...] = ()  # a composite layout: each deployment's own figures
     expected_error: ExpectedError | None = None  # how far to trust the figures
+    cluster_gpus: int = 0  # the scenario's available GPUs (`evaluate`; 0: not known, taken as `gpus`)
+
+    @property
+    def tokens_per_s_per_cluster_gpu(self) -> float:
+        """The deployment's tokens/s over every available GPU of the cluster (idle ones earn nothing): what a front
+        point ranks by under `cluster` accounting; `tokens_per_s_per_gpu` is per GPU the layout uses."""
+        return self.tokens_per_s_per_gpu * self.gpus / (self.cluster_gpus or self.gpus)
 
     def to_dict(self) -> dict[str, Any]:
         extra: dict[str, Any] = {} if self.kv_tiers is None else {"kv_tiers": self.kv_tiers}
@@ -71,8 +78,10 @@ class Prediction:
             "ttft_ms": self.ttft_ms,
             "tpot_ms": self.tpot_ms,
             "tokens_per_s_per_gpu": self.tokens_per_s_per_gpu,
+            "tokens_per_s_per_cluster_gpu": self.tokens_per_s_per_cluster_gpu,
             "tokens_per_s_per_user": self.tokens_per_s_per_user,
             "gpus": self.gpus,
+            "cluster_gpus": self.cluster_gpus or self.gpus,
             "feasible": self.feasible,
             "reasons": list(self.reasons),
             "bottleneck": self.bottleneck,
@@ -204,7 +213,8 @@ def evaluate(resolved: ResolvedScenario, layout: Layout, calibration: Calibratio
     """Predict TTFT, TPOT, throughput per GPU and memory of `layout` serving `resolved`, with the error to
     expect of those figures."""
     trust = expected_error(resolved, calibration, layout_systems(resolved, layout))
-    return replace(_predict_layout(resolved, layout, calibration or default_calibration()), expected_error=trust)
+    return replace(_predict_layout(resolved, layout, calibration or default_calibration()), expected_error=trust,
+                   cluster_gpus=resolved.gpus)
 
 
 def layout_systems(resolved: ResolvedScenario, layout: Layout) -> list[SystemSpec]:

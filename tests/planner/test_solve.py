@@ -227,6 +227,10 @@ def test_every_front_point_is_reproduced_by_evaluate() -> None:
         assert prediction.feasible and prediction.gpus == p.gpus <= scenario.gpus
         assert (prediction.ttft_ms, prediction.tpot_ms, prediction.tokens_per_s_per_gpu) == pytest.approx(
             (p.ttft_ms, p.tpot_ms, p.tokens_per_s_per_gpu_used), rel=1e-12)
+        # the ranked figure too, idle GPUs counted (cluster accounting): evaluate gave only the per-used one
+        assert prediction.tokens_per_s_per_cluster_gpu == pytest.approx(p.tokens_per_s_per_cluster_gpu, rel=1e-12)
+        assert prediction.to_dict()["cluster_gpus"] == scenario.gpus
+    assert any(s.point.idle_gpus for s in result.front)  # the two figures differ somewhere
 
 
 def test_same_scenario_and_seed_give_the_same_json() -> None:
