@@ -46,22 +46,30 @@ def _deepest(data: Any, errors: list[ErrorDetails]) -> list[ErrorDetails]:
     """Of a union's errors, keep the one that got furthest into the value: for `{fp8: .inf}` the mapping
     member's "fp8: not finite", not also "not a number", "not an integer", "not a string"."""
     locs = [_document_loc(data, tuple(error["loc"])) for error in errors]
+    types: dict[tuple[str | int, ...], set[str]] = {}
+    for error, loc in zip(errors, locs, strict=True):
+        types.setdefault(loc, set()).add(error["type"])
     return [error for error, loc in zip(errors, locs, strict=True)
             if not (error["type"].endswith("_type") and any(len(o) > len(loc) and o[:len(loc)] == loc for o in locs))
-            and not _other_member(error, loc, locs)]
+            and not _other_member(error, loc, locs, types[loc])]
 
 
 _NUMBER_TYPES = frozenset({"int_type", "int_parsing", "float_type", "float_parsing"})
 
 
-def _other_member(error: ErrorDetails, loc: tuple[str | int, ...], locs: list[tuple[str | int, ...]]) -> bool:
+def _other_member(error: ErrorDetails, loc: tuple[str | int, ...], locs: list[tuple[str | int, ...]],
+                  siblings: set[str]) -> bool:
     """A union member failing a value meant for another beside it: the word member for a number
-    (`front_points: 1`: "should be 'all'" beside "should be >= 2"), the number member for a word
-    (`front_points: alll`: "should be a valid integer" beside "should be 'all'")."""
+    (`front_points: 1`: "should be 'all'" beside "should be >= 2"), the number member for a word where a word
+    member is there (`front_points: alll`: "should be a valid integer" beside "should be 'all'"), the mapping
+    member for a number or a word (`usd_per_gpu_hour: -1`: "should be a valid dictionary" beside "> 0")."""
     if locs.count(loc) < 2:
         return False
-    word = isinstance(error.get("input"), str)
-    return (error["type"] == "literal_error" and not word) or (error["type"] in _NUMBER_TYPES and word)
+    value = error.get("input")
+    word, number = isinstance(value, str), isinstance(value, int | float) and not isinstance(value, bool)
+    return ((error["type"] == "literal_error" and not word)
+            or (error["type"] in _NUMBER_TYPES and word and "literal_error" in siblings)
+            or (error["type"] == "dict_type" and (word or number)))
 
 
 def unique_problems(problems: list[InputProblem]) -> list[InputProblem]:

@@ -104,6 +104,19 @@ def test_a_systems_name_is_not_an_override(tmp_path: Path) -> None:
     assert problem.field == "cluster.overrides" and "name cannot be overridden" in problem.message
 
 
+@pytest.mark.parametrize(("value", "field", "says"), [
+    ("-1", "economics.usd_per_gpu_hour", "greater than 0"), ("'3$'", "economics.usd_per_gpu_hour", "valid number"),
+    ("{h200-sxm: -2}", "economics.usd_per_gpu_hour.h200-sxm", "greater than 0"),
+])
+def test_a_number_or_mapping_field_reports_the_member_meant(tmp_path: Path, value: str, field: str,
+                                                            says: str) -> None:
+    """A price is one number or a mapping by system: a number or a word is told about the number alone (it was
+    also told "should be a valid dictionary"), a mapping about its entry."""
+    error = _error(tmp_path, BASE + f"economics: {{usd_per_gpu_hour: {value}}}\n")
+    assert [(p.field, p.line) for p in error.problems] == [(field, 7)]
+    assert says in error.problems[0].message
+
+
 def test_short_float_notation_is_read_as_a_number(tmp_path: Path) -> None:
     text = BASE.replace("gpus: 8}", "gpus: 8, overrides: {nic_bandwidth_bytes_per_s: 1e11}}")
     assert load_scenario(_write(tmp_path, text)).system.nic_bandwidth_bytes_per_s == 1e11
