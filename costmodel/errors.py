@@ -13,7 +13,12 @@ class CostModelError(Exception):
 
 
 class CatalogError(CostModelError):
-    """A model or system name that the catalog does not know, or a config it cannot read."""
+    """A model or system name that the catalog does not know, or a config it cannot read; `field`: the key of
+    the entry or override at fault, where one is."""
+
+    def __init__(self, message: str, field: str | None = None) -> None:
+        super().__init__(message)
+        self.field = field
 
 
 class ConfigError(CostModelError):

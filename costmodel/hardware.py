@@ -348,4 +348,12 @@ def with_overrides(spec: SystemSpec, overrides: Mapping[str, object]) -> SystemS
         data["peak_flops_per_s"] = {**spec.peak_flops_per_s, **flops}
     if "sources" not in overrides:
         data["sources"] = {**spec.sources, **{f: _OVERRIDE_SOURCE for f in overrides if f in NUMERIC_FIELDS}}
-    return _validate(data, f"system {spec.name} with overrides {', '.join(overrides)}")
+    try:
+        return SystemSpec.model_validate(data)
+    except ValidationError as exc:
+        if len(overrides) > 1:  # the first override invalid on its own raises, named (its line in the scenario)
+            for name, value in overrides.items():
+                with_overrides(spec, {name: value})
+        only = next(iter(overrides)) if len(overrides) == 1 else None
+        checks = "; ".join(str(error["msg"]).removeprefix("Value error, ") for error in exc.errors())
+        raise CatalogError(f"{checks} (system {spec.name} with overrides {', '.join(overrides)})", only) from None

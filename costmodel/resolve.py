@@ -142,7 +142,7 @@ def _system(name: str, overrides: Mapping[str, object], where: str) -> SystemSpe
     try:
         return with_overrides(system, overrides)
     except CatalogError as exc:
-        raise ScenarioError(str(exc), f"{where}.overrides") from None
+        raise ScenarioError(str(exc), f"{where}.overrides" + (f".{exc.field}" if exc.field else "")) from None
 
 
 def _installed(system: SystemSpec, gpus: int | None, nodes: int | None, racks: int | None, where: str) -> int:

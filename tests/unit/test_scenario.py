@@ -98,6 +98,16 @@ def test_a_number_or_word_field_reports_the_member_meant(tmp_path: Path, value: 
     assert says in error.problems[0].message
 
 
+def test_an_invalid_override_is_named_at_its_line(tmp_path: Path) -> None:
+    """The override that fails its check, at its own line (it was reported at the first override, with pydantic's
+    "system: Value error," in the message)."""
+    text = BASE.replace("cluster: {system: h200-sxm, gpus: 8}\n", "cluster:\n  system: h200-sxm\n  gpus: 8\n"
+                        "  overrides:\n    scaleup_latency_s: 1.0e-06\n    hbm_capacity_bytes: -3\n")
+    problem = _error(tmp_path, text).problems[0]
+    assert (problem.field, problem.line) == ("cluster.overrides.hbm_capacity_bytes", 10)
+    assert problem.message.startswith("hbm_capacity_bytes must lie between") and "Value error" not in problem.message
+
+
 def test_a_systems_name_is_not_an_override(tmp_path: Path) -> None:
     """`overrides: {name: b200-sxm}` on H200s reported "8 x b200-sxm" and priced B200 GPU-hours."""
     problem = _error(tmp_path, BASE.replace("gpus: 8}", "gpus: 8, overrides: {name: b200-sxm}}")).problems[0]
