@@ -60,7 +60,8 @@ def parse_hf_config(config: Mapping[str, Any], name: str) -> Architecture:
     except ValidationError as exc:
         first = exc.errors()[0]
         where = ".".join(str(part) for part in first["loc"])
-        raise ConfigError(f"config of {name} is inconsistent: {where}: {first['msg']}") from None
+        check = str(first["msg"]).removeprefix("Value error, ")  # a model validator's own message, as written
+        raise ConfigError(f"config of {name} is inconsistent: {where + ': ' if where else ''}{check}") from None
 
 
 def _tied(root: ConfigReader, cfg: ConfigReader, notes: list[str]) -> bool:

@@ -284,11 +284,16 @@ def _moe(cfg: ConfigReader, hidden: int, experts: int, mtype: str, notes: list[s
             "a latent norm and one latent->hidden up projection per MoE layer; router and shared experts "
             "at full width"
         )
+    top_k = cfg.req_first_int(_TOP_K_KEYS)
+    if top_k > experts:
+        key = next(k for k in _TOP_K_KEYS if cfg.has(k))
+        raise ConfigError(f"{cfg.path(key)} is {top_k}, more than the {experts} routed experts a token can use; "
+                          f"use at most {experts}", cfg.path(key))
     return Ffn(
         kind="moe",
         hidden_size=hidden,
         num_experts=experts,
-        top_k=cfg.req_first_int(_TOP_K_KEYS),
+        top_k=top_k,
         expert_intermediate_size=expert_width,
         num_shared_experts=shared_count,
         shared_intermediate_size=shared_width,
