@@ -160,10 +160,33 @@ def _no_constant(name: str) -> Any:
     raise InputLimitError(f"{name} is not a number JSON allows; give a finite value")
 
 
+class _DuplicateKey(ValueError):
+    def __init__(self, key: str) -> None:
+        super().__init__(key)
+        self.key = key
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """An object's members, each key once: JSON readers keep the last of a repeated key, silently (a config with
+    num_attention_heads 32 and then 16 read as 16); YAML documents refuse it here, and so do JSON ones."""
+    keys = [key for key, _ in pairs]
+    repeated = next((key for key in keys if keys.count(key) > 1), None)
+    if repeated is not None:
+        raise _DuplicateKey(repeated)
+    return dict(pairs)
+
+
 def load_json(text: str) -> Any:
-    """json.loads without NaN, Infinity or float overflow; deep nesting is an InputLimitError."""
+    """json.loads without NaN, Infinity, float overflow or a key twice in one object; deep nesting is an
+    InputLimitError."""
     try:
-        return json.loads(text, parse_float=_finite_float, parse_constant=_no_constant)
+        return json.loads(text, parse_float=_finite_float, parse_constant=_no_constant, object_pairs_hook=_unique_keys)
+    except _DuplicateKey as exc:
+        quoted = json.dumps(exc.key)
+        first = text.find(quoted)
+        second = text.find(quoted, first + len(quoted)) if first >= 0 else -1
+        line = text.count("\n", 0, second) + 1 if second >= 0 else None
+        raise InputLimitError(f"the key {quoted} appears twice in one object; keep one", line) from None
     except RecursionError:
         raise InputLimitError("nested too deeply to read; flatten the document") from None
     except InputLimitError:

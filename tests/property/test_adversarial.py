@@ -51,6 +51,7 @@ EXPECTED: dict[str, tuple[str, int, str]] = {
     "model-hf-zero-experts.yaml": ("validate", 2, "num_local_experts must be an integer from 1"),
     "model-hf-kv-heads-5.yaml": ("validate", 2, "does not divide the 32 query heads"),
     "model-hf-top-k-200.yaml": ("validate", 2, "num_experts_per_tok is 200, more than the 8 routed experts"),
+    "model-hf-dup-key.yaml": ("validate", 2, 'the key "num_experts_per_tok" appears twice in one object'),
     "model-hf-nan.yaml": ("validate", 2, "NaN is not a number JSON allows"),
     "model-hf-deep.yaml": ("validate", 2, "nested too deeply"),
     "model-yaml-alias-bomb.yaml": ("validate", 2, "aliases expand the document"),
@@ -119,7 +120,7 @@ def test_every_corpus_file_is_checked() -> None:
     files = {path.name for path in CORPUS.iterdir()} - NOT_CASES
     unchecked = files - set(EXPECTED) - {"hf-nan.json", "hf-deep.json", "hf-huge-layers.json",
                                          "hf-zero-experts.json", "hf-kv-heads-5.json", "hf-huge-hidden.json",
-                                         "hf-top-k-200.json"}
+                                         "hf-top-k-200.json", "hf-dup-key.json"}
     assert not unchecked, f"corpus files without an expectation: {sorted(unchecked)}"
     assert len(EXPECTED) >= 70
 
