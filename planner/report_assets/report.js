@@ -7,9 +7,12 @@
   const front = D.front;
   const SVG = "http://www.w3.org/2000/svg";
   const ROLE_COLOURS = { mixed: "#4C78A8", prefill: "#F58518", midfill: "#B279A2", decode: "#54A24B" };
+  // each point's figures as the JSON has them; tok/s/GPU is the ranked one (search.gpu_accounting), so the idle
+  // GPUs it counts are shown beside the GPUs used, and the price and power figures beside it
   const FIGURES = [
     ["ttft_ms", "TTFT ms", 1], ["tpot_ms", "TPOT ms", 2], ["tokens_per_s_per_gpu", "tok/s/GPU", 1],
-    ["tokens_per_s_per_user", "tok/s/user", 1], ["gpus", "GPUs", 0],
+    ["tokens_per_s_per_user", "tok/s/user", 1], ["gpus", "GPUs", 0], ["idle_gpus", "idle", 0],
+    ["usd_per_million_tokens", "$/Mtok", 3], ["tokens_per_s_per_mw", "tok/s/MW", 0],
   ];
   const tooltip = document.getElementById("tooltip");
 
@@ -29,7 +32,9 @@
   }
   function pointText(point, index) {
     const lines = [`#${index} ${point.serving}`];
-    for (const [key, label, digits] of FIGURES) lines.push(`${label}: ${fmt(point[key], digits)}`);
+    for (const [key, label, digits] of FIGURES) {
+      if (typeof point[key] === "number") lines.push(`${label}: ${fmt(point[key], digits)}`);
+    }
     lines.push(`status ${point.status}, gap ${point.gap === null ? "-" : fmt(point.gap * 100, 2) + "%"}`);
     for (const pool of point.layout.pools) lines.push(poolText(pool));
     return lines.join("\n");
@@ -109,8 +114,10 @@
     front.forEach((p, i) => {
       const row = el("tr", { class: `point ${p.serving}`, "data-index": i });
       row.append(el("td", {}, String(i)), el("td", { "data-key": "serving" }, p.serving));
-      for (const [key, , digits] of FIGURES) {
-        row.append(el("td", { "data-key": key, "data-value": String(p[key]), class: "num" }, fmt(p[key], digits)));
+      for (const [key, , digits] of FIGURES) {  // a figure a point lacks (an older plan file's) shows "-"
+        const known = typeof p[key] === "number";
+        row.append(el("td", { "data-key": key, class: "num", ...(known ? { "data-value": String(p[key]) } : {}) },
+                      known ? fmt(p[key], digits) : "-"));
       }
       row.append(el("td", { "data-key": "status" }, p.status));
       row.append(el("td", { "data-key": "gap", class: "num" }, p.gap === null ? "-" : fmt(p.gap * 100, 2) + "%"));

@@ -27,6 +27,8 @@ from tests.helpers import run_cli
 BROWSER = next((b for b in ("chromium", "chromium-browser", "google-chrome") if shutil.which(b)), None)
 pytestmark = pytest.mark.skipif(BROWSER is None, reason="no chromium on PATH: `apt-get install -y chromium` "
                                                         "to run the report's browser test")
+FIGURE_KEYS = ("ttft_ms", "tpot_ms", "tokens_per_s_per_gpu", "tokens_per_s_per_user", "gpus", "idle_gpus",
+               "usd_per_million_tokens", "tokens_per_s_per_mw")  # report.js FIGURES, in their columns' order
 SESSIONS_PLAN = Path(__file__).parents[1] / "export" / "plans" / "coding-agent-sessions-gb200-plan-6.yaml"
 
 
@@ -100,14 +102,16 @@ def check_page(dom: Dom, log: str, data: dict[str, Any], point: int) -> None:
             continue
         entry = front[int(row["data-index"])]
         assert entry["serving"] in row["class"]
-    cells = [(a, text) for _, a, text in dom.having("data-key") if a.get("data-value")]
-    assert len(cells) == 5 * len(front)
-    for row_index, chunk in enumerate(zip(*[iter(cells)] * 5, strict=True)):
-        for attrs, text in chunk:
-            value = front[row_index][attrs["data-key"]]
+    cells = iter([(a, text) for _, a, text in dom.having("data-key") if a.get("data-value")])
+    for entry in front:  # every figure of report.js's FIGURES the point has (a number), row by row
+        for key in (k for k in FIGURE_KEYS if isinstance(entry.get(k), int | float)):
+            attrs, text = next(cells)
+            assert attrs["data-key"] == key
+            value = entry[key]
             assert float(attrs["data-value"]) == value  # the exact figure, as the JSON has it
             digits = len(text.split(".")[1]) if "." in text else 0
             assert abs(number(text) - value) <= 0.5 * 10 ** -digits + 1e-9  # and shown rounded
+    assert next(cells, None) is None
     placed = front[point]["placement"]["pools"]
     gpus = sum(len(pool["instances"]) * pool["gpus_per_instance"] for pool in placed)
     drawn = [a for _, a, _ in dom.find("rect") if "gpu used" in a.get("class", "")]
