@@ -81,6 +81,9 @@ class Attention(BaseModel):
             raise ValueError("an attention layer has either a sliding window or a chunk, not both")
         if self.kind == "gqa" and (self.num_kv_heads <= 0 or self.head_dim <= 0 or self.v_head_dim <= 0):
             raise ValueError("gqa attention needs num_kv_heads, head_dim and v_head_dim > 0")
+        if self.kind == "gqa" and self.num_heads % self.num_kv_heads:  # as `plan import-hf` checks the config's
+            raise ValueError(f"num_kv_heads {self.num_kv_heads} does not divide the {self.num_heads} query heads "
+                             "(each KV head serves a whole group); use a divisor")
         if self.kind == "mla" and (self.kv_lora_rank <= 0 or self.v_head_dim <= 0):
             raise ValueError("mla attention needs kv_lora_rank and v_head_dim > 0")
         if self.kind == "linear" and (self.linear_kind is None or min(self.linear_k_heads, self.linear_v_heads) <= 0):

@@ -122,10 +122,12 @@ def _load_file(path: Path) -> Architecture:
     if "groups" in data:  # a normalised model written by Architecture.to_yaml_dict
         try:
             return Architecture.model_validate(data)
-        except ValidationError as exc:
+        except ValidationError as exc:  # at the key's line, as a config.json's problems are
             first = exc.errors()[0]
             where = ".".join(str(part) for part in first["loc"])
-            raise CatalogError(f"{path}: not a valid normalised model: {where}: {first['msg']}") from None
+            check = str(first["msg"]).removeprefix("Value error, ")
+            raise ConfigError(f"not a valid normalised model: {where}: {check}", where, path,
+                              key_line(text, where)) from None
     try:
         return parse_hf_config(data, _name_from_path(path))
     except ConfigError as exc:  # say where in the file

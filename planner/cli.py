@@ -20,7 +20,7 @@ import click
 import yaml
 
 from costmodel.calibration import Calibration
-from costmodel.errors import CostModelError
+from costmodel.errors import ConfigError, CostModelError
 from costmodel.evaluate import evaluate
 from costmodel.scenario import MAX_SEED, MAX_THREADS
 from planner import __version__, evaluation, finite, interrupt, plan_output, report
@@ -75,7 +75,8 @@ def cli(debug: bool) -> None:
 @cli.command()
 @click.argument("file", type=click.Path(path_type=Path))
 def validate(file: Path) -> None:
-    """Check a scenario, layout, study or measurements FILE; exit 2 with the line and field of each problem."""
+    """Check a scenario, layout, plan, study, measurements or model (config.json, model YAML) FILE; exit 2 with the
+    line and field of each problem."""
     document = read_document(file)
     if isinstance(document.data, dict) and "measurements" in document.data:  # `plan calibrate`'s runs
         runs, _ = load_runs(file)
@@ -89,6 +90,18 @@ def validate(file: Path) -> None:
         study = load_study(file)
         click.echo(f"{file}: valid study '{study.name}': {len(study.cases)} cases")
         return
+    if isinstance(document.data, dict) and _is_model_file(document.data):  # a config.json or `import-hf` YAML
+        from costmodel.models import load_model
+
+        if "groups" not in document.data:  # a config.json: its problems at their lines, as `plan import-hf` says them
+            report.import_hf_config(file, None)
+        try:
+            architecture = load_model(str(file.resolve()))
+        except ConfigError as exc:  # a model YAML's problem, at its key's line
+            raise InputError.single(exc.path or file, exc.line, exc.field or "", str(exc)) from None
+        experts = f", {architecture.num_experts} routed experts" if architecture.num_experts else ""
+        click.echo(f"{file}: valid model '{architecture.name}': {architecture.num_layers} layers{experts}")
+        return
     if isinstance(document.data, dict) and ("pools" in document.data or is_plan_file(document)):
         resolved = plan_scenario(document)  # a plan file is checked against the scenario it carries
         layout = layout_from_document(document, resolved)
@@ -100,6 +113,14 @@ def validate(file: Path) -> None:
         f"{file}: valid scenario '{resolved.scenario.name}': {resolved.architecture.name} on "
         f"{resolved.cluster_text}"
     )
+
+
+def _is_model_file(data: dict[str, object]) -> bool:
+    """A Hugging Face config.json (its model_type or architectures, no scenario's fields), or a model YAML
+    `plan import-hf` wrote (model_type and groups of layers)."""
+    if "model" in data or "cluster" in data or "workload" in data:
+        return False
+    return ("architectures" in data or "model_type" in data) and ("schema_version" not in data or "groups" in data)
 
 
 @cli.command()

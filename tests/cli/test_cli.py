@@ -187,3 +187,24 @@ def test_a_closed_standard_output_is_exit_141_not_an_internal_error() -> None:
     process.stdout.close()
     error = process.stderr.read().decode()
     assert process.wait() == 141 and error == ""
+
+
+def test_validate_checks_a_model_file(tmp_path: Path) -> None:
+    """A config.json or a model YAML from `plan import-hf` is checked as a model (it was read as a scenario: some
+    40 missing scenario fields), its problems at their lines; a model YAML's KV heads must divide its heads as a
+    config's must."""
+    import yaml
+
+    config = REPO / "costmodel" / "data" / "models" / "Qwen--Qwen3-30B-A3B.config.json"
+    result = run_cli("validate", str(config))
+    assert result.code == 0 and "valid model 'Qwen/Qwen3-30B-A3B': 48 layers, 128 routed experts" in result.out
+    model = tmp_path / "q.model.yaml"
+    assert run_cli("import-hf", str(config), "-o", str(model)).code == 0
+    assert run_cli("validate", str(model)).code == 0
+    data = yaml.safe_load(model.read_text())
+    data["groups"][0]["layers"][0]["attention"]["num_kv_heads"] = 5
+    model.write_text(yaml.safe_dump(data, sort_keys=False))
+    result = run_cli("validate", str(model))
+    line = next(n for n, text in enumerate(model.read_text().splitlines(), 1) if "num_kv_heads: 5" in text)
+    assert result.code == 2 and f"{model}:" in result.err and "does not divide the 32 query heads" in result.err
+    assert line - 5 <= int(result.err.split(f"{model}:")[1].split(":")[0]) <= line  # the attention block's line

@@ -245,8 +245,9 @@ def test_kimi_layer_lists_must_cover_every_layer_once() -> None:
 
 
 def test_inconsistent_values_raise_config_error() -> None:
-    with pytest.raises(ConfigError, match="top_k"):
+    with pytest.raises(ConfigError, match="num_experts_per_tok is 9, more than the 4 routed experts") as caught:
         parse_hf_config(_moe_config(num_experts_per_tok=9), "bad")
+    assert caught.value.field == "num_experts_per_tok"  # the key, for its line in the file
 
 
 def test_quantization_formats() -> None:

@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from costmodel.architecture import Architecture
-from costmodel.errors import CatalogError
+from costmodel.errors import CatalogError, ConfigError
 from costmodel.hf_config import parse_hf_config
 from costmodel.models import aliases, load_model, model_ids
 from costmodel.precision import Dtype
@@ -350,8 +350,9 @@ def test_bad_files_raise_catalog_errors(tmp_path: Path) -> None:
         load_model(str(broken))
     bad_yaml = tmp_path / "bad.yaml"
     bad_yaml.write_text("name: x\ngroups: []\n", encoding="utf-8")
-    with pytest.raises(CatalogError, match="not a valid normalised model"):
+    with pytest.raises(ConfigError, match="not a valid normalised model") as caught:  # at its key's line
         load_model(str(bad_yaml))
+    assert (caught.value.path, caught.value.line) == (bad_yaml, 1)
 
 
 def test_nested_text_config() -> None:
