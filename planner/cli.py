@@ -173,14 +173,23 @@ def show_system(name: str, fmt: str) -> None:
 @FORMAT
 def evaluate_command(scenario: Path | None, layout_path: Path | None, cases: Path | None,
                      calibration: Calibration | None, fmt: str) -> None:
-    """Predict TTFT, TPOT, tokens/s per GPU and memory of one layout (or every line of --cases)."""
+    """Predict TTFT, TPOT, tokens/s per GPU and memory of one layout (or every line of --cases); a plan file
+    from `plan solve --out` carries its scenario, so SCENARIO may be left out."""
     if cases is not None:
+        if scenario is not None or layout_path is not None:  # each line carries its own: these would be ignored
+            raise click.UsageError("--cases evaluates the scenario and layout of each of its lines: give it alone, "
+                                   "or SCENARIO and --layout LAYOUT without it")
         for line in evaluation.evaluate_cases(cases, calibration):
             click.echo(finite.dumps(line))
         return
-    if scenario is None or layout_path is None:
-        raise click.UsageError("give SCENARIO and --layout LAYOUT, or --cases CASES.jsonl")
-    resolved = load_scenario(scenario)
+    if layout_path is None:
+        raise click.UsageError("give SCENARIO and --layout LAYOUT (a plan file alone), or --cases CASES.jsonl")
+    carried = plan_scenario(read_document(layout_path)) if scenario is None else None
+    if scenario is None and carried is None:
+        raise click.UsageError(f"{layout_path} carries no scenario (a layout file, or a plan file of an older "
+                               "`plan solve`): give SCENARIO before --layout")
+    resolved = load_scenario(scenario) if scenario is not None else carried
+    assert resolved is not None
     prediction = evaluate(resolved, load_layout(layout_path, resolved), calibration)
     mismatch = calibration_mismatch(read_document(layout_path), calibration)
     if mismatch:  # a plan file's figures came from another calibration: say so beside these

@@ -208,3 +208,20 @@ def test_validate_checks_a_model_file(tmp_path: Path) -> None:
     line = next(n for n, text in enumerate(model.read_text().splitlines(), 1) if "num_kv_heads: 5" in text)
     assert result.code == 2 and f"{model}:" in result.err and "does not divide the 32 query heads" in result.err
     assert line - 5 <= int(result.err.split(f"{model}:")[1].split(":")[0]) <= line  # the attention block's line
+
+
+def test_evaluate_takes_a_plan_file_alone_and_cases_alone(tmp_path: Path) -> None:
+    """A plan file carries its scenario, as `plan export` reads it: SCENARIO may be left out; --cases beside
+    SCENARIO or --layout would ignore them, so it is a usage error."""
+    plan = REPO / "tests" / "export" / "plans" / "deepseek-v3-8xh200-plan-0.yaml"
+    alone = run_cli("evaluate", "--layout", str(plan), "--format", "json")
+    assert alone.code == 0, alone.err
+    given = run_cli("evaluate", str(SCENARIOS / "deepseek-v3-8xh200.yaml"), "--layout", str(plan), "--format", "json")
+    assert json.loads(alone.out)["ttft_ms"] == json.loads(given.out)["ttft_ms"]
+    layout = SCENARIOS / "deepseek-v3-8xh200.layout.yaml"
+    result = run_cli("evaluate", "--layout", str(layout))
+    assert result.code == 2 and "carries no scenario" in result.err
+    cases = tmp_path / "cases.jsonl"
+    cases.write_text("{}\n")
+    result = run_cli("evaluate", str(SCENARIOS / "deepseek-v3-8xh200.yaml"), "--cases", str(cases))
+    assert result.code == 2 and "--cases evaluates the scenario and layout of each of its lines" in result.err
