@@ -126,8 +126,8 @@ def _load_file(path: Path) -> Architecture:
             first = exc.errors()[0]
             where = ".".join(str(part) for part in first["loc"])
             check = str(first["msg"]).removeprefix("Value error, ")
-            raise ConfigError(f"not a valid normalised model: {where}: {check}", where, path,
-                              key_line(text, where)) from None
+            raise ConfigError(f"not a valid normalised model: {where + ': ' if where else ''}{check}", where or None,
+                              path, key_line(text, where)) from None
     try:
         return parse_hf_config(data, _name_from_path(path))
     except ConfigError as exc:  # say where in the file

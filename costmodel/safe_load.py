@@ -169,11 +169,37 @@ class _DuplicateKey(ValueError):
 def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     """An object's members, each key once: JSON readers keep the last of a repeated key, silently (a config with
     num_attention_heads 32 and then 16 read as 16); YAML documents refuse it here, and so do JSON ones."""
-    keys = [key for key, _ in pairs]
-    repeated = next((key for key in keys if keys.count(key) > 1), None)
-    if repeated is not None:
-        raise _DuplicateKey(repeated)
-    return dict(pairs)
+    members = dict(pairs)
+    if len(members) < len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise _DuplicateKey(key)
+            seen.add(key)
+    return members
+
+
+def _repeated_key_line(text: str, key: str) -> int | None:
+    """1-based line of the second `key` in one mapping of a JSON text (read as YAML, as `key_line` reads it);
+    None where YAML cannot compose it."""
+    loader = LimitedSafeLoader(text.replace("\t", " "))
+    try:
+        root = loader.get_single_node()
+    except (yaml.YAMLError, ValueError):
+        return None
+    finally:
+        loader.dispose()
+    stack = [root] if root is not None else []
+    while stack:
+        node = stack.pop()
+        if isinstance(node, yaml.MappingNode):
+            repeats = [k for k, _ in node.value if isinstance(k, yaml.ScalarNode) and k.value == key]
+            if len(repeats) > 1:
+                return int(repeats[1].start_mark.line) + 1
+            stack.extend(value for _, value in node.value)
+        elif isinstance(node, yaml.SequenceNode):
+            stack.extend(node.value)
+    return None
 
 
 def load_json(text: str) -> Any:
@@ -182,11 +208,8 @@ def load_json(text: str) -> Any:
     try:
         return json.loads(text, parse_float=_finite_float, parse_constant=_no_constant, object_pairs_hook=_unique_keys)
     except _DuplicateKey as exc:
-        quoted = json.dumps(exc.key)
-        first = text.find(quoted)
-        second = text.find(quoted, first + len(quoted)) if first >= 0 else -1
-        line = text.count("\n", 0, second) + 1 if second >= 0 else None
-        raise InputLimitError(f"the key {quoted} appears twice in one object; keep one", line) from None
+        raise InputLimitError(f"the key {json.dumps(exc.key, ensure_ascii=False)} appears twice in one object; keep "
+                              "one", _repeated_key_line(text, exc.key)) from None
     except RecursionError:
         raise InputLimitError("nested too deeply to read; flatten the document") from None
     except InputLimitError:

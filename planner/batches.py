@@ -137,7 +137,10 @@ def refine(resolved: ResolvedScenario, calibration: Calibration, candidates: Can
     at equal TTFT), or the deadline: the options to solve over."""
     options = deployment_options(resolved, candidates, calibration)
     if resolved.scenario.workload.sessions is not None or resolved.scenario.search.gpu_accounting != "cluster":
-        return options, BatchCoverage(certified=False)
+        # the grid's batches only: those generation's deadline left untimed are out of the front, so the time limit
+        # cut it (`SolveResult.termination`)
+        return options, BatchCoverage(certified=False, untimed=candidates.untimed,
+                                      cut_by_time=bool(candidates.untimed))
     intervals = _intervals(candidates)
     if candidates.untimed:  # generation's deadline left grid batches untimed: bound each (cheaply), time no more
         # every bound is kept, none screened by the front (which would need the unit table: 0.4 s on 16 racks):

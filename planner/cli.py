@@ -9,7 +9,7 @@ Exit codes: 0 success; 1 internal error (a bug: rerun with --debug for the trace
 from __future__ import annotations
 
 import math
-import os
+import select
 import sys
 import traceback
 from dataclasses import replace
@@ -56,16 +56,17 @@ FORMAT = click.option(
 SIGPIPE_EXIT = 141  # 128 + SIGPIPE: the reader closed standard output (`plan solve x | head -1`), as Unix tools exit
 
 
-class _Plan(click.Group):
-    def invoke(self, ctx: click.Context) -> object:
-        try:
-            return super().invoke(ctx)
-        except BrokenPipeError:  # not a bug (click would exit 1, the internal-error code): stop writing, quietly
-            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # the exit's flush writes nowhere
-            raise click.exceptions.Exit(SIGPIPE_EXIT) from None
+def _stdout_closed() -> bool:
+    """Standard output is a pipe whose reader has gone (poll reports an error on its write end)."""
+    try:
+        poller = select.poll()
+        poller.register(sys.stdout.fileno(), select.POLLERR)
+        return any(event & select.POLLERR for _, event in poller.poll(0))
+    except (AttributeError, OSError, ValueError):  # no poll on this platform, or stdout is no file
+        return False
 
 
-@click.group(cls=_Plan, context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--debug", is_flag=True, help="Show tracebacks of errors.")
 @click.version_option(__version__, prog_name="moe-planner")
 def cli(debug: bool) -> None:
@@ -113,6 +114,10 @@ def validate(file: Path) -> None:
         f"{file}: valid scenario '{resolved.scenario.name}': {resolved.architecture.name} on "
         f"{resolved.cluster_text}"
     )
+
+
+_OPTIONS = {"solver": "--solver", "time_limit_s": "--time-limit", "threads": "--threads", "seed": "--seed",
+            "resolution": "--resolution", "points": "--points", "batch_tolerance": "--batch-tolerance"}
 
 
 def _is_model_file(data: dict[str, object]) -> bool:
@@ -227,9 +232,12 @@ def solve_command(scenario: Path, fmt: str, out_dir: Path | None, solver: str | 
     out = OutputFolder.prepare(out_dir) if out_dir is not None else None  # unwritable: exit 2 before solving
     if out is not None:
         click.get_current_context().call_on_close(out.discard)  # a failed run writes nothing
-    settings = settings_for(resolved.scenario.search, solver=solver, time_limit_s=time_limit, threads=threads,
-                            seed=seed, resolution=None if resolution is None else _resolution(resolution),
-                            points=None if points is None else _points(points), batch_tolerance=batch_tolerance)
+    try:
+        settings = settings_for(resolved.scenario.search, solver=solver, time_limit_s=time_limit, threads=threads,
+                                seed=seed, resolution=None if resolution is None else _resolution(resolution),
+                                points=None if points is None else _points(points), batch_tolerance=batch_tolerance)
+    except InputError as exc:  # named by the options given, not the API's arguments
+        raise InputError([replace(p, field=_OPTIONS.get(p.field, p.field)) for p in exc.problems]) from None
     console = report.console()
     if fmt == "table" and console.is_terminal:
         with console.status(f"solving {resolved.scenario.name} with {settings.backend}...") as status:
@@ -418,9 +426,11 @@ def main(argv: list[str] | None = None) -> None:
 def _run(args: list[str], debug: bool) -> int:
     """Run the CLI; the exit code, having said what went wrong."""
     try:
-        code = cli.main(args=args, prog_name="plan", standalone_mode=False)
-        if isinstance(code, int):  # an Exit raised on purpose (SIGPIPE_EXIT); commands return None
-            return code
+        cli.main(args=args, prog_name="plan", standalone_mode=False)
+    except SystemExit as exc:  # click's answer to a write on a closed pipe (help and usage too): exit 1, a bug's code
+        if exc.code == 1 and _stdout_closed():
+            return SIGPIPE_EXIT
+        raise
     except (click.exceptions.Abort, KeyboardInterrupt):  # without the watcher (in-process calls)
         click.echo(f"interrupted (exit {interrupt.EXIT_CODE})", err=True)
         return interrupt.EXIT_CODE

@@ -99,13 +99,21 @@ def _unavailable_bind(resolved: ResolvedScenario, largest: int) -> InfeasibleErr
     free: they, not HBM, bind (one failed GPU on 8 GB200s left instances of 4 GPUs, too small for Kimi K2)."""
     count = sum(len(group.unavailable) for group in resolved.groups)
     wider = 2 * max(largest, 1)
-    if not count or not any(wider <= group.installed for group in resolved.groups):
-        return None
+    if not count or not any(wider <= group.installed for group in resolved.groups) or _widest(resolved) < wider:
+        return None  # no group would hold a wider instance, or the search's degrees allow none: not theirs
     need = weight_bytes(resolved)
     return InfeasibleError(
         f"GPUs: the {_gpus(count)} marked unavailable (cluster.inventory unavailable) leave{'s' if count == 1 else ''} "
         f"no {wider} available GPUs together for an instance, and no instance of at most {_gpus(largest)} holds the "
         f"weights ({need / GB:.0f} GB plus KV cache and workspace); free {'it' if count == 1 else 'them'} or add GPUs")
+
+
+def _widest(resolved: ResolvedScenario) -> float:
+    """GPUs of the widest instance the search's degrees allow (tp x dp_attention x pp; unbounded: inf)."""
+    search, widest = resolved.scenario.search, 1.0
+    for degrees in (search.tp, search.dp_attention, search.pp):
+        widest *= max(degrees) if degrees else math.inf
+    return widest
 
 
 def _gpus(count: int) -> str:

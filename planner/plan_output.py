@@ -225,8 +225,13 @@ def pools_summary(layout: Layout) -> str:
 
 
 def _six(value: float) -> str:
-    """Six significant digits without an exponent (".6g" wrote tokens/s per MW as 1.03293e+06)."""
-    return f"{value:.6g}" if abs(value) < 1e6 else f"{value:.0f}"
+    """Six significant digits without an exponent (".6g" wrote tokens/s per MW as 1.03293e+06): whole numbers
+    from 999,999.5 up, ten decimals below 1e-4 (trailing zeros dropped)."""
+    if abs(value) >= 999_999.5:
+        return f"{value:.0f}"
+    if value and abs(value) < 1e-4:
+        return f"{value:.10f}".rstrip("0").rstrip(".")
+    return f"{value:.6g}"
 
 
 def csv_text(result: SolveResult) -> str:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import errno
+import os
 from pathlib import Path
 from typing import Any
 
@@ -23,9 +25,9 @@ _STATE_CONTEXT_TOKENS = 131072
 
 class _Console(Console):
     def on_broken_pipe(self) -> None:
-        """The reader closed standard output: the CLI's to handle (`planner.cli.SIGPIPE_EXIT`), where rich would
-        exit 1, the internal-error code."""
-        raise BrokenPipeError
+        """The reader closed standard output: click's to handle, and the CLI's to exit with
+        (`planner.cli.SIGPIPE_EXIT`); rich would point standard output at /dev/null first, hiding the closed pipe."""
+        raise BrokenPipeError(errno.EPIPE, os.strerror(errno.EPIPE))
 
 
 def console(width: int = 200) -> Console:

@@ -78,14 +78,22 @@ def settings_for(search: Search, *, solver: str | None = None, time_limit_s: flo
 
 
 def _searched(search: Search, chosen: Mapping[str, object]) -> Search:
-    """`search` with the chosen fields replaced, validated as a scenario's."""
+    """`search` with the chosen fields replaced, validated as a scenario's (a union's other members' complaints
+    dropped, as a file's are); a check of several fields (no location: the resolution against its range) is
+    the argument's given alone, else every given one's."""
+    from planner.validation import trimmed_errors
+
+    data = {**search.model_dump(), **chosen}
     try:
-        return Search.model_validate({**search.model_dump(), **chosen})
+        return Search.model_validate(data)
     except ValidationError as exc:
         argument = {field: name for name, field in _SEARCH_FIELDS.items()}
-        raise InputError([InputProblem(None, None, argument.get(str(error["loc"][0]), str(error["loc"][0])),
-                                       f"{error['msg']} (got {error['input']!r})")
-                          for error in exc.errors() if error["loc"]]) from None
+        given = ", ".join(argument[field] for field in chosen)
+        raise InputError([InputProblem(None, None, argument.get(str(error["loc"][0]), str(error["loc"][0]))
+                                       if error["loc"] else given,
+                                       str(error["msg"]).removeprefix("Value error, ")
+                                       + (f" (got {error['input']!r})" if error["loc"] else ""))
+                          for error in trimmed_errors(data, exc)]) from None
 
 
 @dataclass
@@ -112,8 +120,8 @@ class SolveResult:
 
     @property
     def status(self) -> str:
-        """Outcome: optimal only when every point is proven and the sweep completed (why it stopped:
-        `termination`)."""
+        """Outcome: optimal only when every point is proven and the solve completed (batch search and sweep; why
+        it stopped: `termination`)."""
         proven = all(p.status == SolveStatus.OPTIMAL for p in self.front) and not self.timed_out
         return SolveStatus.OPTIMAL.value if proven else SolveStatus.FEASIBLE.value
 
@@ -127,6 +135,7 @@ class SolveResult:
 
     @property
     def timed_out(self) -> bool:
+        """Cut short: by the time limit, or by a backend error at some cap (`termination` says which)."""
         return self.termination != "completed"
 
     @property

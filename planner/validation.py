@@ -42,6 +42,11 @@ def validate_document(model: type[ModelT], document: SourceDocument, what: str) 
         raise InputError(unique_problems(problems)) from None
 
 
+def trimmed_errors(data: Any, exc: ValidationError) -> list[ErrorDetails]:
+    """A validation's errors as a file's are reported: of a union's members, the one the value was meant for."""
+    return _deepest(data, exc.errors(include_url=False))
+
+
 def _deepest(data: Any, errors: list[ErrorDetails]) -> list[ErrorDetails]:
     """Of a union's errors, keep the one that got furthest into the value: for `{fp8: .inf}` the mapping
     member's "fp8: not finite", not also "not a number", "not an integer", "not a string"."""

@@ -307,7 +307,7 @@ def head_split_notes(plan: Plan, pool: Pool, engine: str, source: str) -> list[s
     if heads % pool.tp == 0:
         return []
     return [f"tp {pool.tp} exceeds the model's {heads} attention heads: {engine} needs the heads divisible by its "
-            f"attention TP ({source}) and will not start; re-plan with tp at most {heads} and the rest in "
+            f"attention TP ({source}) and will not start; re-plan with tp a divisor of {heads} and the rest in "
             "dp_attention"]
 
 

@@ -81,12 +81,6 @@ class Front:
     def points(self) -> list[dict[str, Any]]:
         return list(self.result.result["front"]) if self.result.result else []
 
-    @property
-    def label(self) -> str:
-        """The system, and the case's other grid values where the study varies more than system and size."""
-        others = ", ".join(f"{path}={value}" for path, value in self.grid.items())
-        return f"{self.system} ({others})" if others else self.system
-
 
 def fronts(results: list[CaseResult]) -> list[Front]:
     """Each case as (system, GPUs of the cluster, its result, its other grid values), in case order."""
@@ -103,7 +97,7 @@ def _system_label(cluster: dict[str, Any]) -> str:
     """The cluster's system, or an inventory's group systems joined by "+" (in order, each once)."""
     if cluster.get("system"):
         return str(cluster["system"])
-    return "+".join(dict.fromkeys(str(group["system"]) for group in cluster.get("groups") or [])) or "inventory"
+    return "+".join(dict.fromkeys(str(group["system"]) for group in cluster.get("inventory") or [])) or "inventory"
 
 
 def _stated_gpus(scenario: dict[str, Any]) -> int:
@@ -111,8 +105,8 @@ def _stated_gpus(scenario: dict[str, Any]) -> int:
     from costmodel.hardware import load_system
 
     cluster = scenario["cluster"]
-    if cluster.get("groups"):  # an inventory: its groups' GPUs
-        return sum(_stated_gpus({"cluster": group}) for group in cluster["groups"])
+    if cluster.get("inventory"):  # an inventory: its groups' GPUs
+        return sum(_stated_gpus({"cluster": group}) for group in cluster["inventory"])
     if cluster.get("gpus"):
         return int(cluster["gpus"])
     system = load_system(str(cluster["system"]))

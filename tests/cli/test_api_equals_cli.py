@@ -82,13 +82,14 @@ def test_bad_input_raises_the_clis_error() -> None:
     ({"time_limit_s": -1}, "time_limit_s"), ({"time_limit_s": float("nan")}, "time_limit_s"),
     ({"threads": 0}, "threads"), ({"points": 1}, "points"), ({"batch_tolerance": 5}, "batch_tolerance"),
     ({"seed": -5}, "seed"), ({"solver": "gurobi"}, "solver"), ({"resolution": "fine"}, "resolution"),
+    ({"resolution": 0.7}, "resolution"),  # a check of the model's, with no field of its own
 ])
 def test_solve_checks_its_settings_as_the_cli_does(settings: dict[str, Any], argument: str) -> None:
     """Each setting is checked as the scenario's `search` field is, before anything is solved: InputError naming
     the argument (a negative time limit solved one point; an unknown solver raised a bare ValueError)."""
     with pytest.raises(InputError) as caught:
         solve(load_scenario(SCENARIO), **settings)
-    assert caught.value.problems[0].field == argument
+    assert [p.field for p in caught.value.problems] == [argument]  # once: not also a union member's complaint
 
 
 def test_evaluate_checks_a_layout_object_as_a_file() -> None:

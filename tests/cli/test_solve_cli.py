@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.conftest import SCENARIOS
 from tests.helpers import run_cli
 from tests.planner.small_scenarios import small_data
 
@@ -125,3 +126,12 @@ def test_points_and_batch_tolerance_options(scenario: Path) -> None:
     for bad in ("1", "many"):
         refused = run_cli("solve", str(scenario), "--points", bad)
         assert refused.code == 2 and "--points" in refused.err and "Traceback" not in refused.err
+
+
+def test_a_time_limit_that_cuts_the_batch_search_is_said() -> None:
+    """At 0.1 s the grid's batches are left untimed (each bounded in the points' gaps): the solve says
+    `time_limit` and is not optimal, where it said `completed` with one point at a 96% gap."""
+    result = run_cli("solve", str(SCENARIOS / "deepseek-v3-8xh200.yaml"), "--time-limit", "0.1", "--format", "json")
+    assert result.code == 0, result.err
+    data = json.loads(result.out)
+    assert data["termination"] == "time_limit" and data["solver"]["timed_out"] and data["status"] == "feasible"

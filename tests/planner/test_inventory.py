@@ -229,6 +229,9 @@ def test_unavailable_gpus_that_bind_are_named() -> None:
             "workload": {"input_tokens": 4096, "output_tokens": 1024}, "search": {"time_limit_s": 10}}
     with pytest.raises(InfeasibleError, match=r"GPUs: the 1 GPU marked unavailable .* leaves no 8 available GPUs"):
         api_solve(scenario_from_data(data))
+    data["search"] = {"tp": [1, 2, 4], "dp_attention": [1], "pp": [1], "time_limit_s": 10}  # 4 GPUs at most anyway
+    with pytest.raises(InfeasibleError, match=r"HBM: no instance layout the search allows fits"):
+        api_solve(scenario_from_data(data))
 
 
 def test_evaluate_refuses_a_placement_on_an_unavailable_gpu(tmp_path: Path) -> None:

@@ -141,8 +141,19 @@ def test_a_grid_over_other_paths_labels_each_front(tmp_path: Path) -> None:
     found = fronts([CaseResult(case, "infeasible", "x", 0.0, None) for case in study.cases])
     assert [(f.system, f.grid) for f in found] == [("h200-sxm", {"workload.input_tokens": 1024}),
                                                     ("h200-sxm", {"workload.input_tokens": 4096})]
-    assert found[1].label == "h200-sxm (workload.input_tokens=4096)"
     assert isinstance(found[0], Front) and found[0].gpus == 4
+
+
+def test_an_inventory_front_is_named_by_its_systems(tmp_path: Path) -> None:
+    """An inventory's front: its groups' systems joined by "+", its GPUs their sum, also for a case without a
+    front (which looked its system up as 'None': exit 2, "unknown system")."""
+    base = {**SCENARIO, "cluster": {"inventory": [{"name": "a", "system": "h100-sxm", "gpus": 4},
+                                                  {"name": "b", "system": "h200-sxm", "nodes": 1}]}}
+    study_file = tmp_path / "study.yaml"
+    study_file.write_text(yaml.safe_dump({"study": "inv", "base": base, "grid": {"workload.input_tokens": [1024]}}))
+    study = comparison_study(study_file, None, None)
+    (front,) = fronts([CaseResult(study.cases[0], "infeasible", "x", 0.0, None)])
+    assert (front.system, front.gpus) == ("h100-sxm+h200-sxm", 12)
 
 
 def test_an_edited_case_record_is_solved_again(tmp_path: Path, compared: tuple[Path, Path, dict[str, Any]]) -> None:
