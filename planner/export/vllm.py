@@ -88,7 +88,9 @@ def _node_args(pool: Pool) -> tuple[list[str], list[str], str] | None:
     # A DP rank over whole nodes: the multiprocessing backend over --nnodes (vllm 0.31 engine/arg_utils.py: the
     # world size split evenly over the nodes, each node's DP rank inferred from its rank; entrypoints/cli/serve.py:
     # a node other than its DP rank's first runs that rank's workers --headless, the first its engine, node 0 the
-    # API), the DP handshake at --master-addr
+    # API), the DP handshake at --master-addr. So every node but 0 is --headless: run_headless starts the engine
+    # of a DP rank whose first node it is (node_rank_within_dp 0, its DP rank inferred from --node-rank) and the
+    # workers elsewhere; only dp 1 is tested against a launch here (no multi-node machine)
     common = ["--nnodes", str(pool.nodes_per_instance), "--master-addr", "${HEAD_ADDR}"]
     return [*common, "--node-rank", "0"], [*common, "--node-rank", "${NODE_RANK}", "--headless"], "NODE_RANK 1..n-1"
 
