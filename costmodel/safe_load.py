@@ -179,16 +179,22 @@ def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return members
 
 
-def _repeated_key_line(text: str, key: str) -> int | None:
-    """1-based line of the second `key` in one mapping of a JSON text (read as YAML, as `key_line` reads it);
-    None where YAML cannot compose it."""
+def _node_tree(text: str) -> yaml.Node | None:
+    """A JSON or YAML text's node tree, for lines (JSON read as YAML, tabs as spaces: `key_line`); None where YAML
+    cannot compose it."""
     loader = LimitedSafeLoader(text.replace("\t", " "))
     try:
-        root = loader.get_single_node()
+        return loader.get_single_node()
     except (yaml.YAMLError, ValueError):
         return None
     finally:
         loader.dispose()
+
+
+def _repeated_key_line(text: str, key: str) -> int | None:
+    """1-based line of the second `key` in one mapping of a JSON text (read as YAML, as `key_line` reads it);
+    None where YAML cannot compose it."""
+    root = _node_tree(text)
     stack = [root] if root is not None else []
     while stack:
         node = stack.pop()
@@ -228,13 +234,7 @@ def key_line(text: str, field: str | None) -> int | None:
     refuses to indent with, so they are read as spaces: the lines stay where they are."""
     if not field:
         return None
-    loader = LimitedSafeLoader(text.replace("\t", " "))
-    try:
-        node = loader.get_single_node()
-    except (yaml.YAMLError, ValueError):
-        return None
-    finally:
-        loader.dispose()
+    node = _node_tree(text)
     if node is None:
         return None
     line = node.start_mark.line + 1
