@@ -255,6 +255,11 @@ def moe_layer_mask(cfg: ConfigReader, n: int) -> list[bool]:
     sparse_step = cfg.int_or("decoder_sparse_step", 1, minimum=1)
     interleave = cfg.int_or("interleave_moe_layer_step", 1, minimum=1)
     mlp_only = set(cfg.int_list("mlp_only_layers") or [])
+    beyond = sorted(i for i in mlp_only if i >= n)
+    if beyond:  # a layer the model lacks: most likely an index from another model's config
+        raise ConfigError(f"{cfg.path('mlp_only_layers')} lists layer{'s' if len(beyond) > 1 else ''} "
+                          f"{', '.join(map(str, beyond))}, beyond the model's {n} (0 to {n - 1}); remove "
+                          f"{'them' if len(beyond) > 1 else 'it'}", cfg.path("mlp_only_layers"))
     return [
         i >= first_dense
         and i % freq == 0

@@ -69,9 +69,9 @@ def plan_scenario(document: SourceDocument) -> ResolvedScenario | None:
     embedded = document.data.get("scenario") if isinstance(document.data, dict) else None
     if not isinstance(embedded, dict):
         return None
-    try:
-        return scenario_from_data(embedded, base_dir=document.path.parent if document.path else None)
-    except InputError as exc:  # name the plan file, not "<input>"
+    try:  # its problems at their lines in the plan file
+        return _resolve_document(document.sub("scenario"), document.path.parent if document.path else None)
+    except InputError as exc:  # named under the plan's `scenario`
         raise exc.under("scenario", document.path) from None
 
 

@@ -215,6 +215,16 @@ def test_a_plans_stages_must_be_its_layouts(command: tuple[str, ...], tmp_path: 
     assert "placement.pools.0.stages: the stages are not the layout's (stage 0: layers 0-" in result.err
 
 
+def test_a_problem_of_a_plans_scenario_is_at_its_line(tmp_path: Path) -> None:
+    data = yaml.safe_load(AGGREGATED.read_text(encoding="utf-8"))
+    data["scenario"]["workload"]["input_tokens"] = -5
+    path = tmp_path / "plan-0.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
+    line = next(n for n, text in enumerate(path.read_text().splitlines(), 1) if "input_tokens: -5" in text)
+    result = run_cli("export", str(path), "--engine", "vllm")
+    assert result.code == 2 and f"{path}:{line}: scenario.workload.input_tokens:" in result.err, result.err
+
+
 def test_validate_checks_a_plan_against_the_scenario_it_carries() -> None:
     result = run_cli("validate", str(AGGREGATED))
     assert result.code == 0, result.err

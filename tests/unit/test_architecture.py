@@ -250,6 +250,13 @@ def test_inconsistent_values_raise_config_error() -> None:
     assert caught.value.field == "num_experts_per_tok"  # the key, for its line in the file
 
 
+def test_mlp_only_layers_beyond_the_model_are_refused() -> None:
+    """An index past the last layer marks nothing the model has: most likely another model's list."""
+    with pytest.raises(ConfigError, match="mlp_only_layers lists layer 99, beyond the model's") as caught:
+        parse_hf_config(_moe_config(mlp_only_layers=[0, 99]), "bad")
+    assert caught.value.field == "mlp_only_layers"
+
+
 def test_quantization_formats() -> None:
     fp8 = parse_hf_config(_moe_config(quantization_config={"quant_method": "fp8"}), "q")
     assert (fp8.native_weights, fp8.native_experts) == (Dtype.FP8, Dtype.FP8)
