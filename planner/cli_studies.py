@@ -123,6 +123,9 @@ def _print_sweep(summary: dict[str, object]) -> None:
                       f"{best['tokens_per_s_per_mw']:,.0f}", best["pools"])
     out = report_console()
     out.print(table)
+    for case in cases:  # why a case has no point (infeasible, no solution in time), as `plan compare` says it
+        if case["best"] is None and case.get("message"):
+            out.print(f"  case {case['case']}: {str(case['message']).splitlines()[0]}")
     out.print(f"run: {summary['run']}")
 
 

@@ -149,6 +149,8 @@ def test_rerun_resumes_without_solving_again(local_sweep: tuple[Path, Path, str]
     result = run_cli("sweep", str(study), "--out", str(copy), "--format", "json", "--jobs", "1")
     assert json.loads(result.out)["run"] == {**json.loads(result.out)["run"], "cases_cached": 3, "cases_solved": 1}
     assert (copy / "results.csv").read_bytes() == before
+    table = run_cli("sweep", str(study), "--out", str(copy))  # all cached: the table says why cases have no point
+    assert table.code == 0 and table.out.count("TPOT: the SLO asks for 0.5 ms") == 2, table.out
 
 
 def test_ray_gives_the_local_executors_results(local_sweep: tuple[Path, Path, str], tmp_path: Path) -> None:
