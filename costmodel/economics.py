@@ -28,7 +28,7 @@ from costmodel.calibration import Calibration
 from costmodel.disaggregated import FillStation, split_serving
 from costmodel.errors import CatalogError, ScenarioError
 from costmodel.evaluate import plan_layout
-from costmodel.hardware import GB, SystemSpec
+from costmodel.hardware import GB, SystemSpec, canonical_system_name
 from costmodel.layout import Layout
 from costmodel.pricing import DirectPricer
 from costmodel.resolve import ResolvedScenario
@@ -103,6 +103,14 @@ def rates(system: SystemSpec, economics: Economics | None = None) -> Rates:
     )
 
 
+def _catalog_name(name: str) -> str | None:
+    """The catalog id an alias or spelling (h200, GB200_NVL72) stands for; None where it is none."""
+    try:
+        return canonical_system_name(name)
+    except CatalogError:
+        return None
+
+
 def check_economics(scenario: Scenario) -> None:
     """Per-system overrides must name catalog systems: a misspelt name would silently price at the default."""
     known = priced_systems()
@@ -111,8 +119,10 @@ def check_economics(scenario: Scenario) -> None:
         if isinstance(value, dict):
             for name in value:
                 if name not in known:
-                    raise ScenarioError(f"unknown system '{name}'; give prices by catalog name: {', '.join(known)}",
-                                        f"economics.{field}.{name}")
+                    meant = _catalog_name(name)
+                    hint = f" ('{name}' is {meant}: write that)" if meant in known else ""
+                    raise ScenarioError(f"unknown system '{name}'{hint}; give prices by catalog name: "
+                                        f"{', '.join(known)}", f"economics.{field}.{name}")
 
 
 def usd_per_million_tokens(tokens_per_s_per_gpu: float, usd_per_gpu_hour: float) -> float:

@@ -127,6 +127,12 @@ def test_a_number_or_mapping_field_reports_the_member_meant(tmp_path: Path, valu
     assert says in error.problems[0].message
 
 
+def test_a_price_by_an_alias_names_the_catalog_system(tmp_path: Path) -> None:
+    """`cluster.system` takes h200; a per-system price must name the catalog id, and the message says which."""
+    problem = _error(tmp_path, BASE + "economics: {usd_per_gpu_hour: {h200: 3.0}}\n").problems[0]
+    assert problem.field == "economics.usd_per_gpu_hour.h200" and "('h200' is h200-sxm: write that)" in problem.message
+
+
 def test_short_float_notation_is_read_as_a_number(tmp_path: Path) -> None:
     text = BASE.replace("gpus: 8}", "gpus: 8, overrides: {nic_bandwidth_bytes_per_s: 1e11}}")
     assert load_scenario(_write(tmp_path, text)).system.nic_bandwidth_bytes_per_s == 1e11
