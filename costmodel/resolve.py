@@ -92,6 +92,7 @@ def resolve(scenario: Scenario, base_dir: Path | None = None) -> ResolvedScenari
         experts=Dtype(experts_name),
         kv_cache=Dtype(scenario.precision.kv_cache),
     )
+    check_engine_hardware(resolved)
     check_context(resolved)
     check_session_context(resolved)
     check_speculative(resolved)
@@ -221,6 +222,23 @@ def check_session_context(resolved: ResolvedScenario) -> None:
             f"by its last turn a session holds {sessions.system_prompt_tokens} + {sessions.turns} turns x {per_turn} "
             f"tokens = {last} tokens, beyond the model's context of {limit} tokens; use at most {most} turns or "
             "shorter turns", "workload.sessions.turns")
+
+
+# Engines that run on one vendor's GPUs only: TensorRT-LLM is NVIDIA's (CUDA kernels, no ROCm build)
+ENGINE_VENDORS = {"trtllm": "nvidia"}
+
+
+def check_engine_hardware(resolved: ResolvedScenario) -> None:
+    """The engine runs on the cluster's GPUs: a plan priced with TRT-LLM's calibration on AMD GPUs could not be
+    launched (and `plan compare` would set it beside engines that can)."""
+    vendor = ENGINE_VENDORS.get(resolved.scenario.engine)
+    for index, group in enumerate(resolved.groups):
+        if vendor is not None and group.system.vendor != vendor:
+            where = "cluster.system" if resolved.scenario.cluster.inventory is None else \
+                f"cluster.inventory.{index}.system"
+            raise ScenarioError(f"engine {resolved.scenario.engine} runs on {vendor.upper()} GPUs only and "
+                                f"{group.system.name} is {group.system.vendor.upper()}: choose engine vllm, sglang "
+                                "or generic, or other GPUs", where)
 
 
 def check_speculative(resolved: ResolvedScenario) -> None:

@@ -133,6 +133,12 @@ def test_a_price_by_an_alias_names_the_catalog_system(tmp_path: Path) -> None:
     assert problem.field == "economics.usd_per_gpu_hour.h200" and "('h200' is h200-sxm: write that)" in problem.message
 
 
+def test_trtllm_needs_nvidia_gpus(tmp_path: Path) -> None:
+    """TensorRT-LLM has no ROCm build: a TRT-LLM plan on MI300X could not be launched."""
+    problem = _error(tmp_path, BASE.replace("h200-sxm", "mi300x") + "engine: trtllm\n").problems[0]
+    assert problem.field == "cluster.system" and "runs on NVIDIA GPUs only and mi300x is AMD" in problem.message
+
+
 def test_short_float_notation_is_read_as_a_number(tmp_path: Path) -> None:
     text = BASE.replace("gpus: 8}", "gpus: 8, overrides: {nic_bandwidth_bytes_per_s: 1e11}}")
     assert load_scenario(_write(tmp_path, text)).system.nic_bandwidth_bytes_per_s == 1e11
