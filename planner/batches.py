@@ -42,6 +42,7 @@ from planner.templates import Candidate, CandidateKind, CandidateSet, kind_role,
 
 TOL = 1e-9  # relative: an interval tied with the front is closed (it cannot beat it)
 WORK_LIMIT = 200_000_000  # first-round bound evaluations beyond which the batch grid is kept (~10 s on one core)
+LOOSE_BUCKETS = 16  # `_alive(loose=True)`: runs of fill options per size, each bounded by one (`_bucketed`)
 LOOSE_PIECES = 4  # `_alive(loose=True)`: pieces of a decode interval paired with the best fill per size
 PIECES = 4  # a decode interval's bound is taken over this many sub-ranges of its sequences (no timing needed)
 CHUNK = 2_000_000  # bound evaluations per numpy block
@@ -75,19 +76,28 @@ class BatchCoverage:
     """After the rounds: intervals still open (a deployment there may beat the front) with their bounds."""
 
     certified: bool
-    skipped: int = 0  # the first round's bound evaluations, when too many to try (the grid's batches only)
+    skipped: int = 0  # the most bound evaluations of a round, when too many for the full bounds (the cheap ones taken)
     tolerance: float = 0.0  # an untimed batch beats no front point by more than this (relative), when certified
     rounds: int = 0
     timed: int = 0  # batches timed beyond the grid
-    groups: bool = False  # an inventory of several groups: the grid's batches (not searched across groups yet)
+    groups: bool = False  # an inventory of several groups (each group's and each cross-group pair's search)
     open_ttft: np.ndarray = field(default_factory=lambda: np.zeros(0))  # lower bounds of TTFT, s
     open_value: np.ndarray = field(default_factory=lambda: np.zeros(0))  # upper bounds of tokens/s
     untimed: int = 0  # grid batches candidate generation left untimed at its deadline (bounded as open)
     cut_by_time: bool = False  # the time limit ended the batch search (its open intervals are in the gaps)
 
-    def bound_at(self, ttft_s: float) -> float:
-        """Most tokens/s an untimed batch could reach at this TTFT or less (0: none)."""
-        within = self.open_value[self.open_ttft <= ttft_s * (1 + 1e-12)]
+    # per open bound: its deployment takes every group of the inventory (a cross-group block on both of two
+    # groups), so it could replace a composed point but not run beside one (empty: none does)
+    open_whole: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=bool))
+
+    def whole(self) -> np.ndarray:
+        """`open_whole` for every open bound."""
+        return self.open_whole if self.open_whole.size else np.zeros(self.open_ttft.size, dtype=bool)
+
+    def bound_at(self, ttft_s: float, whole: bool = False) -> float:
+        """Most tokens/s an untimed batch could reach at this TTFT or less (0: none): of those that could run
+        beside other deployments, or (`whole`) of those that take every group."""
+        within = self.open_value[(self.open_ttft <= ttft_s * (1 + 1e-12)) & (self.whole() == whole)]
         return float(within.max()) if within.size else 0.0
 
 
@@ -136,7 +146,7 @@ def refine(resolved: ResolvedScenario, calibration: Calibration, candidates: Can
     """Time batches until no interval can beat the front by more than `tolerance` (relative, in tokens/s
     at equal TTFT), or the deadline: the options to solve over."""
     options = deployment_options(resolved, candidates, calibration)
-    if resolved.scenario.workload.sessions is not None or resolved.scenario.search.gpu_accounting != "cluster":
+    if _grid_only(resolved):
         # the grid's batches only: those generation's deadline left untimed are out of the front, so the time limit
         # cut it (`SolveResult.termination`)
         return options, BatchCoverage(certified=False, untimed=candidates.untimed,
@@ -149,9 +159,6 @@ def refine(resolved: ResolvedScenario, calibration: Calibration, candidates: Can
         _, ttft_lb, value_ub = _alive(options, _untimed_grid(candidates), nothing, resolved, 0.0, loose=True)
         return options, BatchCoverage(certified=False, open_ttft=ttft_lb, open_value=value_ub,
                                       untimed=candidates.untimed, cut_by_time=True)
-    work = _first_round_work(options, intervals)
-    if work > WORK_LIMIT:  # too large to bound in time: the front is certified over the grid's batches only
-        return options, BatchCoverage(certified=False, skipped=work)
     coverage = BatchCoverage(certified=True, tolerance=tolerance)
     packing = _Packing()
     front: _Front | None = None
@@ -161,7 +168,13 @@ def refine(resolved: ResolvedScenario, calibration: Calibration, candidates: Can
         seen = _candidate_ids(options)
         if front.ttft.size == 0:  # no timed deployment at all: the smallest batches (timed) deploy nothing
             return options, BatchCoverage(certified=False)
-        alive, ttft_lb, value_ub = _alive(options, intervals, front, resolved, tolerance, packing=packing)
+        # too many bound evaluations to pair every fill with every decode piece in time: the cheap bounds
+        # (sound, looser) decide which intervals to split, until few enough are left for the full ones
+        work = _first_round_work(options, intervals)
+        loose = work > WORK_LIMIT
+        coverage.skipped = max(coverage.skipped, work if loose else 0)
+        alive, ttft_lb, value_ub = _alive(options, intervals, front, resolved, tolerance, loose=loose,
+                                          packing=packing)
         intervals = [i for i, keep in zip(intervals, alive, strict=True) if keep]
         if not intervals:
             break
@@ -174,6 +187,75 @@ def refine(resolved: ResolvedScenario, calibration: Calibration, candidates: Can
         intervals = _split(resolved, calibration, candidates, intervals)
         options = deployment_options(resolved, candidates, calibration)
     return options, coverage
+
+
+def refine_across(resolved: ResolvedScenario, calibration: Calibration, fills: CandidateSet, decodes: CandidateSet,
+                  label: str, deadline: float, tolerance: float = 0.0) -> BatchCoverage:
+    """`refine` for a cross-group block (fills on one group, decode on another, `label` "fills>decode") over
+    the batches its groups' own searches left untimed: the open fill and decode intervals are bounded against
+    the block's timed front and split (their middles timed into their groups' candidates) until each is
+    closed, or the deadline, whose open intervals' bounds are returned for the points' gaps."""
+    if _grid_only(resolved):  # as `refine`: the grid's batches only
+        return BatchCoverage(certified=False)
+    intervals = ([i for i in _intervals(fills) if i.kind == "prefill"]
+                 + [i for i in _intervals(decodes) if i.kind == "decode"])
+    coverage = BatchCoverage(certified=True, tolerance=tolerance)
+    front: _Front | None = None
+    seen: set[int] = set()
+    while intervals:
+        options = deployment_options(resolved, fills, calibration, decode_from=decodes, label=label)
+        if not options.disaggregated:
+            break
+        front = _front(options, resolved, front, seen)
+        seen = _candidate_ids(options)
+        work = _first_round_work(options, intervals)
+        loose = work > WORK_LIMIT
+        coverage.skipped = max(coverage.skipped, work if loose else 0)
+        alive, ttft_lb, value_ub = _alive(options, intervals, front, resolved, tolerance, loose=loose)
+        intervals = [i for i, keep in zip(intervals, alive, strict=True) if keep]
+        if intervals and time.perf_counter() >= deadline:
+            coverage.certified, coverage.cut_by_time = False, True
+            coverage.open_ttft, coverage.open_value = ttft_lb, value_ub
+            break
+        coverage.rounds += 1
+        coverage.timed += len(intervals)
+        intervals = (_split(resolved, calibration, fills, [i for i in intervals if i.kind == "prefill"])
+                     + _split(resolved, calibration, decodes, [i for i in intervals if i.kind == "decode"]))
+    return coverage
+
+
+def refine_inventory(resolved: ResolvedScenario, calibration: Calibration, sets: list[CandidateSet],
+                     deadline: float, tolerance: float = 0.0) -> BatchCoverage:
+    """Several groups (`sets` in the order of `resolved.groups`): each group's own structures searched over
+    every integer batch (`refine`), then each cross-group pair's (`refine_across`), the deadline shared out
+    (the groups first: their searches also time what the pairs pair). The front is certified over every
+    integer batch when every search ends; else each cut search's open intervals are in the points' gaps."""
+    names = [group.name for group in resolved.groups]
+    coverages: list[tuple[BatchCoverage, bool]] = []
+    for index, own in enumerate(sets):
+        share = (deadline - time.perf_counter()) / (len(sets) - index)
+        _, coverage = refine(resolved, calibration, own, time.perf_counter() + max(0.0, share), tolerance)
+        coverages.append((coverage, False))
+    pairs = [(a, fills, b, decodes) for (a, fills), (b, decodes) in itertools.permutations(zip(names, sets,
+                                                                                                strict=True), 2)
+             if fills.by_role.get("prefill") and decodes.by_role.get("decode")]
+    for index, (a, fills, b, decodes) in enumerate(pairs):
+        share = (deadline - time.perf_counter()) / (len(pairs) - index)
+        coverage = refine_across(resolved, calibration, fills, decodes, f"{a}>{b}",
+                                 time.perf_counter() + max(0.0, share), tolerance)
+        coverages.append((coverage, len(names) == 2))  # on both of two groups: it runs beside nothing
+    return BatchCoverage(
+        certified=all(c.certified for c, _ in coverages), groups=True, tolerance=tolerance,
+        rounds=max(c.rounds for c, _ in coverages), timed=sum(c.timed for c, _ in coverages),
+        skipped=max(c.skipped for c, _ in coverages), cut_by_time=any(c.cut_by_time for c, _ in coverages),
+        open_ttft=np.concatenate([c.open_ttft for c, _ in coverages]),
+        open_value=np.concatenate([c.open_value for c, _ in coverages]),
+        open_whole=np.concatenate([np.full(c.open_ttft.size, whole) for c, whole in coverages]))
+
+
+def _grid_only(resolved: ResolvedScenario) -> bool:
+    """Multi-turn sessions (KV tiers sized per batch) and `used` accounting keep the grid's batches."""
+    return resolved.scenario.workload.sessions is not None or resolved.scenario.search.gpu_accounting != "cluster"
 
 
 def _first_round_work(options: DeploymentOptions, intervals: list[Interval]) -> int:
@@ -294,7 +376,8 @@ def _alive(options: DeploymentOptions, intervals: list[Interval], front: _Front,
         members = [i for i in decode if intervals[i].low.gpus == size]
         # first against one fill per size that beats them all (cheap, looser), then the survivors in full
         owners, rows = _Decodes.of_intervals(options, [intervals[i] for i in members], LOOSE_PIECES if loose else 1)
-        per_row, _, found = _boxes(options, best, size, rows, cap, front, factor, packing)
+        per_row, _, found = _boxes(options, _bucketed(every, LOOSE_BUCKETS) if loose else best, size, rows, cap, front,
+                                   factor, packing)
         survivors = [members[i] for i in np.unique(np.asarray(owners, dtype=int)[per_row])]
         if loose:
             alive[survivors] = True
@@ -319,7 +402,8 @@ def _alive(options: DeploymentOptions, intervals: list[Interval], front: _Front,
         virtual = _optimistic_fills(replace(options, prefill=()), [intervals[i] for i in prefill])
         maybe = np.zeros(len(prefill), dtype=bool)  # first against one decode row per size that beats them all
         for size, rows in decodes.items():
-            _, per_fill, found = _boxes(options, virtual, size, rows.best(), cap, front, factor, packing)
+            first = rows.bucketed(LOOSE_BUCKETS) if loose else rows.best()
+            _, per_fill, found = _boxes(options, virtual, size, first, cap, front, factor, packing)
             maybe |= per_fill
             if loose:
                 boxes.append(found)
@@ -423,6 +507,20 @@ def _best_per_size(fills: _Fills) -> _Fills:
                   np.array([fills.capacity[m].max() for m in pick]), np.array([fills.fill[m].min() for m in pick]))
 
 
+def _bucketed(fills: _Fills, buckets: int) -> _Fills:
+    """Per instance size, the fill options in fill-latency order cut into up to `buckets` runs, each run
+    stood for by one option at least as good as each of its members (as `_best_per_size`, run by run):
+    a sound bound, tighter than one option per size where fill latency and capacity trade off."""
+    parts = []
+    for size in np.unique(fills.gpus).tolist():
+        members = np.flatnonzero(fills.gpus == size)
+        members = members[np.argsort(fills.fill[members], kind="stable")]
+        for run in np.array_split(members, min(buckets, members.size)):
+            parts.append((size, fills.most[run].max(), fills.capacity[run].max(), fills.fill[run].min()))
+    gpus, most, capacity, fill = (np.array(column) for column in zip(*parts, strict=True))
+    return _Fills(gpus.astype(np.int64), most.astype(np.int64), capacity.astype(float), fill.astype(float))
+
+
 def _one_fill(options: DeploymentOptions, interval: Interval) -> _Fills:
     return _Fills(np.array([interval.low.gpus]), np.array([_most_instances(interval.low.gpus, options)]),
                   np.array([interval.high.requests_per_s]), np.array([interval.low.timing.ttft_s]))
@@ -468,7 +566,8 @@ class _Decodes:
         # max(Z(lo), Z(hi) b / hi) it bounds the piece's rate from above.
         slow = np.minimum(z_hi[owner], z_lo[owner] * b / lo[owner] * (1 + SLACK))
         fast = np.maximum(z_lo[owner], z_hi[owner] * b / hi[owner] * (1 - SLACK))
-        return owner.tolist(), _Decodes(a, slow, b, fast, np.full(owner.size, _most_instances(size, options)))
+        most = max_replicas(size, options.decode_room)  # on another group's domains in a cross-group block
+        return owner.tolist(), _Decodes(a, slow, b, fast, np.full(owner.size, most))
 
     @staticmethod
     def of_options(group: list[DecodeOption]) -> _Decodes:
@@ -487,6 +586,14 @@ class _Decodes:
         return _Decodes(self.slots_ttft.min(keepdims=True), self.away_ttft.max(keepdims=True),
                         self.slots_rate.max(keepdims=True), self.away_rate.min(keepdims=True),
                         self.most.max(keepdims=True))
+
+    def bucketed(self, buckets: int) -> _Decodes:
+        """The rows in order of sequences cut into up to `buckets` runs, each stood for by its `best` row: a
+        sound bound, tighter than one row where sequences and decoding time trade off."""
+        order = np.argsort(self.slots_rate, kind="stable")
+        runs = [self.take(np.isin(np.arange(order.size), run)).best()
+                for run in np.array_split(order, min(buckets, order.size))]
+        return _Decodes.join(runs)
 
     @staticmethod
     def join(parts: list[_Decodes]) -> _Decodes:
@@ -526,8 +633,11 @@ def _boxes(options: DeploymentOptions, fills: _Fills, size: int, rows: _Decodes,
     if fills.gpus.size == 0 or len(most_d) == 0 or int(most_d.max()) < 1:  # none fits (e.g. failed GPUs)
         return per_row, per_fill, (np.zeros(0), np.zeros(0))
     counts = np.arange(1, int(most_d.max()) + 1)
-    beside = (packing or _Packing()).most_beside(fills.gpus, size, counts, options.domains)
-    most = np.minimum(fills.most[:, None], beside)
+    if options.shared_domains:
+        beside = (packing or _Packing()).most_beside(fills.gpus, size, counts, options.domains)
+        most = np.minimum(fills.most[:, None], beside)
+    else:  # the decode pool on another group: the fills' room does not depend on it
+        most = np.broadcast_to(fills.most[:, None], (fills.gpus.size, counts.size))
     capacity = np.where(most >= 1, fills.capacity[:, None] * most, np.nan)
     # an unseen size pair: the shortest transfer; none timed (no prefill or no decode option yet): none (both
     # optimistic)

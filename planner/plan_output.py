@@ -42,18 +42,15 @@ def _gap(value: float) -> float | None:
 
 def batches_dict(result: SolveResult) -> dict[str, Any]:
     """Which batches the front is certified over: every integer batch of each layout (within `tolerance`,
-    relative tokens/s), or only the grid's (multi-turn sessions, used accounting, clusters too large to
-    bound in time)."""
+    relative tokens/s), or only the grid's (multi-turn sessions, used accounting) and the batches timed
+    before the time limit (each point's gap then counts what the untimed ones could add)."""
     batches = result.batches
     scope = "every_integer_batch" if batches.certified else "batch_grid"
     why = None
     if not batches.certified:
         search, workload = result.resolved.scenario.search, result.resolved.scenario.workload
-        why = ("an inventory of several groups: each group's own structures are searched over every integer "
-               "batch, the cross-group ones over the grid and the batches that search timed" if batches.groups
-               else "multi-turn sessions: KV tiers are sized per batch" if workload.sessions is not None
+        why = ("multi-turn sessions: KV tiers are sized per batch" if workload.sessions is not None
                else "used GPU accounting" if search.gpu_accounting != "cluster"
-               else f"too large to bound in time ({batches.skipped:,} bound evaluations)" if batches.skipped
                else "the time limit ended the batch rounds (each point's gap counts what untimed batches could add)")
     return {"scope": scope, "tolerance": batches.tolerance, "rounds": batches.rounds, "timed": batches.timed,
             "why_grid": why}

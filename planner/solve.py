@@ -16,21 +16,20 @@ from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from typing import Literal
 
-import numpy as np
 from pydantic import ValidationError
 
 from costmodel.calibration import Calibration, default_calibration
 from costmodel.resolve import ResolvedScenario
 from costmodel.scenario import Search
 from planner import diagnose
-from planner.batches import BatchCoverage, refine
+from planner.batches import BatchCoverage, refine, refine_inventory
 from planner.errors import InputError, InputProblem, NoSolutionInTimeError
 from planner.experts import ExpertPlacement, place_experts
 from planner.formulation.model import build_model
 from planner.formulation.options import DeploymentOptions, deployment_options
 from planner.solvers import LazyBackend, SolveStatus
 from planner.sweep import AUTO_POINTS, SweepSettings, composing, sweep
-from planner.sweep_result import Coverage, Resolution, SolvedPoint, SweepResult, Termination
+from planner.sweep_result import Coverage, OutsideBound, Resolution, SolvedPoint, SweepResult, Termination
 from planner.templates import CandidateSet, generate, merged
 
 GENERATE_SHARE = 0.5  # of the time limit, at most, for timing the grid's batches (their ranges' ends: always)
@@ -141,7 +140,13 @@ class SolveResult:
     @property
     def coverage(self) -> Coverage | None:
         """The front's certified TTFT resolution and what a longer solve could still add."""
-        return self.sweep.coverage(self.fastest_ttft_s)
+        batches = self.batches
+        outside = None
+        if batches.open_ttft.size:  # batches left untimed: what they could reach bounds the windows too
+            composed = composing(self.resolved, [b.groups for b in self.blocks])
+            outside = OutsideBound.of(batches.open_ttft, batches.open_value / self.resolved.gpus, composed,
+                                      batches.whole())
+        return self.sweep.coverage(self.fastest_ttft_s, outside)
 
     @property
     def gap(self) -> float:
@@ -227,20 +232,9 @@ def _solve(resolved: ResolvedScenario, settings: SolveSettings, calibration: Cal
 
 def _inventory_blocks(resolved: ResolvedScenario, sets: list[CandidateSet], calibration: Calibration,
                       deadline: float, tolerance: float) -> tuple[list[DeploymentOptions], BatchCoverage]:
-    """Several groups: each group's own structures searched over every integer batch (`refine`, the
-    deadline shared out), then every block built from the refined candidates; the cross-group blocks see
-    the batches the search timed but are not searched themselves, so the front is certified over the grid
-    (and the batches timed), with the groups' open intervals in the points' gaps."""
-    open_ttft, open_value, rounds, timed, cut = [], [], 0, 0, False
-    for index, own in enumerate(sets):
-        share = (deadline - time.perf_counter()) / (len(sets) - index)
-        _, coverage = refine(resolved, calibration, own, time.perf_counter() + max(0.0, share), tolerance)
-        open_ttft.append(coverage.open_ttft)
-        open_value.append(coverage.open_value)
-        rounds, timed, cut = max(rounds, coverage.rounds), timed + coverage.timed, cut or coverage.cut_by_time
-    batches = BatchCoverage(certified=False, groups=True, tolerance=tolerance, rounds=rounds, timed=timed,
-                            open_ttft=np.concatenate(open_ttft), open_value=np.concatenate(open_value),
-                            cut_by_time=cut)
+    """Several groups: the batch searches of each group and each cross-group pair (`refine_inventory`), then
+    every block built from the refined candidates."""
+    batches = refine_inventory(resolved, calibration, sets, deadline, tolerance)
     return structure_blocks(resolved, sets, calibration), batches
 
 
@@ -266,6 +260,7 @@ def _with_batch_bound(solved: SolvedPoint, batches: BatchCoverage, cluster_gpus:
     value = solved.point.tokens_per_s_per_gpu
     if composed and bound > 0:
         bound += value
+    bound = max(bound, batches.bound_at(solved.point.ttft_ms / 1e3, whole=True) / cluster_gpus)
     if batches.certified and batches.tolerance > 0:  # what the tolerance leaves unproven
         bound = max(bound, value * (1 + batches.tolerance))
     if bound <= value:

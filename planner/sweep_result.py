@@ -9,6 +9,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Literal
 
+import numpy as np
+
 from planner.formulation.linear import LinearModel
 from planner.formulation.model import Selection
 from planner.pareto import FrontPoint, hypervolume, non_dominated
@@ -66,6 +68,47 @@ class Window:
         return (self.high_s - self.low_s) * max(0.0, self.above - self.below)
 
 
+@dataclass(frozen=True)
+class OutsideBound:
+    """The most tokens/s per GPU deployments outside the sweep's options (batches the batch search left
+    untimed, `planner.batches.BatchCoverage`) could reach at each TTFT or less: staircases of those that could
+    run beside the sweep's deployments (`composed`: adding to what they reach, `planner.sweep.composing`)
+    and of those that take every group (which could only replace them)."""
+
+    ttft_s: np.ndarray  # ascending: every bound's TTFT
+    beside: np.ndarray  # the most tokens/s per GPU at each TTFT or less, of those that could run beside
+    whole: np.ndarray  # likewise, of those that take every group
+    composed: bool = False
+
+    @staticmethod
+    def of(ttft_s: np.ndarray, value: np.ndarray, composed: bool, whole: np.ndarray | None = None) -> OutsideBound:
+        order = np.argsort(ttft_s, kind="stable")
+        takes_all = np.zeros(order.size, dtype=bool) if whole is None else whole[order]
+        value = value[order]
+
+        def staircase(mask: np.ndarray) -> np.ndarray:
+            return np.maximum.accumulate(np.where(mask, value, 0.0)) if order.size else np.zeros(0)
+
+        return OutsideBound(ttft_s[order], staircase(~takes_all), staircase(takes_all), composed)
+
+    def at(self, ttft_s: float, found: float) -> float:
+        """The most a deployment with TTFT at or below `ttft_s` could reach, where the sweep found `found`."""
+        count = int(np.searchsorted(self.ttft_s, ttft_s * (1 + 1e-12), "right"))
+        if not count:
+            return 0.0
+        beside, whole = float(self.beside[count - 1]), float(self.whole[count - 1])
+        return max(beside + found if self.composed and beside > 0 else beside, whole)
+
+    def first_above(self, found: float, low_s: float, high_s: float) -> float:
+        """The first TTFT in [low_s, high_s] at which an outside deployment could beat `found` (high_s: none)."""
+        if self.at(low_s, found) > found * (1 + 1e-12):
+            return low_s
+        for ttft_s in self.ttft_s[(self.ttft_s > low_s) & (self.ttft_s <= high_s)].tolist():
+            if self.at(ttft_s, found) > found * (1 + 1e-12):
+                return float(ttft_s)
+        return high_s
+
+
 @dataclass
 class SweepResult:
     points: list[SolvedPoint] = field(default_factory=list)
@@ -107,8 +150,10 @@ class SweepResult:
                 front.append(solved)
         return front
 
-    def windows(self, fastest_s: float) -> list[Window]:
-        """The TTFT ranges between resolved intervals, above `fastest_s` (no deployment is faster)."""
+    def windows(self, fastest_s: float, outside: OutsideBound | None = None) -> list[Window]:
+        """The TTFT ranges between resolved intervals, above `fastest_s` (no deployment is faster). A resolved
+        interval ends where a deployment `outside` the sweep's options could beat its point, and a window's
+        bound is at least what those could reach."""
         low = max(self.floor_s, fastest_s)
         spans = sorted((t, c) for t, c in self.resolved if c > low)
         values = sorted((s.point.ttft_ms / 1e3, s.point.tokens_per_s_per_gpu) for s in self.points)
@@ -119,10 +164,20 @@ class SweepResult:
             count = bisect.bisect_right(times, time_s)
             return best[count - 1] if count else 0.0
 
+        def above(time_s: float) -> float:
+            found = best_up_to(time_s * (1 + 1e-12))
+            return max(found, outside.at(time_s, found)) if outside is not None else found
+
         result, edge = [], low
         for t, c in spans:
             if t - edge > GRID_S * 1e-3:
-                result.append(Window(edge, t, best_up_to(t * (1 + 1e-12)), best_up_to(edge)))
+                result.append(Window(edge, t, above(t), best_up_to(edge)))
+            end = min(c, self.top_s)
+            if outside is not None and end > max(edge, t):  # the interval is resolved over the sweep's options:
+                found = best_up_to(t * (1 + 1e-12))  # from where an outside deployment could beat its point, not
+                start = outside.first_above(found, max(edge, t), end)
+                if start < end:
+                    result.append(Window(start, end, above(end), found))
             edge = max(edge, c)
         if edge < self.top_s:  # above every proven cap: nothing is known there (time ran out first)
             result.append(Window(edge, self.top_s, math.inf, best_up_to(edge)))
@@ -132,10 +187,10 @@ class SweepResult:
         """Hypervolume of the front up to TTFT `top_s` (s x tokens/s per GPU)."""
         return hypervolume([s.point for s in self.front], self.top_s * 1e3) / 1e3
 
-    def coverage(self, fastest_s: float) -> Coverage | None:
+    def coverage(self, fastest_s: float, outside: OutsideBound | None = None) -> Coverage | None:
         if not self.points:
             return None
-        windows = self.windows(fastest_s)
+        windows = self.windows(fastest_s, outside)
         volume = self.hypervolume_s()
         loss = sum(w.loss for w in windows)
         ratio = volume / (volume + loss) if volume + loss > 0 and math.isfinite(loss) else (
@@ -143,8 +198,8 @@ class SweepResult:
         certified = max([self.step_s] + [w.high_s - w.low_s for w in windows])
         # what a longer solve could still add: windows wider than the resolution's own steps (at `auto`, which
         # has no step, only when the sweep was cut short)
-        cut_short = self.termination != "completed"
-        wide = [(w.low_s * 1e3, w.high_s * 1e3, w.above) for w in windows
+        cut_short = self.termination != "completed" or (outside is not None and outside.ttft_s.size > 0)
+        wide = [(w.low_s * 1e3, w.high_s * 1e3, w.above) for w in sorted(windows, key=lambda w: w.low_s)
                 if (self.step_s > 0 or cut_short) and w.high_s - w.low_s > self.step_s * (1 + 1e-6) + GRID_S]
         return Coverage(self.top_s * 1e3, max(self.floor_s, fastest_s) * 1e3, self.step_s * 1e3, certified * 1e3,
                         ratio, wide)

@@ -21,7 +21,7 @@ from costmodel.calibration import default_calibration
 from costmodel.evaluate import evaluate
 from costmodel.layout import Layout, Pool
 from planner import plan_output
-from planner.batches import BatchCoverage, refine
+from planner.batches import BatchCoverage, refine_inventory
 from planner.export import export_plan, load_plan
 from planner.formulation.fill import best_fill, placeable
 from planner.formulation.model import Selection
@@ -208,8 +208,7 @@ def test_composite_false_keeps_one_structure_per_plan() -> None:
     assert all(s.point.layout.serving != "composite" for s in result.front)
     calibration = default_calibration()
     sets = [generate(resolved.view(group), calibration) for group in resolved.groups]
-    for own in sets:
-        refine(resolved, calibration, own, math.inf, 0.0)
+    refine_inventory(resolved, calibration, sets, math.inf)
     want = exhaustive_front(resolved, sets, calibration)
     assert _figures([s.point for s in result.front]) == pytest.approx(_figures(want), rel=1e-6)
 
@@ -224,8 +223,7 @@ def _aggregated_reference() -> tuple[FrontPoint, ...]:
     resolved = scenario_from_data(AGGREGATED)
     calibration = default_calibration()
     sets = [generate(resolved.view(group), calibration) for group in resolved.groups]
-    for own in sets:
-        refine(resolved, calibration, own, math.inf, 0.0)
+    refine_inventory(resolved, calibration, sets, math.inf)
     return tuple(exhaustive_front(resolved, sets, calibration))
 
 

@@ -81,3 +81,31 @@ def test_windows_equal_a_scan_of_every_point(seed: int) -> None:
     assert result.front == result._non_dominated()  # the kept front is the points' front
     result.points.append(solved(1.0, 1e6))  # a point added: the front is taken anew
     assert result.front == result._non_dominated() and result.front[0].point.ttft_ms == 1.0
+
+
+def test_untimed_batches_reopen_what_they_could_beat() -> None:
+    """A cap proven over the sweep's options resolves its interval only up to where a batch the batch search
+    left untimed could beat its point; the windows' bounds include what those batches could reach, and the
+    returned front's hypervolume ratio counts it (it was 1.0 beside points whose gaps said 70%)."""
+    import numpy as np
+
+    from planner.sweep_result import OutsideBound
+
+    result = SweepResult(points=[solved(40.0, 20.0), solved(100.0, 50.0)], top_s=0.2, step_s=0.0)
+    result.resolved = [(0.04, 0.1 - 1e-7), (0.1, 0.2)]  # every cap proven: no window but untimed batches
+    alone = result.coverage(fastest_s=0.04)
+    assert alone is not None and not alone.uncovered_ms and alone.hypervolume_ratio_at_least == pytest.approx(1.0)
+    # untimed batches: up to 30 tokens/s per GPU from 60 ms, up to 45 from 150 ms
+    outside = OutsideBound.of(np.array([0.15, 0.06]), np.array([45.0, 30.0]), composed=False)
+    coverage = result.coverage(fastest_s=0.04, outside=outside)
+    assert coverage is not None
+    # 60-100 ms: the 40 ms point (20) could be beaten by 30; from 100 ms the 50 point is beaten by none
+    assert [pytest.approx(w, abs=1e-3) for w in coverage.uncovered_ms] == [(60.0, 100.0, 30.0)]
+    volume = (100.0 - 40.0) * 20.0 + (200.0 - 100.0) * 50.0
+    loss = (100.0 - 60.0) * (30.0 - 20.0)
+    assert coverage.hypervolume_ratio_at_least == pytest.approx(volume / (volume + loss))
+    # composed: an untimed deployment could run beside the sweep's, adding its figure to the point's
+    beside = OutsideBound.of(np.array([0.15]), np.array([5.0]), composed=True)
+    coverage = result.coverage(fastest_s=0.04, outside=beside)
+    assert coverage is not None
+    assert [pytest.approx(w, abs=1e-3) for w in coverage.uncovered_ms] == [(150.0, 200.0, 55.0)]

@@ -21,7 +21,7 @@ from costmodel.calibration import default_calibration
 from costmodel.disaggregated import kv_link_bandwidth, request_kv_bytes
 from costmodel.evaluate import plan_layout
 from planner import plan_output
-from planner.batches import refine
+from planner.batches import refine_inventory
 from planner.errors import InputError
 from planner.pareto import FrontPoint, non_dominated
 from planner.reference import disaggregated_points, exhaustive_front
@@ -81,13 +81,13 @@ def _figures(points: list[FrontPoint] | tuple[FrontPoint, ...]) -> list[float]:
 @functools.cache
 def _reference(accounting: str) -> tuple[FrontPoint, ...]:
     """Every deployment over the candidates the solve works with: the grid of each group, and under cluster
-    accounting the batches each group's own batch search times (to the exact end, as `exact` runs it; that
-    search's certificate over every integer batch is tested on one-group clusters)."""
+    accounting the batches each group's own batch search and each cross-group pair's time (to the exact end,
+    as `exact` runs them; that search's certificate over every integer batch is tested on one-group
+    clusters)."""
     resolved = scenario_from_data(_with(TWO_GROUPS, search__gpu_accounting=accounting))
     calibration = default_calibration()
     sets = [generate(resolved.view(group), calibration) for group in resolved.groups]
-    for own in sets:
-        refine(resolved, calibration, own, math.inf, 0.0)
+    refine_inventory(resolved, calibration, sets, math.inf)
     return tuple(exhaustive_front(resolved, sets, calibration))
 
 
@@ -99,6 +99,8 @@ def test_two_group_front_equals_the_exhaustive_front(backend: str, accounting: s
     want = _figures(_reference(accounting))
     assert _figures([s.point for s in result.front]) == pytest.approx(want, rel=REL)
     assert result.status == "optimal"
+    # each group's and each cross-group pair's batch search ended: certified over every integer batch
+    assert result.batches.certified == (accounting == "cluster")
 
 
 def _cross_group_front(data: dict[str, Any]) -> list[FrontPoint]:
@@ -106,8 +108,7 @@ def _cross_group_front(data: dict[str, Any]) -> list[FrontPoint]:
     resolved = scenario_from_data(data)
     calibration = default_calibration()
     sets = {group.name: generate(resolved.view(group), calibration) for group in resolved.groups}
-    for own in sets.values():
-        refine(resolved, calibration, own, math.inf, 0.0)
+    refine_inventory(resolved, calibration, list(sets.values()), math.inf)
     points = []
     for fills, decodes in (("hop", "bw"), ("bw", "hop")):
         points += disaggregated_points(resolved, calibration, sets[fills].by_role["prefill"],
