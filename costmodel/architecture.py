@@ -68,6 +68,9 @@ class Attention(BaseModel):
     linear_k_head_dim: int = Field(default=0, ge=0)
     linear_v_head_dim: int = Field(default=0, ge=0)
     conv_kernel: int = Field(default=0, ge=0)
+    # bytes per element of the cached recurrent state: bf16 as engines keep it by default
+    # (`costmodel.precision.STATE_BYTES_PER_ELEMENT`), fp32 where the config asks (`mamba_ssm_dtype`)
+    state_bytes_per_element: float = Field(default=STATE_BYTES_PER_ELEMENT, gt=0)
     linear_full_rank_gate: bool = False  # KDA: full-rank gate projections instead of rank-head_dim
     output_gate: bool = False  # sigmoid gate on the attention output (its own projection)
     qkv_bias: bool = False
@@ -103,6 +106,14 @@ class Attention(BaseModel):
         if self.kind == "linear":
             return pre_norm + self._linear_params()
         return pre_norm + self._gqa_params()
+
+    def kv_projection_params(self) -> int:
+        """GQA's k and v projections (with their biases): split over at most num_kv_heads tp ranks, whole on
+        each rank beyond (`costmodel.operators.attention_shard_params`); 0 for MLA and linear attention."""
+        if self.kind != "gqa":
+            return 0
+        kv_dim = self.num_kv_heads * (self.head_dim + self.v_head_dim)
+        return self.hidden_size * kv_dim + (kv_dim if self.qkv_bias else 0)
 
     def _gqa_params(self) -> int:
         h, q_dim = self.hidden_size, self.num_heads * self.head_dim
@@ -475,6 +486,18 @@ class Architecture(BaseModel):
             for group in self.groups
         )
 
+    def sequence_bytes(self, context_tokens: float, kv_dtype: Dtype) -> float:
+        """One sequence's whole cache at `context_tokens` (all layers, one copy): the growing KV and the fixed
+        states of windowed and linear-attention layers (what a transfer or a fetch moves)."""
+        return self.kv_bytes_per_token(kv_dtype) * context_tokens + self.state_bytes_per_sequence(
+            int(context_tokens), kv_dtype)
+
+    def bytes_per_context_token(self, context_tokens: float, kv_dtype: Dtype) -> float:
+        """`sequence_bytes` per context token at `context_tokens`: the rate KV tiers size and fetch by."""
+        if context_tokens <= 0:
+            return self.kv_bytes_per_token(kv_dtype)
+        return self.sequence_bytes(context_tokens, kv_dtype) / context_tokens
+
     def mtp_kv_bytes_per_token(self, kv_dtype: Dtype) -> float:
         """Extra KV per token when the MTP layers are used for speculative decoding."""
         if self.mtp_layer is None:
@@ -485,7 +508,7 @@ class Architecture(BaseModel):
         """Per-sequence state that does not grow with context past a bound.
 
         Window/chunk KV at the KV format, linear-attention recurrent states in bf16
-        (STATE_BYTES_PER_ELEMENT) and short-conv states in bf16.
+        (`Attention.state_bytes_per_element`) and short-conv states in bf16.
         """
         kv_bytes = BYTES_PER_ELEMENT[Dtype(kv_dtype)]
         total = 0.0
@@ -493,7 +516,7 @@ class Architecture(BaseModel):
             for layer in group.layers:
                 att = layer.attention
                 per_layer = att.window_state_elements(context_tokens) * kv_bytes
-                per_layer += att.linear_state_elements() * STATE_BYTES_PER_ELEMENT
+                per_layer += att.linear_state_elements() * att.state_bytes_per_element
                 per_layer += att.conv_state_elements() * _BF16_BYTES
                 total += group.repeats * per_layer
         return total

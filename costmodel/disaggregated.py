@@ -56,7 +56,7 @@ def request_kv_bytes(plan: PoolPlan) -> float:
 
 
 def _kv_bytes(ctx: PoolContext, request: RequestShape) -> float:
-    return (request.cached + request.new) * ctx.arch.kv_bytes_per_token(ctx.fmt.kv_dtype)
+    return ctx.arch.sequence_bytes(request.cached + request.new, ctx.fmt.kv_dtype)  # fixed states included
 
 
 def kv_link_rate(stations: list[FillStation], decode: PoolTiming, decode_replicas: int,

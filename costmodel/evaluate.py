@@ -322,8 +322,10 @@ def _latency_share(fill: PoolTiming, timings: list[PoolTiming], workload: Worklo
 
 def store_breach(resolved: ResolvedScenario, fill: PoolPlan) -> str | None:
     """Why the cluster's shared KV store cannot hold or serve what the fill pool parks in it (None if it can)."""
-    kv_bytes = fill.ctx.arch.kv_bytes_per_token(fill.ctx.fmt.kv_dtype)
-    return store_use(fill.request.tiers, kv_bytes, fill.pool.gpus).breach(resolved.scenario.cluster.kv_store)
+    tiers = fill.request.tiers
+    context = tiers.context_tokens if tiers is not None else 0.0
+    kv_bytes = fill.ctx.arch.bytes_per_context_token(context, fill.ctx.fmt.kv_dtype)
+    return store_use(tiers, kv_bytes, fill.pool.gpus).breach(resolved.scenario.cluster.kv_store)
 
 
 def _aggregated(timing: PoolTiming) -> tuple[float, float, float, dict[str, float]]:

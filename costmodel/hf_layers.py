@@ -12,6 +12,7 @@ from typing import Literal
 from costmodel.architecture import Attention, Ffn
 from costmodel.errors import ConfigError
 from costmodel.hf_fields import ConfigReader
+from costmodel.precision import STATE_BYTES_PER_ELEMENT
 
 LayerKind = Literal["full", "sliding", "chunked", "linear"]
 
@@ -189,6 +190,9 @@ def _gated_deltanet(cfg: ConfigReader, hidden: int) -> Attention:
         linear_v_head_dim=v_dim,
         conv_kernel=cfg.req_int("linear_conv_kernel_dim"),
         output_gate=True,  # the z projection of in_proj_qkvz
+        # Qwen3.5 asks for an fp32 recurrent state (`mamba_ssm_dtype`), which vLLM's `mamba_ssm_cache_dtype:
+        # auto` follows (an assumption read from its config handling, not measured); bf16 otherwise
+        state_bytes_per_element=4.0 if cfg.str_or("mamba_ssm_dtype", "") == "float32" else STATE_BYTES_PER_ELEMENT,
     )
 
 

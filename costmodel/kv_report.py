@@ -25,7 +25,7 @@ def kv_tier_report(fill_pool: PoolTiming, ttft_s: float, transfer_s: float, rate
     if tiers is None or phase is None or sessions is None:
         return None
     gpus = plan.pool.gpus
-    kv_bytes = plan.ctx.arch.kv_bytes_per_token(plan.ctx.fmt.kv_dtype)
+    kv_bytes = plan.ctx.arch.bytes_per_context_token(tiers.context_tokens, plan.ctx.fmt.kv_dtype)
     terms = phase.slowest.terms
     fetch_s = terms["host_link"] + terms["storage"] + phase.slowest.by_name.get("kv_fetch_store", 0.0)
     fetching = fetch_s / phase.slowest.total_s if phase.slowest.total_s else 0.0

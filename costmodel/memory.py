@@ -14,10 +14,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from costmodel.architecture import Layer
-from costmodel.modes import HEAD_BYTES, PoolContext
-from costmodel.operators import Parallel, head_ranks, kv_share
-from costmodel.precision import STATE_BYTES_PER_ELEMENT, Dtype, bytes_per_element
+from costmodel.modes import HEAD_BYTES, PoolContext, kv_bytes_per_sequence
+from costmodel.operators import attention_shard_params, ffn_shard_params, kv_share
 
 GIB = 2**30
 # aiconfigurator systems/*.yaml misc: other_mem 3.5 GiB (runtime, CUDA graphs, allocator) + nccl_mem
@@ -56,15 +54,6 @@ class MemoryUse:
         return self.total / self.capacity
 
 
-def _attention_weight_params(layer: Layer, par: Parallel) -> float:
-    attn = layer.attention
-    if attn.kind != "mla":
-        return attn.params() / head_ranks(attn, par.tp)
-    replicated = attn.hidden_size * ((attn.q_lora_rank or 0) + attn.kv_lora_rank + attn.qk_rope_head_dim)
-    replicated += attn.indexer_params()
-    return replicated + (attn.params() - replicated) / head_ranks(attn, par.tp)
-
-
 def stage_weight_bytes(ctx: PoolContext, stage: int, with_mtp: bool) -> float:
     key = ("weights", stage, with_mtp)
     found = ctx.memo.get(key)
@@ -80,7 +69,8 @@ def _stage_weight_bytes(ctx: PoolContext, stage: int, with_mtp: bool) -> float:
     if with_mtp and stage == len(ctx.stages) - 1 and ctx.arch.mtp_layer is not None:
         layers.append((ctx.arch.mtp_layer, ctx.arch.mtp_layers))
     for layer, count in layers:
-        shard = (_attention_weight_params(layer, par) + layer.ffn.dense_params() / par.tp) * fmt.weight_bytes
+        params = attention_shard_params(layer.attention, par.tp) + ffn_shard_params(layer.ffn, par.tp)
+        shard = params * fmt.weight_bytes
         if layer.ffn.kind == "moe":
             slots = (layer.ffn.num_experts + ctx.redundant_experts) / par.moe_ep
             shard += slots * layer.ffn.routed_expert_params() / par.moe_tp * fmt.expert_bytes
@@ -91,32 +81,6 @@ def _stage_weight_bytes(ctx: PoolContext, stage: int, with_mtp: bool) -> float:
     if stage == len(ctx.stages) - 1 and (stage > 0 or not ctx.arch.tie_word_embeddings):
         total += vocab
     return total
-
-
-def kv_bytes_per_sequence(ctx: PoolContext, stage: int, context_tokens: float) -> tuple[float, float]:
-    """(KV cache, fixed states) bytes one sequence occupies on one GPU of `stage`."""
-    kv_key, states_key = ("kv", stage, context_tokens), ("states", stage, context_tokens)
-    kv, states = ctx.memo.get(kv_key), ctx.memo.get(states_key)
-    if kv is None or states is None:
-        kv, states = ctx.memo[kv_key], ctx.memo[states_key] = _kv_bytes_per_sequence(ctx, stage, context_tokens)
-    return kv, states
-
-
-def _kv_bytes_per_sequence(ctx: PoolContext, stage: int, context_tokens: float) -> tuple[float, float]:
-    kv = states = 0.0
-    for layer, count in ctx.stage_counts[stage]:
-        attn = layer.attention
-        kv += count * attn.kv_bytes_per_token(ctx.fmt.kv_dtype) * context_tokens * kv_share(attn, ctx.par.tp)
-        states += count * _state_bytes(layer, context_tokens, ctx) / head_ranks(attn, ctx.par.tp)
-    return kv, states
-
-
-def _state_bytes(layer: Layer, context_tokens: float, ctx: PoolContext) -> float:
-    attn = layer.attention
-    window = attn.window_state_elements(int(context_tokens)) * bytes_per_element(ctx.fmt.kv_dtype)
-    recurrent = attn.linear_state_elements() * STATE_BYTES_PER_ELEMENT
-    conv = attn.conv_state_elements() * bytes_per_element(Dtype.BF16)
-    return float(window + recurrent + conv)
 
 
 def workspace_bytes(ctx: PoolContext, step_tokens_per_rank: float, seqs_per_rank: float) -> float:
@@ -138,6 +102,9 @@ def stage_memory(ctx: PoolContext, stage: int, seqs_per_rank: float, context_tok
                  step_tokens_per_rank: float, with_mtp: bool) -> MemoryUse:
     """Memory per GPU of one stage holding `seqs_per_rank` sequences of `context_tokens` each."""
     kv, states = kv_bytes_per_sequence(ctx, stage, context_tokens)
+    mtp = ctx.arch.mtp_layer
+    if with_mtp and mtp is not None and stage == len(ctx.stages) - 1:  # the draft layers' own KV cache
+        kv += ctx.arch.mtp_kv_bytes_per_token(ctx.fmt.kv_dtype) * context_tokens * kv_share(mtp.attention, ctx.par.tp)
     return MemoryUse(  # weights offloaded to host DRAM (`PoolContext.offload_bytes`) leave HBM
         weights=max(0.0, stage_weight_bytes(ctx, stage, with_mtp) - ctx.offload_bytes),
         kv_cache=kv * seqs_per_rank,

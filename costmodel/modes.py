@@ -24,6 +24,7 @@ from costmodel.operators import (
     activation_traffic_op,
     attention_ops,
     dense_ffn_ops,
+    head_ranks,
     kv_share,
     routed_expert_ops,
 )
@@ -171,7 +172,9 @@ def layer_work(ctx: PoolContext, layer: Layer, shape: StepShape) -> StepWork:
         imbalance = load_imbalance(layer.ffn.num_experts, layer.ffn.top_k, par.moe_ep, group_tokens,
                                    ctx.skew, ctx.redundant_experts)
         work.ops += routed_expert_ops(layer.ffn, group_tokens, par, ctx.fmt, imbalance, ctx.redundant_experts)
-        work.transfers += dispatch_combine(group_tokens, hidden, layer.ffn.top_k, par, ctx.fmt.activation_bytes,
+        # latent experts (Kimi K3) take the token at their own width: the down projection runs before dispatch
+        width = layer.ffn.expert_hidden_size or hidden
+        work.transfers += dispatch_combine(group_tokens, width, layer.ffn.top_k, par, ctx.fmt.activation_bytes,
                                            ctx.system)
     return work
 
@@ -241,16 +244,17 @@ def midfill_work(ctx: PoolContext, stage: int, seqs: float, new_tokens: float, c
     work = stage_work(ctx, stage, StepShape("fill", seqs, new_tokens, cached, active_ranks))
     if not fetch:
         return work
-    fetched = [t for tier, tokens in fetch for t in cache_fetch(ctx, stage, seqs * tokens, tier)]
+    fetched = [t for tier, tokens in fetch for t in cache_fetch(ctx, stage, seqs * tokens, tier, cached)]
     return work.copy(fetched)
 
 
-def cache_fetch(ctx: PoolContext, stage: int, tokens: float, tier: CacheTier) -> list[Transfer]:
-    """Bringing `tokens` of cached KV (this stage's layers, this GPU's share) into HBM."""
+def cache_fetch(ctx: PoolContext, stage: int, tokens: float, tier: CacheTier, context: float) -> list[Transfer]:
+    """Bringing `tokens` of cached KV (this stage's layers, this GPU's share) into HBM, of contexts of `context`
+    tokens: the fixed states of windowed and linear-attention layers come with them, a share per token."""
     if tier == "hbm" or tokens <= 0:
         return []
-    per_token = sum(count * layer.attention.kv_bytes_per_token(ctx.fmt.kv_dtype) * kv_share(layer.attention, ctx.par.tp)
-                    for layer, count in ctx.stage_counts[stage])
+    kv, states = kv_bytes_per_sequence(ctx, stage, context)
+    per_token = (kv + states) / context if context > 0 else 0.0
     path = _FETCH_PATH[tier]
     return [Transfer("kv_fetch_" + tier, path, tokens * per_token, 1.0, "p2p")]
 
@@ -288,3 +292,30 @@ def merged_work(first: StepWork, second: StepWork) -> StepWork:
 DECODE_ATTENTION_OPS = frozenset({"attention_projections", "attention_core", "sparse_indexer",
                                   "linear_attention_state"})
 DECODE_EXPERT_OPS = frozenset({"routed_experts", "moe_dispatch", "moe_combine"})
+
+
+def kv_bytes_per_sequence(ctx: PoolContext, stage: int, context_tokens: float) -> tuple[float, float]:
+    """(KV cache, fixed states) bytes one sequence occupies on one GPU of `stage`."""
+    kv_key, states_key = ("kv", stage, context_tokens), ("states", stage, context_tokens)
+    kv, states = ctx.memo.get(kv_key), ctx.memo.get(states_key)
+    if kv is None or states is None:
+        kv, states = ctx.memo[kv_key], ctx.memo[states_key] = _kv_bytes_per_sequence(ctx, stage, context_tokens)
+    return kv, states
+
+
+def _kv_bytes_per_sequence(ctx: PoolContext, stage: int, context_tokens: float) -> tuple[float, float]:
+    kv = states = 0.0
+    for layer, count in ctx.stage_counts[stage]:
+        attn = layer.attention
+        kv += count * attn.kv_bytes_per_token(ctx.fmt.kv_dtype) * context_tokens * kv_share(attn, ctx.par.tp)
+        states += count * _state_bytes(layer, context_tokens, ctx) / head_ranks(attn, ctx.par.tp)
+    return kv, states
+
+
+def _state_bytes(layer: Layer, context_tokens: float, ctx: PoolContext) -> float:
+    """A sequence's fixed state in one layer (all its heads): windowed KV, recurrent and short-conv states."""
+    attn = layer.attention
+    window = attn.window_state_elements(int(context_tokens)) * bytes_per_element(ctx.fmt.kv_dtype)
+    recurrent = attn.linear_state_elements() * attn.state_bytes_per_element
+    conv = attn.conv_state_elements() * bytes_per_element(Dtype.BF16)
+    return float(window + recurrent + conv)

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Literal, NamedTuple
 
 from costmodel.architecture import Attention, Ffn
-from costmodel.precision import STATE_BYTES_PER_ELEMENT, Dtype, bytes_per_element
+from costmodel.precision import Dtype, bytes_per_element
 from costmodel.work import Op
 
 
@@ -102,9 +102,14 @@ class StepShape(NamedTuple):
 
     def kv_read_tokens(self, cap: float | None = None) -> float:
         """KV entries read per sequence: fill reads its cached context once (and its new keys while
-        computing); decode reads the whole context every step."""
-        keys = self.context + self.new_tokens
-        return min(keys, cap) if cap else keys
+        computing); decode reads the whole context every step. Under a window (or sparse top-k) cap, fill still
+        reads every new key (each query sees only `cap` of them, but together they span all) and at most `cap`
+        cached ones; decode reads the last `cap`."""
+        if not cap:
+            return self.context + self.new_tokens
+        if self.phase == "fill":
+            return min(self.context, cap) + self.new_tokens
+        return min(self.context + self.new_tokens, cap)
 
 
 def _gemm(name: str, tokens: float, params: float, fmt_bytes: float, fmt: Formats, dtype: Dtype) -> Op:
@@ -153,9 +158,22 @@ def _gqa_ops(attn: Attention, shape: StepShape, par: Parallel, fmt: Formats) -> 
     kv_per_token = attn.token_kv_elements() * bytes_per_element(fmt.kv_dtype)
     kv_bytes = shape.seqs * shape.kv_read_tokens(cap) * kv_per_token * kv_share(attn, par.tp)
     return [
-        _gemm("attention_projections", shape.tokens, attn.params() / split, fmt.weight_bytes, fmt, fmt.weight_compute),
+        _gemm("attention_projections", shape.tokens, attention_shard_params(attn, par.tp), fmt.weight_bytes, fmt,
+              fmt.weight_compute),
         _attention("attention_core", core_flops, kv_bytes, fmt),
     ]
+
+
+def attention_shard_params(attn: Attention, tp: int) -> float:
+    """Attention weights one tp rank holds and reads: heads split over `head_ranks`; GQA's k/v projections over
+    at most num_kv_heads ranks, whole beyond (as the KV they produce, `kv_share`: vLLM's QKVParallelLinear
+    replicates a KV head over tp / num_kv_heads ranks); MLA's down-projections and indexer on every rank."""
+    split = head_ranks(attn, tp)
+    if attn.kind == "mla":
+        replicated = _mla_replicated_params(attn) + attn.indexer_params()
+        return replicated + (attn.params() - replicated) / split
+    kv = attn.kv_projection_params()
+    return (attn.params() - kv) / split + kv * kv_share(attn, tp)
 
 
 def _mla_replicated_params(attn: Attention) -> int:
@@ -165,9 +183,7 @@ def _mla_replicated_params(attn: Attention) -> int:
 
 
 def _mla_ops(attn: Attention, shape: StepShape, par: Parallel, fmt: Formats) -> list[Op]:
-    replicated = _mla_replicated_params(attn)
     indexer = attn.indexer_params()
-    sharded = attn.params() - replicated - indexer
     split = head_ranks(attn, par.tp)
     heads = attn.num_heads / split
     cap = attn.index_topk
@@ -179,11 +195,13 @@ def _mla_ops(attn: Attention, shape: StepShape, par: Parallel, fmt: Formats) -> 
         core_flops = 2.0 * shape.tokens * shape.attended(cap) * heads * per_key
         decompress = attn.kv_lora_rank * heads * (attn.qk_nope_head_dim + attn.v_head_dim)
         core_flops += 2.0 * shape.seqs * shape.context * decompress
-    latent_bytes = attn.token_kv_elements() * bytes_per_element(fmt.kv_dtype)
+    # as stored (`Attention.kv_bytes_per_token`: DSA's packed fp8 latent with its scales and bf16 rope), the
+    # indexer's keys apart (`_indexer_op`)
+    latent_bytes = attn.kv_bytes_per_token(fmt.kv_dtype) - attn.indexer_key_bytes_per_token()
     kv_bytes = shape.seqs * shape.kv_read_tokens(cap) * latent_bytes
     ops = [
-        _gemm("attention_projections", shape.tokens, replicated + sharded / split, fmt.weight_bytes, fmt,
-              fmt.weight_compute),
+        _gemm("attention_projections", shape.tokens, attention_shard_params(attn, par.tp) - indexer,
+              fmt.weight_bytes, fmt, fmt.weight_compute),
         _attention("attention_core", core_flops, kv_bytes, fmt),
     ]
     if attn.index_topk:
@@ -205,7 +223,7 @@ def _linear_ops(attn: Attention, shape: StepShape, par: Parallel, fmt: Formats) 
     state = attn.linear_state_elements() / split
     heads = attn.linear_v_heads / split
     flops = 4.0 * shape.tokens * heads * attn.linear_k_head_dim * attn.linear_v_head_dim
-    state_bytes = 2.0 * shape.seqs * state * STATE_BYTES_PER_ELEMENT  # read and write back
+    state_bytes = 2.0 * shape.seqs * state * attn.state_bytes_per_element  # read and write back
     return [
         _gemm("attention_projections", shape.tokens, attn.params() / split, fmt.weight_bytes, fmt, fmt.weight_compute),
         _attention("linear_attention_state", flops, state_bytes, fmt),
@@ -230,9 +248,12 @@ def activation_traffic_op(ffn: Ffn, shape: StepShape, par: Parallel, fmt: Format
     if ffn.kind == "dense":
         elements += GATED_ACTIVATION_PASSES * shape.tokens * ffn.intermediate_size / par.tp
     else:
-        pairs = shape.group_tokens(par.dp) * ffn.top_k / (par.moe_tp * par.moe_ep)
+        # every GPU of an expert's moe_tp group moves each of its token-expert pairs at full width (it gathers
+        # the whole input and writes a whole partial output); only the intermediate is split by moe_tp
+        pairs = shape.group_tokens(par.dp) * ffn.top_k / par.moe_ep
         width = ffn.expert_hidden_size or hidden
-        elements += pairs * (PERMUTE_PASSES * width + GATED_ACTIVATION_PASSES * ffn.expert_intermediate_size)
+        intermediate = ffn.expert_intermediate_size / par.moe_tp
+        elements += pairs * (PERMUTE_PASSES * width + GATED_ACTIVATION_PASSES * intermediate)
         elements += GATED_ACTIVATION_PASSES * shape.tokens * ffn.shared_intermediate_size / par.tp
     return Op("activation_traffic", "gemm", 0.0, elements * _ACTIVATION_BYTES, fmt.peak(Dtype.BF16), Dtype.BF16)
 
@@ -247,12 +268,19 @@ def distinct_experts(experts: float, top_k: float, tokens: float) -> float:
 
 
 def dense_ffn_ops(ffn: Ffn, shape: StepShape, par: Parallel, fmt: Formats) -> list[Op]:
-    """Dense FFN, or the shared experts and router of an MoE layer: split like attention (by tp)."""
+    """Dense FFN, or the shared experts and router of an MoE layer: split by tp but for the router."""
     params = ffn.dense_params()
     if params == 0:
         return []
     name = "dense_ffn" if ffn.kind == "dense" else "shared_experts_and_router"
-    return [_gemm(name, shape.tokens, params / par.tp, fmt.weight_bytes, fmt, fmt.weight_compute)]
+    return [_gemm(name, shape.tokens, ffn_shard_params(ffn, par.tp), fmt.weight_bytes, fmt, fmt.weight_compute)]
+
+
+def ffn_shard_params(ffn: Ffn, tp: int) -> float:
+    """A layer's non-expert FFN weights one tp rank holds: the dense MLP or shared experts split by tp, the
+    router (gate, its bias, a shared-expert gate) whole on every rank (vLLM's and SGLang's MoE gates are
+    ReplicatedLinear)."""
+    return (ffn.dense_params() - ffn.router_params) / tp + ffn.router_params
 
 
 def routed_expert_ops(ffn: Ffn, group_tokens: float, par: Parallel, fmt: Formats, imbalance: float,

@@ -370,8 +370,9 @@ def with_session_tiers(plan: PoolPlan, timing: PoolTiming, workload: Workload) -
     # The tiers count rates in turns of every kind: a midfill pool's r later turns stand for r T / (T - 1);
     # a pool sized for part of its full rate (`tier_load`) holds that part's idle sessions.
     rate = pool.tier_load * turns_per_s_per_gpu(timing) / (later_share(workload) if plan.turns == "later" else 1.0)
-    tiers = plan_tiers(sessions, workload.input_tokens, workload.output_tokens,
-                       ctx.arch.kv_bytes_per_token(ctx.fmt.kv_dtype), ctx.system, rate,
+    per_token = ctx.arch.bytes_per_context_token(turn_context(sessions, workload.input_tokens,
+                                                              workload.output_tokens), ctx.fmt.kv_dtype)
+    tiers = plan_tiers(sessions, workload.input_tokens, workload.output_tokens, per_token, ctx.system, rate,
                        plan.memory.capacity - plan.memory.total, recompute, pool.kv_store, ctx.offload_bytes)
     return plan_pool(ctx, pool, workload, tiers, plan.turns)
 

@@ -34,7 +34,7 @@ def longest_context(resolved: ResolvedScenario) -> int:
 def sequence_bytes(resolved: ResolvedScenario, context: int) -> float:
     """KV cache and fixed states of one sequence of `context` tokens, all layers (one copy)."""
     arch, kv = resolved.architecture, resolved.kv_cache
-    return arch.kv_bytes_per_token(kv) * context + arch.state_bytes_per_sequence(context, kv)
+    return arch.sequence_bytes(context, kv)
 
 
 def usable_bytes_per_gpu(resolved: ResolvedScenario) -> float:

@@ -71,7 +71,9 @@ class Candidate:
     def store_use(self) -> StoreUse:
         """Multi-turn sessions: what one instance asks of the shared KV store (sized for its full rate)."""
         plan = self.timing.plan
-        return store_use(plan.request.tiers, plan.ctx.arch.kv_bytes_per_token(plan.ctx.fmt.kv_dtype), self.gpus)
+        tiers = plan.request.tiers
+        context = tiers.context_tokens if tiers is not None else 0.0
+        return store_use(tiers, plan.ctx.arch.bytes_per_context_token(context, plan.ctx.fmt.kv_dtype), self.gpus)
 
     def store_instances(self, store: KvStore | None) -> int:
         """Most instances the shared KV store serves (`UNBOUNDED` when it asks nothing of one, or none is
