@@ -163,6 +163,7 @@ def _unavailable(system: SystemSpec, installed: int, ids: list[str], where: str)
     """The GPUs an inventory group marks busy: each listed GPU, every GPU of a listed node or rack."""
     nodes_per_rack = system.gpus_per_rack // system.gpus_per_node
     found: set[GpuIndex] = set()
+    wrong: list[tuple[int, str]] = []  # (position, "id (kind)"): every one said at once
     for position, text in enumerate(ids):
         parsed = parse_unavailable_id(text)
         assert parsed is not None  # the schema's pattern
@@ -174,11 +175,15 @@ def _unavailable(system: SystemSpec, installed: int, ids: list[str], where: str)
         if (node is not None and node >= nodes_per_rack) or (gpu is not None and gpu >= system.gpus_per_node) \
                 or not indices:
             kind = "GPU" if gpu is not None else "node" if node is not None else "rack"
-            raise ScenarioError(
-                f"{text} is not a {kind} of this group: it has {installed} GPUs in racks of {nodes_per_rack} nodes of "
-                f"{system.gpus_per_node} GPUs (ids r<rack>/n<node>/g<gpu>, r<rack>/n<node> or r<rack>, from 0)",
-                f"{where}.unavailable.{position}")
+            wrong.append((position, f"{text} is not a {kind}"))
+            continue
         found.update(indices)
+    if wrong:
+        said = "; ".join(text for _, text in wrong)
+        raise ScenarioError(
+            f"{said} of this group: it has {installed} GPUs in racks of {nodes_per_rack} nodes of "
+            f"{system.gpus_per_node} GPUs (ids r<rack>/n<node>/g<gpu>, r<rack>/n<node> or r<rack>, from 0)",
+            f"{where}.unavailable.{wrong[0][0]}")
     return frozenset(found)
 
 

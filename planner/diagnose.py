@@ -68,15 +68,19 @@ def no_candidates(resolved: ResolvedScenario, candidates: CandidateSet) -> Infea
                 f"HBM: the weights need {need / TB:.2f} TB but the cluster's {_gpus(resolved.gpus)} hold"
                 f"{'s' if resolved.gpus == 1 else ''} {hbm / TB:.2f} TB; use more GPUs or smaller formats "
                 "(precision.weights / precision.experts)")
+        group_binds = _group_binds(resolved, need)
+        if group_binds is not None:
+            return group_binds
         kv_binds = _kv_binds(resolved, candidates.instance_gpus or resolved.gpus)
         if kv_binds is not None:
             return kv_binds
         unavailable = _unavailable_bind(resolved, candidates.instance_gpus)
         if unavailable is not None:
             return unavailable
+        largest = max(g.system.hbm_capacity_bytes for g in resolved.groups)
         return InfeasibleError(
             f"HBM: no instance layout the search allows fits (largest tried: {candidates.instance_gpus} GPUs, "
-            f"{hbm / resolved.gpus / GB:.0f} GB each; the weights need {need / GB:.0f} GB plus KV cache and "
+            f"{largest / GB:.0f} GB each at most; the weights need {need / GB:.0f} GB plus KV cache and "
             "workspace); allow larger instances (search.tp, dp_attention, pp), shorter contexts or fp8 KV cache")
     if slo.tpot_ms is not None and fastest.get("tpot", 0.0) > slo.tpot_ms:
         return InfeasibleError(f"TPOT: the SLO asks for {slo.tpot_ms:g} ms but the fastest layout that fits "
@@ -92,6 +96,21 @@ def no_candidates(resolved: ResolvedScenario, candidates: CandidateSet) -> Infea
             f"{store.bandwidth_bytes_per_s / GB:.0f} GB/s) even as one instance, and no layout without it meets "
             "the targets; enlarge cluster.kv_store or relax the SLOs")
     return InfeasibleError("no layout meets both the TTFT and TPOT targets at once; relax slo.ttft_ms or slo.tpot_ms")
+
+
+def _group_binds(resolved: ResolvedScenario, need: float) -> InfeasibleError | None:
+    """An inventory whose groups together hold the weights but none alone: an instance cannot span groups."""
+    if len(resolved.groups) < 2:
+        return None
+    largest = max(resolved.groups, key=lambda g: g.gpus * g.system.hbm_capacity_bytes)
+    hbm = largest.gpus * largest.system.hbm_capacity_bytes
+    if need <= hbm:
+        return None
+    return InfeasibleError(
+        f"HBM: the weights need {need / TB:.2f} TB but the largest inventory group ('{largest.name}', "
+        f"{_gpus(largest.gpus)} of {largest.system.name}) holds {hbm / TB:.2f} TB, and an instance cannot span "
+        "groups; add GPUs to one group (cluster.inventory) or use smaller formats (precision.weights / "
+        "precision.experts)")
 
 
 def _unavailable_bind(resolved: ResolvedScenario, largest: int) -> InfeasibleError | None:

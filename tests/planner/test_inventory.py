@@ -193,7 +193,8 @@ def test_a_whole_node_or_rack_can_be_unavailable() -> None:
     assert available(["r0/n1", "r0/n1/g3"]) == 40  # a GPU of a listed node counts once
     assert available(["r1"]) == 32  # rack 1 holds nodes 4 and 5 of the six installed
     for ids, message in ((["r0/n4"], "r0/n4 is not a node of this group"), (["r2"], "r2 is not a rack"),
-                         (["n1"], "'n1' is not a GPU, node or rack id")):
+                         (["n1"], "'n1' is not a GPU, node or rack id"),
+                         (["r0/n1", "r0/n5/g1", "r2"], "r0/n5/g1 is not a GPU; r2 is not a rack of this group")):
         with pytest.raises(InputError, match=message):
             available(ids)
 
@@ -286,3 +287,18 @@ def test_a_group_nothing_fits_on_leaves_the_others_to_plan() -> None:
     result = _solve(data, "highs")
     assert result.front
     assert all(pool.group == "bw" for s in result.front for pool in s.point.layout.pools)
+
+
+def test_weights_no_group_holds_alone_name_the_largest_group() -> None:
+    """4 H100s and 4 H200s hold DeepSeek-V3's 0.67 TB together but an instance cannot span groups: the message
+    names the largest group, not the cluster's mean HBM per GPU (it said '119 GB each' and 'allow larger
+    instances', which could not help)."""
+    data = {"schema_version": 1, "name": "t", "model": "deepseek-ai/DeepSeek-V3",
+            "precision": {"weights": "fp8", "kv_cache": "fp8"},
+            "cluster": {"inventory": [{"name": "a", "system": "h100-sxm", "gpus": 4},
+                                      {"name": "b", "system": "h200-sxm", "gpus": 4}]},
+            "workload": {"input_tokens": 4096, "output_tokens": 1024}}
+    from planner.errors import InfeasibleError
+
+    with pytest.raises(InfeasibleError, match=r"largest inventory group \('b', 4 GPUs of h200-sxm\) holds 0.61 TB"):
+        solve(scenario_from_data(data), SolveSettings("cpsat", 20.0))
