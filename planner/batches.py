@@ -42,6 +42,7 @@ from planner.templates import Candidate, CandidateKind, CandidateSet, kind_role,
 
 TOL = 1e-9  # relative: an interval tied with the front is closed (it cannot beat it)
 WORK_LIMIT = 200_000_000  # first-round bound evaluations beyond which the batch grid is kept (~10 s on one core)
+LOOSE_SPLITS = 2048  # `_this_round`: open intervals split per round under the cheap bounds
 LOOSE_BUCKETS = 16  # `_alive(loose=True)`: runs of fill options per size, each bounded by one (`_bucketed`)
 LOOSE_PIECES = 4  # `_alive(loose=True)`: pieces of a decode interval paired with the best fill per size
 PIECES = 4  # a decode interval's bound is taken over this many sub-ranges of its sequences (no timing needed)
@@ -164,8 +165,9 @@ def refine(resolved: ResolvedScenario, calibration: Calibration, candidates: Can
     front: _Front | None = None
     seen: set[int] = set()
     while intervals:
-        front = _front(options, resolved, front, seen)
-        seen = _candidate_ids(options)
+        if front is None or time.perf_counter() < deadline:  # past it: the last front bounds the rest (sound)
+            front = _front(options, resolved, front, seen)
+            seen = _candidate_ids(options)
         if front.ttft.size == 0:  # no timed deployment at all: the smallest batches (timed) deploy nothing
             return options, BatchCoverage(certified=False)
         # too many bound evaluations to pair every fill with every decode piece in time: the cheap bounds
@@ -183,10 +185,22 @@ def refine(resolved: ResolvedScenario, calibration: Calibration, candidates: Can
             coverage.open_ttft, coverage.open_value = ttft_lb, value_ub
             break
         coverage.rounds += 1
-        coverage.timed += len(intervals)  # one middle batch each
-        intervals = _split(resolved, calibration, candidates, intervals)
+        now, later = _this_round(intervals, loose)
+        coverage.timed += len(now)  # one middle batch each
+        intervals = _split(resolved, calibration, candidates, now) + later
         options = deployment_options(resolved, candidates, calibration)
     return options, coverage
+
+
+def _this_round(intervals: list[Interval], loose: bool) -> tuple[list[Interval], list[Interval]]:
+    """The open intervals to split now, and those left for the next round: under the cheap bounds, which
+    leave thousands open on 64 racks, at most LOOSE_SPLITS a round, those of the layouts with the most
+    tokens/s per GPU first (the front's next update, whose unit table grows with the batches timed, then
+    stays short; a round of 6,000 took 80 s)."""
+    if not loose or len(intervals) <= LOOSE_SPLITS:
+        return intervals, []
+    ranked = sorted(intervals, key=lambda i: (-i.high.requests_per_s / i.high.gpus, i.kind, i.low.pool.batch))
+    return ranked[:LOOSE_SPLITS], ranked[LOOSE_SPLITS:]
 
 
 def refine_across(resolved: ResolvedScenario, calibration: Calibration, fills: CandidateSet, decodes: CandidateSet,
@@ -206,8 +220,9 @@ def refine_across(resolved: ResolvedScenario, calibration: Calibration, fills: C
         options = deployment_options(resolved, fills, calibration, decode_from=decodes, label=label)
         if not options.disaggregated:
             break
-        front = _front(options, resolved, front, seen)
-        seen = _candidate_ids(options)
+        if front is None or time.perf_counter() < deadline:
+            front = _front(options, resolved, front, seen)
+            seen = _candidate_ids(options)
         work = _first_round_work(options, intervals)
         loose = work > WORK_LIMIT
         coverage.skipped = max(coverage.skipped, work if loose else 0)
@@ -218,9 +233,10 @@ def refine_across(resolved: ResolvedScenario, calibration: Calibration, fills: C
             coverage.open_ttft, coverage.open_value = ttft_lb, value_ub
             break
         coverage.rounds += 1
-        coverage.timed += len(intervals)
-        intervals = (_split(resolved, calibration, fills, [i for i in intervals if i.kind == "prefill"])
-                     + _split(resolved, calibration, decodes, [i for i in intervals if i.kind == "decode"]))
+        now, later = _this_round(intervals, loose)
+        coverage.timed += len(now)
+        intervals = (_split(resolved, calibration, fills, [i for i in now if i.kind == "prefill"])
+                     + _split(resolved, calibration, decodes, [i for i in now if i.kind == "decode"]) + later)
     return coverage
 
 
