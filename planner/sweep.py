@@ -207,7 +207,7 @@ class _Sweeper:
         """`auto` resolution: bisect the window below the fastest point until it is within AUTO_FASTEST_TOL of
         that point's TTFT (a faster point found, or a floor proven), the points limit is reached, or a cap
         proves nothing (tried once, as `_refine`'s)."""
-        limit = self.settings.points
+        limit, first = self.settings.points, True
         while limit is None or len(self.result.front) < limit:
             windows = self.result.windows(self.options_fastest_s)
             bottom = max(self.result.floor_s, self.options_fastest_s)
@@ -216,7 +216,13 @@ class _Sweeper:
             low, high = windows[0].low_s, windows[0].high_s
             if high - low <= max(2 * GRID_S, AUTO_FASTEST_TOL * high):
                 return previous
-            cap = max(math.floor((low + high) / 2 / GRID_S) * GRID_S, low + GRID_S)
+            # first the cap just within the tolerance of the window's low end: a point there ends the
+            # sharpening at once, an empty cap raises the floor; then bisection (each step a point, so the
+            # points limit would often stop halving first)
+            near = max(math.floor(low * (1 + AUTO_FASTEST_TOL) / GRID_S) * GRID_S, low + GRID_S)
+            cap = near if first and near < high else max(math.floor((low + high) / 2 / GRID_S) * GRID_S,
+                                                         low + GRID_S)
+            first = False
             if cap in tried:
                 return previous
             if self._out_of_time():
