@@ -51,6 +51,8 @@ def batches_dict(result: SolveResult) -> dict[str, Any]:
         search, workload = result.resolved.scenario.search, result.resolved.scenario.workload
         why = ("multi-turn sessions: KV tiers are sized per batch" if workload.sessions is not None
                else "used GPU accounting" if search.gpu_accounting != "cluster"
+               else f"nothing timed deploys in {batches.unsearched}: its untimed batches are bounded, not searched "
+               "(each point's gap counts what they could add)" if batches.unsearched and not batches.cut_by_time
                else "the time limit ended the batch rounds (each point's gap counts what untimed batches could add)")
     return {"scope": scope, "tolerance": batches.tolerance, "rounds": batches.rounds, "timed": batches.timed,
             "why_grid": why}

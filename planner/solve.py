@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
-from functools import lru_cache
+from functools import cached_property, lru_cache
 from typing import Literal
 
 from pydantic import ValidationError
@@ -137,16 +137,15 @@ class SolveResult:
         """Cut short: by the time limit, or by a backend error at some cap (`termination` says which)."""
         return self.termination != "completed"
 
-    @property
+    @cached_property
     def coverage(self) -> Coverage | None:
         """The front's certified TTFT resolution and what a longer solve could still add."""
-        batches = self.batches
-        outside = None
-        if batches.open_ttft.size:  # batches left untimed: what they could reach bounds the windows too
-            composed = composing(self.resolved, [b.groups for b in self.blocks])
-            outside = OutsideBound.of(batches.open_ttft, batches.open_value / self.resolved.gpus, composed,
-                                      batches.whole())
-        return self.sweep.coverage(self.fastest_ttft_s, outside)
+        return self.sweep.coverage(self.fastest_ttft_s, self.outside)
+
+    @cached_property
+    def outside(self) -> OutsideBound | None:
+        """What the batches the batch search left untimed could reach (None: none left)."""
+        return outside_bound(self.resolved, self.batches, [b.groups for b in self.blocks])
 
     @property
     def gap(self) -> float:
@@ -198,7 +197,7 @@ def _solve(resolved: ResolvedScenario, settings: SolveSettings, calibration: Cal
     tolerance = 0.0 if settings.resolution == "exact" else settings.batch_tolerance
     if len(sets) == 1:
         options, batches = refine(resolved, calibration, sets[0], start + BATCH_SHARE * settings.time_limit_s,
-                                  tolerance)
+                                  tolerance, label=resolved.groups[0].name)
         blocks = [options]
     else:
         blocks, batches = _inventory_blocks(resolved, sets, calibration, start + BATCH_SHARE * limit, tolerance)
@@ -221,8 +220,8 @@ def _solve(resolved: ResolvedScenario, settings: SolveSettings, calibration: Cal
                                         "raise --time-limit")
         raise diagnose.no_deployment(resolved)
     counts = {str(role): len(c) for role, c in candidates.by_role.items()}
-    composed = composing(resolved, [b.groups for b in blocks])
-    front = [_with_batch_bound(solved, batches, resolved.gpus, composed) for solved in front]
+    outside = outside_bound(resolved, batches, [b.groups for b in blocks])
+    front = [_with_batch_bound(solved, batches, outside) for solved in front]
     solved = SolveResult(resolved, settings, front, result, 0.0, counts, options=blocks[0], prepare_s=prepare_s,
                          fastest_ttft_s=fastest, batches=batches, blocks=blocks, calibration=custom)
     solved.experts = _expert_placements(resolved, front, settings)
@@ -250,20 +249,24 @@ def structure_blocks(resolved: ResolvedScenario, sets: list[CandidateSet],
     return blocks
 
 
-def _with_batch_bound(solved: SolvedPoint, batches: BatchCoverage, cluster_gpus: int,
-                      composed: bool = False) -> SolvedPoint:
+def outside_bound(resolved: ResolvedScenario, batches: BatchCoverage,
+                  groups: list[frozenset[str]]) -> OutsideBound | None:
+    """`batches.outside` per cluster GPU, composed where the sweep composes the blocks (`groups`: each one's)."""
+    every = frozenset(group.name for group in resolved.groups)
+    return batches.outside(resolved.gpus, composing(resolved, groups), every)
+
+
+def _with_batch_bound(solved: SolvedPoint, batches: BatchCoverage, outside: OutsideBound | None) -> SolvedPoint:
     """A point that an untimed batch could still beat (batch intervals left open at the time limit) is
-    feasible, its gap measured against the most such a batch could reach at its TTFT; where the sweep
-    composes deployments (`planner.sweep.composing`), that batch could run beside the point's deployments
-    (or replace one): at most the point's figure plus the batch's."""
-    bound = batches.bound_at(solved.point.ttft_ms / 1e3) / cluster_gpus
+    feasible, its gap measured against the most such a batch could reach at its TTFT (`OutsideBound.at`:
+    beside the point's deployments where the sweep composes them, with at most the point's own bound). An
+    interval closed within a tolerance could beat the front by that much, whether or not the search ended."""
     value = solved.point.tokens_per_s_per_gpu
-    if composed and bound > 0:
-        bound += value
-    bound = max(bound, batches.bound_at(solved.point.ttft_ms / 1e3, whole=True) / cluster_gpus)
-    if batches.certified and batches.tolerance > 0:  # what the tolerance leaves unproven
-        bound = max(bound, value * (1 + batches.tolerance))
-    if bound <= value:
+    own = value / (1 - solved.gap) if solved.gap < 1 else value  # the sweep's bound on timed deployments
+    bound = 0.0 if outside is None else outside.at(solved.point.ttft_ms / 1e3, own)
+    if batches.tolerance > 0:
+        bound = max(bound, own * (1 + batches.tolerance))
+    if bound <= value * (1 + 1e-12):
         return solved
     return replace(solved, status=SolveStatus.FEASIBLE, gap=max(solved.gap, (bound - value) / bound))
 

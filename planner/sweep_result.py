@@ -13,6 +13,7 @@ import numpy as np
 
 from planner.formulation.linear import LinearModel
 from planner.formulation.model import Selection
+from planner.packing import best_packing
 from planner.pareto import FrontPoint, hypervolume, non_dominated
 from planner.solvers import SolveReport, SolveStatus
 
@@ -71,33 +72,51 @@ class Window:
 @dataclass(frozen=True)
 class OutsideBound:
     """The most tokens/s per GPU deployments outside the sweep's options (batches the batch search left
-    untimed, `planner.batches.BatchCoverage`) could reach at each TTFT or less: staircases of those that could
-    run beside the sweep's deployments (`composed`: adding to what they reach, `planner.sweep.composing`)
-    and of those that take every group (which could only replace them)."""
+    untimed, `planner.batches.BatchCoverage`) could reach at each TTFT or less, per structure block (a group's
+    own, or fills on one group and decode on another). Where the sweep composes deployments on disjoint groups
+    (`composed`, `planner.sweep.composing`), untimed ones in several blocks could run side by side and beside
+    timed ones; a block on every group (`every`) runs beside nothing."""
 
-    ttft_s: np.ndarray  # ascending: every bound's TTFT
-    beside: np.ndarray  # the most tokens/s per GPU at each TTFT or less, of those that could run beside
-    whole: np.ndarray  # likewise, of those that take every group
+    ttft_s: np.ndarray  # ascending: the TTFTs at which some block's bound grows
+    stairs: np.ndarray  # (blocks, TTFTs): each block's most tokens/s per GPU at each TTFT or less
+    groups: tuple[frozenset[str], ...] = ()  # each block's groups (composed only)
     composed: bool = False
+    every: frozenset[str] = frozenset()  # the inventory's groups
 
     @staticmethod
-    def of(ttft_s: np.ndarray, value: np.ndarray, composed: bool, whole: np.ndarray | None = None) -> OutsideBound:
+    def of(ttft_s: np.ndarray, value: np.ndarray, block: np.ndarray | None = None,
+           groups: tuple[frozenset[str], ...] = (), composed: bool = False,
+           every: frozenset[str] = frozenset()) -> OutsideBound:
+        """From bounds (TTFT from below, tokens/s per GPU from above) and the block each belongs to (index into
+        `groups`; none: one block)."""
         order = np.argsort(ttft_s, kind="stable")
-        takes_all = np.zeros(order.size, dtype=bool) if whole is None else whole[order]
-        value = value[order]
-
-        def staircase(mask: np.ndarray) -> np.ndarray:
-            return np.maximum.accumulate(np.where(mask, value, 0.0)) if order.size else np.zeros(0)
-
-        return OutsideBound(ttft_s[order], staircase(~takes_all), staircase(takes_all), composed)
+        times, value = ttft_s[order], value[order]
+        owner = np.zeros(order.size, dtype=np.int64) if block is None else block[order]
+        blocks = max(len(groups), int(owner.max(initial=-1)) + 1, 1)
+        stairs = np.zeros((blocks, order.size))
+        for b in range(blocks):
+            stairs[b] = np.maximum.accumulate(np.where(owner == b, value, 0.0)) if order.size else 0.0
+        # the corners: the last bound at each TTFT where some block's staircase grows (the same `at`, fewer steps
+        # for `first_above`)
+        last = np.append(times[1:] != times[:-1], True) if order.size else np.zeros(0, dtype=bool)
+        times, stairs = times[last], stairs[:, last]
+        grows = np.append(True, (stairs[:, 1:] > stairs[:, :-1]).any(axis=0)) if times.size else last[:0]
+        return OutsideBound(times[grows], stairs[:, grows], groups, composed, every)
 
     def at(self, ttft_s: float, found: float) -> float:
-        """The most a deployment with TTFT at or below `ttft_s` could reach, where the sweep found `found`."""
+        """The most a deployment with TTFT at or below `ttft_s` could reach, where the sweep's options reach
+        at most `found`: one block's bound, or (composed) the untimed deployments of disjoint blocks together
+        plus at most `found` of timed ones beside them (a block on every group: alone)."""
         count = int(np.searchsorted(self.ttft_s, ttft_s * (1 + 1e-12), "right"))
         if not count:
             return 0.0
-        beside, whole = float(self.beside[count - 1]), float(self.whole[count - 1])
-        return max(beside + found if self.composed and beside > 0 else beside, whole)
+        values = self.stairs[:, count - 1]
+        if not self.composed:
+            return float(values.max())
+        beside = [i for i, g in enumerate(self.groups) if g != self.every]
+        alone = max((float(values[i]) for i, g in enumerate(self.groups) if g == self.every), default=0.0)
+        packed, _ = best_packing([self.groups[i] for i in beside], [float(values[i]) for i in beside])
+        return max(found + packed if packed > 0 else 0.0, alone)
 
     def first_above(self, found: float, low_s: float, high_s: float) -> float:
         """The first TTFT in [low_s, high_s] at which an outside deployment could beat `found` (high_s: none)."""
@@ -154,7 +173,7 @@ class SweepResult:
         """The TTFT ranges between resolved intervals, above `fastest_s` (no deployment is faster). A resolved
         interval ends where a deployment `outside` the sweep's options could beat its point, and a window's
         bound is at least what those could reach."""
-        low = max(self.floor_s, fastest_s)
+        low = self.low_s(fastest_s, outside)
         spans = sorted((t, c) for t, c in self.resolved if c > low)
         values = sorted((s.point.ttft_ms / 1e3, s.point.tokens_per_s_per_gpu) for s in self.points)
         times = [time_s for time_s, _ in values]
@@ -183,6 +202,12 @@ class SweepResult:
             result.append(Window(edge, self.top_s, math.inf, best_up_to(edge)))
         return result
 
+    def low_s(self, fastest_s: float, outside: OutsideBound | None = None) -> float:
+        """Where the windows start: no deployment is faster than `fastest_s`, and none of the sweep's options has
+        a TTFT at or below `floor_s` (an infeasible cap), though an untimed batch outside them may."""
+        floor = self.floor_s if outside is None or not outside.ttft_s.size else min(self.floor_s, outside.ttft_s[0])
+        return max(floor, fastest_s)
+
     def hypervolume_s(self) -> float:
         """Hypervolume of the front up to TTFT `top_s` (s x tokens/s per GPU)."""
         return hypervolume([s.point for s in self.front], self.top_s * 1e3) / 1e3
@@ -201,5 +226,5 @@ class SweepResult:
         cut_short = self.termination != "completed" or (outside is not None and outside.ttft_s.size > 0)
         wide = [(w.low_s * 1e3, w.high_s * 1e3, w.above) for w in sorted(windows, key=lambda w: w.low_s)
                 if (self.step_s > 0 or cut_short) and w.high_s - w.low_s > self.step_s * (1 + 1e-6) + GRID_S]
-        return Coverage(self.top_s * 1e3, max(self.floor_s, fastest_s) * 1e3, self.step_s * 1e3, certified * 1e3,
+        return Coverage(self.top_s * 1e3, self.low_s(fastest_s, outside) * 1e3, self.step_s * 1e3, certified * 1e3,
                         ratio, wide)

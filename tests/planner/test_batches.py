@@ -194,3 +194,27 @@ def test_the_cheap_bounds_alone_certify_the_same_front(monkeypatch: pytest.Monke
     assert cheap.batches.certified and cheap.batches.skipped > 0
     got = [value for s in cheap.front for value in (s.point.ttft_ms, s.point.tokens_per_s)]
     assert got == pytest.approx([value for p in front() for value in (p.ttft_ms, p.tokens_per_s)])
+
+
+def test_a_scenario_nothing_timed_deploys_in_is_certified_when_no_bound_is_left() -> None:
+    """No timed batch meets a 10 us TTFT SLO, so nothing untimed can (the smallest batches are timed): the
+    search certifies that without a round (it returned 'not certified' with no bound, which read as the grid
+    only, cut by the time limit)."""
+    import time
+
+    from planner.batches import refine
+    from planner.templates import generate
+
+    data = small_data(NAME)
+    data["slo"] = {"ttft_ms": 0.01}
+    resolved = scenario_from_data(data)
+    _, coverage = refine(resolved, default_calibration(), generate(resolved, default_calibration()),
+                         time.perf_counter() + 60.0)
+    assert coverage.certified and not coverage.open_ttft.size and coverage.rounds == 0
+
+
+def test_the_cheap_bounds_of_no_fill_option_are_none() -> None:
+    from planner.batches import _bucketed, _Fills
+
+    empty = _Fills(np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64), np.zeros(0), np.zeros(0))
+    assert _bucketed(empty, 16).gpus.size == 0  # it raised in the unpacking of no runs

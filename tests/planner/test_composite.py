@@ -10,6 +10,7 @@ import itertools
 import json
 import math
 import random
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -25,13 +26,13 @@ from planner.batches import BatchCoverage, refine_inventory
 from planner.export import export_plan, load_plan
 from planner.formulation.fill import best_fill, placeable
 from planner.formulation.model import Selection
+from planner.packing import best_packing
 from planner.pareto import FrontPoint
 from planner.placement import Domains
 from planner.reference import exhaustive_front
 from planner.scenario import scenario_from_data
 from planner.solve import SolveResult, SolveSettings, _with_batch_bound, solve
 from planner.solvers import BACKENDS, SolveStatus
-from planner.sweep import best_packing
 from planner.sweep_result import SolvedPoint
 from planner.templates import generate
 from tests.helpers import run_cli
@@ -271,16 +272,39 @@ def test_no_composites_beside_a_shared_kv_store() -> None:
 def test_an_untimed_batch_bounds_any_point_where_the_sweep_composes() -> None:
     """A point of one group with an open batch interval elsewhere: the interval's deployment could run beside
     it, so the bound is the point's figure plus the interval's (was the interval's alone unless the point was
-    a composite)."""
+    a composite); open intervals of two disjoint blocks could both run beside it (was the larger one only)."""
     layout = Layout(serving="aggregated", pools=[Pool(role="mixed", group="a", batch=4, replicas=2)])
     point = FrontPoint(100.0, 20.0, 100.0, 8, layout, 16, "cluster")  # 800 tokens/s, 50 per cluster GPU
-    open_batch = BatchCoverage(certified=False, groups=True, open_ttft=np.array([0.05]), open_value=np.array([700.0]))
+    every = frozenset({"a", "b", "c"})
+    blocks = (frozenset({"a"}), frozenset({"b"}), frozenset({"c"}), frozenset({"b", "c"}))
+    open_batch = BatchCoverage(certified=False, open_ttft=np.array([0.05]), open_value=np.array([700.0]),
+                               open_block=np.array([1]), blocks=blocks)
     solved = SolvedPoint(point, Selection(), SolveStatus.OPTIMAL, 0.0)
-    alone = _with_batch_bound(solved, open_batch, 16)
+    alone = _with_batch_bound(solved, open_batch, open_batch.outside(16, False, every))
     assert alone.status == SolveStatus.OPTIMAL  # 700 / 16 < 50: a single structure cannot beat it
-    beside = _with_batch_bound(solved, open_batch, 16, composed=True)
+    beside = _with_batch_bound(solved, open_batch, open_batch.outside(16, True, every))
     assert beside.status == SolveStatus.FEASIBLE
     assert beside.gap == pytest.approx(1 - 50 / ((800 + 700) / 16), rel=1e-12)
+    # b and c open: both beside the point; b>c (on both) could not add to b's or c's own
+    two = replace(open_batch, open_ttft=np.array([0.05, 0.04, 0.03]), open_value=np.array([700.0, 300.0, 900.0]),
+                  open_block=np.array([1, 2, 3]))
+    both = _with_batch_bound(solved, two, two.outside(16, True, every))
+    assert both.gap == pytest.approx(1 - 50 / ((800 + 700 + 300) / 16), rel=1e-12)
+    # a block on every group runs beside nothing: its bound alone
+    whole = replace(open_batch, open_block=np.array([0]), blocks=(every,))
+    assert _with_batch_bound(solved, whole, whole.outside(16, True, every)).status == SolveStatus.OPTIMAL
+
+
+def test_a_tolerance_bounds_every_point_whether_or_not_the_batch_search_ended() -> None:
+    """Intervals closed within a tolerance could beat the front by it: a search cut by the time limit keeps
+    that in each point's gap (it was counted only when every search ended)."""
+    layout = Layout(serving="aggregated", pools=[Pool(role="mixed", group="a", batch=4, replicas=2)])
+    point = FrontPoint(100.0, 20.0, 100.0, 8, layout, 16, "cluster")
+    solved = SolvedPoint(point, Selection(), SolveStatus.OPTIMAL, 0.0)
+    for certified in (True, False):
+        batches = BatchCoverage(certified=certified, cut_by_time=not certified, tolerance=0.01)
+        bounded = _with_batch_bound(solved, batches, None)
+        assert bounded.status == SolveStatus.FEASIBLE and bounded.gap == pytest.approx(0.01 / 1.01, rel=1e-9)
 
 
 def test_mixes_of_sizes_that_do_not_divide_each_other_are_not_returned() -> None:

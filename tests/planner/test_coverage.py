@@ -105,7 +105,24 @@ def test_untimed_batches_reopen_what_they_could_beat() -> None:
     loss = (100.0 - 60.0) * (30.0 - 20.0)
     assert coverage.hypervolume_ratio_at_least == pytest.approx(volume / (volume + loss))
     # composed: an untimed deployment could run beside the sweep's, adding its figure to the point's
-    beside = OutsideBound.of(np.array([0.15]), np.array([5.0]), composed=True)
+    beside = OutsideBound.of(np.array([0.15]), np.array([5.0]), groups=(frozenset({"b"}),), composed=True,
+                             every=frozenset({"a", "b"}))
     coverage = result.coverage(fastest_s=0.04, outside=beside)
     assert coverage is not None
     assert [pytest.approx(w, abs=1e-3) for w in coverage.uncovered_ms] == [(150.0, 200.0, 55.0)]
+
+
+def test_windows_start_below_the_sweeps_floor_where_an_untimed_batch_could() -> None:
+    """An infeasible cap proves that none of the sweep's options is that fast, not an untimed batch: where an
+    open bound's TTFT lies below the floor, the windows start there."""
+    import numpy as np
+
+    from planner.sweep_result import OutsideBound
+
+    result = SweepResult(points=[solved(100.0, 50.0)], top_s=0.2, step_s=0.0, floor_s=0.08)
+    result.resolved = [(0.1, 0.2)]
+    assert result.coverage(fastest_s=0.01).low_ms == pytest.approx(80.0)  # type: ignore[union-attr]
+    outside = OutsideBound.of(np.array([0.03]), np.array([10.0]))
+    coverage = result.coverage(fastest_s=0.01, outside=outside)
+    assert coverage is not None and coverage.low_ms == pytest.approx(30.0)
+    assert [pytest.approx(w, abs=1e-3) for w in coverage.uncovered_ms] == [(30.0, 100.0, 50.0)]
