@@ -207,19 +207,24 @@ class Attention(BaseModel):
         return self.index_head_dim + _FP32_BYTES * ceil(self.index_head_dim / _SCALE_BLOCK)
 
     def kv_bytes_per_token(self, kv_dtype: Dtype) -> float:
-        """Bytes per context token of this layer's growing cache, indexer keys included.
+        """Bytes per context token of this layer's growing cache, indexer keys included (0 for windowed,
+        chunked and linear layers, whose cache is a per-sequence state: `Architecture.state_bytes_per_sequence`)."""
+        return self.entry_bytes(kv_dtype) if self.is_full else 0.0
+
+    def entry_bytes(self, kv_dtype: Dtype) -> float:
+        """Bytes of one token's cache entry as stored, indexer keys included, window or not (0: linear layers).
 
         MLA with a DSA indexer stored in fp8 uses vLLM's packed layout (the one sparse-MLA kernels
         read): fp8 latent + fp32 scale per 128 + bf16 rope = 656 B for DeepSeek-V3.2. Plain MLA and
         GQA in fp8 take one byte per element (models.md Table 2: DeepSeek-V3 fp8 = 35,136 B/token).
         """
-        if not self.is_full:
+        if self.kind == "linear":
             return 0.0
         if self.kind == "mla" and self.index_head_dim is not None and Dtype(kv_dtype) is Dtype.FP8:
             scales = _FP32_BYTES * ceil(self.kv_lora_rank / _SCALE_BLOCK)
             latent = self.kv_lora_rank + scales + _BF16_BYTES * self.qk_rope_head_dim
             return float(latent + self.indexer_key_bytes_per_token())
-        elements = self.kv_elements_per_token() * BYTES_PER_ELEMENT[Dtype(kv_dtype)]
+        elements = self.token_kv_elements() * BYTES_PER_ELEMENT[Dtype(kv_dtype)]
         return elements + self.indexer_key_bytes_per_token()
 
     def window_state_elements(self, context_tokens: int) -> int:
@@ -507,8 +512,8 @@ class Architecture(BaseModel):
     def state_bytes_per_sequence(self, context_tokens: int, kv_dtype: Dtype) -> float:
         """Per-sequence state that does not grow with context past a bound.
 
-        Window/chunk KV at the KV format, linear-attention recurrent states in bf16
-        (`Attention.state_bytes_per_element`) and short-conv states in bf16.
+        Window/chunk KV at the KV format, linear-attention recurrent states in their own format
+        (`Attention.state_bytes_per_element`: bf16, or fp32 where the config says so) and short-conv states in bf16.
         """
         kv_bytes = BYTES_PER_ELEMENT[Dtype(kv_dtype)]
         total = 0.0

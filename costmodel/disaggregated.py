@@ -51,7 +51,8 @@ def kv_link_bandwidth(prefill: PoolContext, decode: PoolContext,
 
 
 def request_kv_bytes(plan: PoolPlan) -> float:
-    """KV bytes of one request's context as a fill pool hands it to decode."""
+    """KV bytes of one request's context as a fill pool hands it to decode. Assumption: the MTP draft layers'
+    own KV (one layer in 62 for DeepSeek-V3, held in decode memory) is not counted in the transfer."""
     return _kv_bytes(plan.ctx, plan.request)
 
 

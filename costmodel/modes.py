@@ -250,7 +250,9 @@ def midfill_work(ctx: PoolContext, stage: int, seqs: float, new_tokens: float, c
 
 def cache_fetch(ctx: PoolContext, stage: int, tokens: float, tier: CacheTier, context: float) -> list[Transfer]:
     """Bringing `tokens` of cached KV (this stage's layers, this GPU's share) into HBM, of contexts of `context`
-    tokens: the fixed states of windowed and linear-attention layers come with them, a share per token."""
+    tokens: the fixed states of windowed and linear-attention layers come with them, a share per token (an
+    approximation: a sequence whose cache is split over tiers fetches the tier's share of its states, as if
+    they were spread as its tokens are)."""
     if tier == "hbm" or tokens <= 0:
         return []
     kv, states = kv_bytes_per_sequence(ctx, stage, context)

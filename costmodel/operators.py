@@ -102,9 +102,10 @@ class StepShape(NamedTuple):
 
     def kv_read_tokens(self, cap: float | None = None) -> float:
         """KV entries read per sequence: fill reads its cached context once (and its new keys while
-        computing); decode reads the whole context every step. Under a window (or sparse top-k) cap, fill still
-        reads every new key (each query sees only `cap` of them, but together they span all) and at most `cap`
-        cached ones; decode reads the last `cap`."""
+        computing); decode reads the whole context every step. Under a window cap, fill still reads every new
+        key (each query sees only `cap` of them, but together they span all) and at most the last `cap` cached
+        ones; decode reads `cap` (a window's tail, or a sparse top-k's picks: callers pass no cap for a sparse
+        fill, whose queries' picks together span the context)."""
         if not cap:
             return self.context + self.new_tokens
         if self.phase == "fill":
@@ -186,7 +187,7 @@ def _mla_ops(attn: Attention, shape: StepShape, par: Parallel, fmt: Formats) -> 
     indexer = attn.indexer_params()
     split = head_ranks(attn, par.tp)
     heads = attn.num_heads / split
-    cap = attn.index_topk
+    cap = attn.index_topk or attn.window or attn.chunk
     if shape.phase == "decode":  # absorbed: attend in the latent space
         per_key = 2 * attn.kv_lora_rank + attn.qk_rope_head_dim
         core_flops = 2.0 * shape.tokens * shape.attended(cap) * heads * per_key
@@ -195,10 +196,12 @@ def _mla_ops(attn: Attention, shape: StepShape, par: Parallel, fmt: Formats) -> 
         core_flops = 2.0 * shape.tokens * shape.attended(cap) * heads * per_key
         decompress = attn.kv_lora_rank * heads * (attn.qk_nope_head_dim + attn.v_head_dim)
         core_flops += 2.0 * shape.seqs * shape.context * decompress
-    # as stored (`Attention.kv_bytes_per_token`: DSA's packed fp8 latent with its scales and bf16 rope), the
-    # indexer's keys apart (`_indexer_op`)
-    latent_bytes = attn.kv_bytes_per_token(fmt.kv_dtype) - attn.indexer_key_bytes_per_token()
-    kv_bytes = shape.seqs * shape.kv_read_tokens(cap) * latent_bytes
+    # as stored (`Attention.entry_bytes`: DSA's packed fp8 latent with its scales and bf16 rope), the indexer's
+    # keys apart (`_indexer_op`). A sparse fill's queries each pick their own top-k: together they span the whole
+    # context (`StepShape.kv_read_tokens` caps fill reads at a window's contiguous tail only)
+    latent_bytes = attn.entry_bytes(fmt.kv_dtype) - attn.indexer_key_bytes_per_token()
+    read_cap = (attn.window or attn.chunk) if shape.phase == "fill" else cap
+    kv_bytes = shape.seqs * shape.kv_read_tokens(read_cap) * latent_bytes
     ops = [
         _gemm("attention_projections", shape.tokens, attention_shard_params(attn, par.tp) - indexer,
               fmt.weight_bytes, fmt, fmt.weight_compute),

@@ -32,9 +32,11 @@ def longest_context(resolved: ResolvedScenario) -> int:
 
 
 def sequence_bytes(resolved: ResolvedScenario, context: int) -> float:
-    """KV cache and fixed states of one sequence of `context` tokens, all layers (one copy)."""
+    """KV cache and fixed states of one sequence of `context` tokens, all layers (one copy), with the MTP
+    layers' own KV where they draft (as `costmodel.memory.stage_memory` holds it)."""
     arch, kv = resolved.architecture, resolved.kv_cache
-    return arch.sequence_bytes(context, kv)
+    mtp = arch.mtp_kv_bytes_per_token(kv) * context if resolved.scenario.workload.speculative.method == "mtp" else 0.0
+    return arch.sequence_bytes(context, kv) + mtp
 
 
 def usable_bytes_per_gpu(resolved: ResolvedScenario) -> float:

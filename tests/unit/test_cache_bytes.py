@@ -110,3 +110,37 @@ def test_weights_each_rank_holds_whole() -> None:
     assert ffn_shard_params(ffn, 8) == pytest.approx((ffn.dense_params() - router) / 8 + router)
     resolved = scenario("qwen3-235b", gpus=8)
     assert stage_weight_bytes(pool_context(resolved, pools().pools[0]), 0, with_mtp=False) > 0
+
+
+def test_a_sparse_fill_reads_every_cached_latent() -> None:
+    """A DSA midfill's queries each pick their own 2,048 keys: together they span the whole cached context,
+    so the latent read is the context's, not 2,048 cached keys (the window rule, which the code applied)."""
+    from costmodel.modes import midfill_work
+
+    resolved = scenario("deepseek-ai/DeepSeek-V3.2", gpus=8)
+    ctx = pool_context(resolved, pools().pools[0])
+    work = midfill_work(ctx, 0, 2, 1024, 16384)
+    core = sum(op.hbm_bytes for op in work.ops if op.name == "attention_core")
+    layers = sum(count for _, count in ctx.stage_counts[0])
+    assert core == pytest.approx(layers * 2 * (16384 + 1024) * 656)
+
+
+def test_a_windowed_mla_layer_reads_its_latents() -> None:
+    """A windowed MLA layer's cache is a per-sequence state, but its entries are still read (was 0 bytes:
+    the read took the growing cache's bytes per token, 0 under a window)."""
+    from costmodel.operators import StepShape, attention_ops
+    arch = scenario("deepseek-v3", gpus=8).architecture
+    attn = arch.groups[-1].layers[0].attention.model_copy(update={"window": 1024})
+    assert attn.kv_bytes_per_token(Dtype.FP8) == 0 and attn.entry_bytes(Dtype.FP8) == 576
+    ctx = pool_context(scenario("deepseek-v3", gpus=8), pools().pools[0])
+    core = [op for op in attention_ops(attn, StepShape("decode", 4, 1, 8192), ctx.par, ctx.fmt)
+            if op.name == "attention_core"]
+    assert core[0].hbm_bytes == pytest.approx(4 * 1024 * 576)
+
+
+def test_the_kv_diagnosis_counts_the_mtp_layers_kv_where_they_draft() -> None:
+    from planner.diagnose import sequence_bytes
+
+    plain = scenario("deepseek-v3", gpus=8)
+    drafting = scenario("deepseek-v3", gpus=8, speculative={"method": "mtp"})
+    assert sequence_bytes(drafting, 8192) == pytest.approx(sequence_bytes(plain, 8192) * 62 / 61)
