@@ -704,10 +704,11 @@ def _boxes(options: DeploymentOptions, fills: _Fills, size: int, rows: _Decodes,
         part = slice(start, start + step)
         with np.errstate(divide="ignore", invalid="ignore"):
             ttft = prefill_wait(cap_l, fill_l, transfer_l + rows.away_ttft[part, None],
-                                rows.slots_ttft[part, None] * count_l, options.cohort_fraction) + transfer_l
-            _, rate = pair_figures(cap_l, fill_l, transfer_l, rows.slots_rate[part, None] * count_l,
-                                   rows.away_rate[part, None], options.cohort_fraction)
-        value = options.output_tokens * rate
+                                rows.slots_ttft[part, None] * count_l, options.cohort_fraction)
+            ttft += transfer_l
+            _, value = pair_figures(cap_l, fill_l, transfer_l, rows.slots_rate[part, None] * count_l,
+                                    rows.away_rate[part, None], options.cohort_fraction)
+        value *= options.output_tokens  # the rate, in place (the same bits as output_tokens x rate)
         # the front looked up only where the TTFT bound is within the cap and the front does not beat the
         # entry's tokens/s at its column's least TTFT, nor the capacity at its own (`_Front.reach`)
         ok = ((count_l <= most_d[part, None]) & np.isfinite(ttft) & (ttft <= within) & (value * factor > floor_l)

@@ -189,14 +189,16 @@ def _most_of_size(size: int, size_d: int, counts: np.ndarray, domains: Domains) 
 
 def _packed_counts(size_p: np.ndarray, size_d: int, counts: np.ndarray, count_p: np.ndarray,
                    domains: Domains) -> np.ndarray:
-    """Sizes that do not divide each other: lower each count until the exact packer accepts it."""
+    """Sizes that do not divide each other: lower each count until the exact packer accepts it, once per
+    size (fewer instances fit where more do, so an option's count is the least of its own and its size's)."""
     result = count_p.copy()
-    for row, size in enumerate(size_p):
-        for col, count_d in enumerate(counts):
-            n = int(result[row, col])
-            while n >= 1 and not fits([(int(size), n), (size_d, int(count_d))], domains):
+    for size in np.unique(size_p).tolist():
+        rows = np.flatnonzero(size_p == size)
+        for col, count_d in enumerate(counts.tolist()):
+            n = int(result[rows, col].max())
+            while n >= 1 and not fits([(size, n), (size_d, count_d)], domains):
                 n -= 1
-            result[row, col] = n
+            result[rows, col] = np.minimum(result[rows, col], n)
     return result
 
 
