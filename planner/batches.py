@@ -286,8 +286,8 @@ def refine_inventory(resolved: ResolvedScenario, calibration: Calibration, sets:
         coverage = refine_across(resolved, calibration, fills, decodes, f"{a}>{b}", share_end(len(sets) + index),
                                  tolerance)
         coverages.append((coverage, frozenset({a, b})))
-    return BatchCoverage(
-        certified=all(c.certified for c, _ in coverages), tolerance=tolerance,
+    return BatchCoverage(  # the tolerance only where a search closed intervals with it (not on the grid only)
+        certified=all(c.certified for c, _ in coverages), tolerance=max(c.tolerance for c, _ in coverages),
         rounds=max(c.rounds for c, _ in coverages), timed=sum(c.timed for c, _ in coverages),
         skipped=max(c.skipped for c, _ in coverages), cut_by_time=any(c.cut_by_time for c, _ in coverages),
         unsearched=", ".join(c.unsearched for c, _ in coverages if c.unsearched),

@@ -265,10 +265,10 @@ def _with_batch_bound(solved: SolvedPoint, batches: BatchCoverage, outside: Outs
     interval closed within a tolerance could beat the front by that much, whether or not the search ended."""
     value = solved.point.tokens_per_s_per_gpu
     own = value / (1 - solved.gap) if solved.gap < 1 else value  # the sweep's bound on timed deployments
-    bound = 0.0 if outside is None else outside.at(solved.point.ttft_ms / 1e3, own)
-    if batches.tolerance > 0:
-        bound = max(bound, own * (1 + batches.tolerance))
-    if bound <= value * (1 + 1e-12):
+    # batches closed within the tolerance (beside open ones of other blocks, where composed) reach at most this
+    found = own * (1 + batches.tolerance)
+    bound = found if outside is None else max(found, outside.at(solved.point.ttft_ms / 1e3, found))
+    if bound <= own * (1 + 1e-12):  # nothing beyond the point's own gap
         return solved
     return replace(solved, status=SolveStatus.FEASIBLE, gap=max(solved.gap, (bound - value) / bound))
 

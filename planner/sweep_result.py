@@ -93,6 +93,8 @@ class OutsideBound:
         times, value = ttft_s[order], value[order]
         owner = np.zeros(order.size, dtype=np.int64) if block is None else block[order]
         blocks = max(len(groups), int(owner.max(initial=-1)) + 1, 1)
+        if composed and len(groups) != blocks:  # `at` packs the blocks by their groups
+            raise ValueError(f"composed bounds of {blocks} blocks need each block's groups ({len(groups)} given)")
         stairs = np.zeros((blocks, order.size))
         for b in range(blocks):
             stairs[b] = np.maximum.accumulate(np.where(owner == b, value, 0.0)) if order.size else 0.0

@@ -5,6 +5,7 @@ side. The set of blocks (`best_packing`) against brute force; the layout schema'
 
 from __future__ import annotations
 
+import copy
 import functools
 import itertools
 import json
@@ -321,3 +322,29 @@ def test_a_composite_of_many_deployments_reads_back() -> None:
     parts = [Layout(serving="aggregated", pools=[Pool(role="mixed", group=f"g{i}", batch=4)]) for i in range(40)]
     big = Layout.composed(parts)
     assert Layout.model_validate(big.model_dump(mode="json")) == big
+
+
+def test_batches_closed_within_the_tolerance_add_beside_open_ones() -> None:
+    """Where the sweep composes, a batch closed within the tolerance in one block could run beside an open one
+    of another: the bound is the point's figure x (1 + tolerance) plus the open one's (was the larger of the
+    two sums' parts, about one point of gap too little)."""
+    layout = Layout(serving="aggregated", pools=[Pool(role="mixed", group="a", batch=4, replicas=2)])
+    point = FrontPoint(100.0, 20.0, 100.0, 8, layout, 16, "cluster")  # 50 tokens/s per cluster GPU
+    every = frozenset({"a", "b", "c"})
+    batches = BatchCoverage(certified=False, tolerance=0.01, open_ttft=np.array([0.05]),
+                            open_value=np.array([160.0]), open_block=np.array([1]),
+                            blocks=(frozenset({"a"}), frozenset({"b"})))
+    solved = SolvedPoint(point, Selection(), SolveStatus.OPTIMAL, 0.0)
+    bounded = _with_batch_bound(solved, batches, batches.outside(16, True, every))
+    assert bounded.gap == pytest.approx(1 - 50 / (50 * 1.01 + 10), rel=1e-12)
+
+
+def test_a_grid_only_inventory_keeps_no_tolerance() -> None:
+    """Multi-turn sessions keep the grid's batches: no interval is closed within a tolerance, so none is in
+    the points' gaps (an inventory said 1%, and every point of it was labelled feasible)."""
+    data = copy.deepcopy(TWO_GROUPS)
+    data["search"] = {**data.get("search", {}), "gpu_accounting": "used"}
+    resolved = scenario_from_data(data)
+    sets = [generate(resolved.view(group), default_calibration()) for group in resolved.groups]
+    coverage = refine_inventory(resolved, default_calibration(), sets, deadline=1e18, tolerance=0.01)
+    assert coverage.tolerance == 0.0 and not coverage.certified
