@@ -94,7 +94,7 @@ def prefill_wait(cap: np.ndarray, fill: np.ndarray, elsewhere: np.ndarray, conc:
     shape = np.broadcast_shapes(np.shape(cap), np.shape(fill), np.shape(elsewhere), np.shape(conc))
     # in place on two arrays of the full shape (three times faster than the expression's temporaries, the same
     # bits): steady = C / cap - elsewhere, bunched = fill + k (C - 1) / (2 cap)
-    at = np.divide(conc, cap, out=np.empty(shape))
+    at: np.ndarray = np.divide(conc, cap, out=np.empty(shape))
     at -= elsewhere
     bunched = np.subtract(conc, 1.0, out=np.empty(shape))
     bunched *= cohort_fraction
