@@ -28,6 +28,7 @@ import bisect
 import itertools
 import math
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -42,10 +43,9 @@ from planner.sweep_result import OutsideBound
 from planner.templates import Candidate, CandidateKind, CandidateSet, kind_role, planned, timed_plans
 
 TOL = 1e-9  # relative: an interval tied with the front is closed (it cannot beat it)
-WORK_LIMIT = 200_000_000  # a round's full bound evaluations beyond which the cheap bounds decide (~10 s on one core)
-LOOSE_SPLITS = 2048  # `_this_round`: open intervals split per round under the cheap bounds
-LOOSE_BUCKETS = 16  # `_alive(loose=True)`: runs of fill options per size, each bounded by one (`_bucketed`)
-LOOSE_PIECES = 4  # `_alive(loose=True)`: pieces of a decode interval paired with the bucketed fill options
+COUNT_RUN = 1.25  # `_boxes`: decode counts bounded in runs lo ... hi <= COUNT_RUN x lo before count by count
+SPLITS = 8192  # `_this_round`: open intervals split per round, at most (64 racks split up to 2,300 a round)
+BUCKETS = 16  # `_alive`'s cheap bounds: runs of fill options (decode rows) per size, each bounded by one
 PIECES = 4  # a decode interval's bound is taken over this many sub-ranges of its sequences (no timing needed)
 CHUNK = 2_000_000  # bound evaluations per numpy block
 SLACK = 1e-12  # relative: rounding of a bound scaled from a timed batch (kept on the safe side)
@@ -78,7 +78,6 @@ class BatchCoverage:
     """After the rounds: intervals still open (a deployment there may beat the front) with their bounds."""
 
     certified: bool
-    skipped: int = 0  # the most bound evaluations of a round, when too many for the full bounds (the cheap ones taken)
     tolerance: float = 0.0  # an untimed batch beats no front point by more than this (relative)
     rounds: int = 0
     timed: int = 0  # batches timed beyond the grid
@@ -182,14 +181,10 @@ def _round(coverage: BatchCoverage, options: DeploymentOptions, intervals: list[
            packing: _Packing | None = None) -> tuple[list[Interval], list[Interval]] | None:
     """One round: the intervals the front does not close, as (those to split now, those left for the next
     round); none where every interval is closed or the deadline has passed (`late`: the open intervals' bounds
-    then go to `coverage`, under the cheap bounds, whose cost the time limit can afford)."""
-    # too many bound evaluations to pair every fill with every decode piece in time: the cheap bounds
-    # (sound, looser) decide which intervals to split, until few enough are left for the full ones
-    work = _first_round_work(options, intervals)
-    loose = late or work > WORK_LIMIT
-    coverage.skipped = max(coverage.skipped, work if work > WORK_LIMIT else 0)
-    alive, ttft_lb, value_ub = _alive(options, intervals, front, resolved, coverage.tolerance, loose=loose,
-                                      packing=packing)
+    then go to `coverage`, under the cheap bounds, whose cost the time limit can afford; the full bounds are
+    taken until the deadline, each check's intervals past it keeping their cheap bounds)."""
+    alive, ttft_lb, value_ub = _alive(options, intervals, front, resolved, coverage.tolerance,
+                                      full_until=-math.inf if late else deadline, packing=packing)
     intervals = [i for i, keep in zip(intervals, alive, strict=True) if keep]
     if not intervals:
         return None
@@ -198,7 +193,7 @@ def _round(coverage: BatchCoverage, options: DeploymentOptions, intervals: list[
         coverage.open_ttft, coverage.open_value = ttft_lb, value_ub
         return None
     coverage.rounds += 1
-    now, later = _this_round(intervals, loose)
+    now, later = _this_round(intervals)
     coverage.timed += len(now)  # one middle batch each
     return now, later
 
@@ -206,7 +201,8 @@ def _round(coverage: BatchCoverage, options: DeploymentOptions, intervals: list[
 def _unscreened(options: DeploymentOptions, intervals: list[Interval],
                 resolved: ResolvedScenario) -> tuple[np.ndarray, np.ndarray]:
     """The cheap bounds of intervals, each kept (against an empty front: nothing closes them but the SLOs)."""
-    _, ttft_lb, value_ub = _alive(options, intervals, _Front(np.zeros(0), np.zeros(0)), resolved, 0.0, loose=True)
+    _, ttft_lb, value_ub = _alive(options, intervals, _Front(np.zeros(0), np.zeros(0)), resolved, 0.0,
+                                  full_until=-math.inf)
     return ttft_lb, value_ub
 
 
@@ -221,15 +217,16 @@ def _unsearched(coverage: BatchCoverage, options: DeploymentOptions, intervals: 
     return coverage
 
 
-def _this_round(intervals: list[Interval], loose: bool) -> tuple[list[Interval], list[Interval]]:
-    """The open intervals to split now, and those left for the next round: under the cheap bounds, which
-    leave thousands open on 64 racks, at most LOOSE_SPLITS a round, those of the layouts with the most
-    tokens/s per GPU first (the front's next update, whose unit table grows with the batches timed, then
-    stays short; a round of 6,000 took 80 s)."""
-    if not loose or len(intervals) <= LOOSE_SPLITS:
+def _this_round(intervals: list[Interval]) -> tuple[list[Interval], list[Interval]]:
+    """The open intervals to split now, and those left for the next round: at most SPLITS a round, those of
+    the layouts with the most tokens/s per GPU first (a round's timing and the front's next update, whose unit
+    table grows with the batches timed, then stay short: a round of 6,000 took 80 s on 64 racks under the
+    cheap bounds alone). Deferring is a last resort: at 2,048 a round, 64 Kimi K2 racks deferred the intervals
+    that held the front and were cut at 60 s, where they are certified in 24 s splitting every one."""
+    if len(intervals) <= SPLITS:
         return intervals, []
     ranked = sorted(intervals, key=lambda i: (-i.high.requests_per_s / i.high.gpus, i.kind, i.low.pool.batch))
-    return ranked[:LOOSE_SPLITS], ranked[LOOSE_SPLITS:]
+    return ranked[:SPLITS], ranked[SPLITS:]
 
 
 def refine_across(resolved: ResolvedScenario, calibration: Calibration, fills: CandidateSet, decodes: CandidateSet,
@@ -289,7 +286,7 @@ def refine_inventory(resolved: ResolvedScenario, calibration: Calibration, sets:
     return BatchCoverage(  # the tolerance only where a search closed intervals with it (not on the grid only)
         certified=all(c.certified for c, _ in coverages), tolerance=max(c.tolerance for c, _ in coverages),
         rounds=max(c.rounds for c, _ in coverages), timed=sum(c.timed for c, _ in coverages),
-        skipped=max(c.skipped for c, _ in coverages), cut_by_time=any(c.cut_by_time for c, _ in coverages),
+        cut_by_time=any(c.cut_by_time for c, _ in coverages),
         unsearched=", ".join(c.unsearched for c, _ in coverages if c.unsearched),
         open_ttft=np.concatenate([c.open_ttft for c, _ in coverages]),
         open_value=np.concatenate([c.open_value for c, _ in coverages]),
@@ -300,16 +297,6 @@ def refine_inventory(resolved: ResolvedScenario, calibration: Calibration, sets:
 def _grid_only(resolved: ResolvedScenario) -> bool:
     """Multi-turn sessions (KV tiers sized per batch) and `used` accounting keep the grid's batches."""
     return resolved.scenario.workload.sessions is not None or resolved.scenario.search.gpu_accounting != "cluster"
-
-
-def _first_round_work(options: DeploymentOptions, intervals: list[Interval]) -> int:
-    """Bound evaluations of a round's full bounds (fill options x decode rows x decode counts), an estimate."""
-    fills = len(options.prefill) + sum(i.kind == "prefill" for i in intervals)
-    # decode counts up to the decode pool's room (another group's domains in a cross-group block)
-    decode_rows = sum(PIECES * (options.decode_room.gpus // i.low.gpus) for i in intervals if i.kind == "decode")
-    timed_rows = sum(options.decode_room.gpus // d.gpus for d in options.decode)
-    prefill = sum(i.kind == "prefill" for i in intervals)
-    return fills * decode_rows + prefill * (timed_rows + decode_rows)
 
 
 def _intervals(candidates: CandidateSet) -> list[Interval]:
@@ -389,13 +376,17 @@ def _candidate_ids(options: DeploymentOptions) -> set[int]:
 
 
 def _alive(options: DeploymentOptions, intervals: list[Interval], front: _Front,
-           resolved: ResolvedScenario, tolerance: float, loose: bool = False,
+           resolved: ResolvedScenario, tolerance: float, full_until: float = math.inf,
            packing: _Packing | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Which intervals may hold a deployment the front does not beat; with the bounds of those that do.
-    `loose`: only the cheap first checks (decode intervals against the fill options in LOOSE_BUCKETS runs per
-    size, each run stood for by one option at least as good as its members, `_bucketed`; fill intervals against
-    the decode rows likewise, `_Decodes.bucketed`): sound bounds, looser, in a fraction of the time. `packing`:
-    the instance counts beside each other, kept from earlier rounds."""
+
+    Each check is sound, and each next one tighter and dearer, run only on what the last left open: decode
+    intervals whole against one fill per size at least as good as each (`_best_per_size`), their PIECES pieces
+    against the fill options in BUCKETS runs per size, each run stood for by one option at least as good
+    as its members (`_bucketed`: the cheap bounds), then the pieces still open against every fill option (the
+    full bounds); fill intervals likewise against the decode rows. The full bounds are taken until
+    `full_until` (`time.perf_counter()`; past it, what they have not reached keeps its cheap bounds: the time
+    limit can afford those). `packing`: the instance counts beside each other, kept from earlier rounds."""
     packing = packing or _Packing()
     slo = resolved.scenario.slo
     cap = math.inf if slo.ttft_ms is None else slo.ttft_ms / 1e3
@@ -413,61 +404,89 @@ def _alive(options: DeploymentOptions, intervals: list[Interval], front: _Front,
     # with any decode batch, does no better than that timed option at the same counts
     dominated = _dominated_fills(options, [intervals[i] for i in feasible])
     feasible = [i for i, out in zip(feasible, dominated, strict=True) if not out]
-    open_intervals = [intervals[i] for i in feasible]
-    factor = (1 - TOL) / (1 + tolerance)
-    every = _pareto(_optimistic_fills(options, open_intervals))
-    best = _best_per_size(every)
+    check = _Check(options, front, cap, (1 - TOL) / (1 + tolerance), packing)
+    every = _pareto(_optimistic_fills(options, [intervals[i] for i in feasible]))
     decode = [i for i in feasible if intervals[i].kind == "decode"]
     for size in sorted({intervals[i].low.gpus for i in decode}):  # each decode interval with every fill
-        members = [i for i in decode if intervals[i].low.gpus == size]
-        # first against one fill per size that beats them all (cheap, looser), then the survivors in full
-        owners, rows = _Decodes.of_intervals(options, [intervals[i] for i in members], LOOSE_PIECES if loose else 1)
-        per_row, _, found = _boxes(options, _bucketed(every, LOOSE_BUCKETS) if loose else best, size, rows, cap, front,
-                                   factor, packing)
-        survivors = [members[i] for i in np.unique(np.asarray(owners, dtype=int)[per_row])]
-        if loose:
-            alive[survivors] = True
-            boxes.append(found)
-            continue
-        if not survivors:
-            continue
-        owners, rows = _Decodes.of_intervals(options, [intervals[i] for i in survivors])
-        # the pieces against the best fill per size again (cheap, sound as above): only the pieces still
-        # unbeaten meet every fill, usually a small share of them
-        unbeaten, _, _ = _boxes(options, best, size, rows, cap, front, factor, packing)
-        owners, rows = [o for o, keep in zip(owners, unbeaten.tolist(), strict=True) if keep], rows.take(unbeaten)
-        if not owners:
-            continue
-        per_row, _, found = _boxes(options, every, size, rows, cap, front, factor, packing)
-        for owner in np.unique(np.asarray(owners, dtype=int)[per_row]):
-            alive[survivors[owner]] = True
+        open_decode, found = check.decode([i for i in decode if intervals[i].low.gpus == size], intervals, every,
+                                          size, full_until)
+        alive[open_decode] = True
         boxes.append(found)
     prefill = [i for i in feasible if intervals[i].kind == "prefill"]
     if prefill:  # each fill interval with every decode option and open decode interval
-        decodes = _optimistic_decodes(options, open_intervals)
-        virtual = _optimistic_fills(replace(options, prefill=()), [intervals[i] for i in prefill])
-        maybe = np.zeros(len(prefill), dtype=bool)  # first against one decode row per size that beats them all
-        for size, rows in decodes.items():
-            first = rows.bucketed(LOOSE_BUCKETS) if loose else rows.best()
-            _, per_fill, found = _boxes(options, virtual, size, first, cap, front, factor, packing)
-            maybe |= per_fill
-            if loose:
-                boxes.append(found)
-        if loose:
-            alive[np.asarray(prefill)[maybe]] = True
-        prefill = [] if loose else [i for i, keep in zip(prefill, maybe, strict=True) if keep]
-        virtual = _optimistic_fills(replace(options, prefill=()), [intervals[i] for i in prefill])
-        strongest = _best_per_size(virtual) if prefill else virtual
-        for size, rows in decodes.items() if prefill else ():
-            # the decode rows against the best fill per size first (sound as above): only the rows still
-            # unbeaten meet every fill interval
-            unbeaten, _, _ = _boxes(options, strongest, size, rows, cap, front, factor, packing)
-            if not unbeaten.any():
-                continue
-            _, per_fill, found = _boxes(options, virtual, size, rows.take(unbeaten), cap, front, factor, packing)
-            alive[np.asarray(prefill)[per_fill]] = True
-            boxes.append(found)
+        decodes = _optimistic_decodes(options, [intervals[i] for i in feasible])
+        open_prefill, found_boxes = check.prefill(prefill, intervals, decodes, full_until)
+        alive[open_prefill] = True
+        boxes += found_boxes
     return alive, _concatenate([t for t, _ in boxes]), _concatenate([v for _, v in boxes])
+
+
+@dataclass(frozen=True)
+class _Check:
+    """The bounds of one round (`_alive`): what the front does not beat, checked in stages."""
+
+    options: DeploymentOptions
+    front: _Front
+    cap: float
+    factor: float
+    packing: _Packing
+
+    def boxes(self, fills: _Fills, size: int,
+              rows: _Decodes) -> tuple[np.ndarray, np.ndarray, tuple[np.ndarray, np.ndarray]]:
+        return _boxes(self.options, fills, size, rows, self.cap, self.front, self.factor, self.packing)
+
+    def decode(self, members: list[int], intervals: list[Interval], every: _Fills, size: int,
+               full_until: float) -> tuple[list[int], tuple[np.ndarray, np.ndarray]]:
+        """The decode intervals of one instance size (`members`, indices into `intervals`) still open, and
+        their bounds."""
+        # whole, against one fill per size at least as good as each (cheapest, loosest)
+        owners, rows = _Decodes.of_intervals(self.options, [intervals[i] for i in members], 1)
+        per_row, _, _ = self.boxes(_best_per_size(every), size, rows)
+        members = [members[i] for i in np.unique(np.asarray(owners, dtype=int)[per_row])]
+        if not members:
+            return [], (np.zeros(0), np.zeros(0))
+        # in pieces, against runs of fills (the cheap bounds), then what they leave open against every fill
+        # (the full bounds; at once where each run is one fill)
+        owners, rows = _Decodes.of_intervals(self.options, [intervals[i] for i in members])
+        owner, runs = np.asarray(owners, dtype=int), _bucketed(every, BUCKETS)
+        full, found = time.perf_counter() < full_until, (np.zeros(0), np.zeros(0))
+        if not full or runs.gpus.size < every.gpus.size:
+            per_row, _, found = self.boxes(runs, size, rows)
+            owner, rows = owner[per_row], rows.take(per_row)
+        if full and owner.size:
+            per_row, _, found = self.boxes(every, size, rows)
+            owner = owner[per_row]
+        return [members[i] for i in np.unique(owner)], found
+
+    def prefill(self, members: list[int], intervals: list[Interval], decodes: dict[int, _Decodes],
+                full_until: float) -> tuple[list[int], list[tuple[np.ndarray, np.ndarray]]]:
+        """The fill intervals (`members`) still open against every decode row (`decodes`, per instance
+        size), and their bounds."""
+        virtual = _optimistic_fills(replace(self.options, prefill=()), [intervals[i] for i in members])
+        # against one decode row per size at least as good as each (cheapest), then runs of rows (the cheap bounds)
+        first = np.zeros(len(members), dtype=bool)
+        for size, rows in decodes.items():
+            first |= self.boxes(virtual, size, rows.best())[1]
+        cheap: dict[int, tuple[np.ndarray, tuple[np.ndarray, np.ndarray]]] = {}
+        for size, rows in decodes.items() if first.any() else ():
+            _, per_fill, found = self.boxes(virtual.take(first), size, rows.bucketed(BUCKETS))
+            cheap[size] = per_fill, found
+        members = [m for m, keep in zip(members, first.tolist(), strict=True) if keep]
+        virtual = virtual.take(first)
+        open_fill = np.zeros(len(members), dtype=bool)
+        found_boxes = []
+        for size, (per_fill, found) in cheap.items():
+            left = np.flatnonzero(per_fill)
+            if time.perf_counter() < full_until and left.size:  # the full bounds on what the cheap ones left open
+                fills, rows = virtual.take(left), decodes[size]
+                # the rows against the best of those fills first (sound as above): only the rows it leaves open
+                # meet each fill interval
+                unbeaten, _, _ = self.boxes(_best_per_size(fills), size, rows)
+                _, full_fill, found = self.boxes(fills, size, rows.take(unbeaten))
+                left = left[full_fill]
+            open_fill[left] = True
+            found_boxes.append(found)
+        return [m for m, keep in zip(members, open_fill.tolist(), strict=True) if keep], found_boxes
 
 
 def _concatenate(parts: list[np.ndarray]) -> np.ndarray:
@@ -500,6 +519,10 @@ class _Fills:
     most: np.ndarray
     capacity: np.ndarray
     fill: np.ndarray
+
+    def take(self, rows: np.ndarray) -> _Fills:
+        """The options selected by a boolean mask or by indices."""
+        return _Fills(self.gpus[rows], self.most[rows], self.capacity[rows], self.fill[rows])
 
 
 def _optimistic_fills(options: DeploymentOptions, intervals: list[Interval]) -> _Fills:
@@ -692,32 +715,102 @@ def _boxes(options: DeploymentOptions, fills: _Fills, size: int, rows: _Decodes,
     transfer = np.array([options.kv_transfer_s.get((int(g), size), fallback) for g in fills.gpus])
     within = cap * (1 + 1e-12)
     soonest = fills.fill + transfer  # no pair of the fill option has a shorter TTFT
-    ceiling = options.output_tokens * capacity * (1 + SCREEN_SLACK) * factor  # nor more tokens/s (x factor)
-    live_f, live_c = np.nonzero((most >= 1) & (soonest <= within)[:, None] & (front.at(soonest)[:, None] < ceiling))
+    # decode counts in runs lo ... hi (`_count_runs`): each run bounded at once, as a decode interval's piece is
+    # (its fewest sequences and most fill capacity for TTFT, its most sequences and that capacity for the rate:
+    # TTFT grows with the sequences and falls with the capacity, the rate grows with both; the run's fill
+    # capacity is the most of its counts'); the runs the front does not beat are then bounded count by count
+    lo, hi = _count_runs(counts.size)
+    run_capacity = np.fmax.reduceat(capacity, lo - 1, axis=1)  # NaN: no fill instance beside any of its counts
+    ceiling = options.output_tokens * run_capacity * (1 + SCREEN_SLACK) * factor  # nor more tokens/s (x factor)
+    live_f, live_k = np.nonzero(np.isfinite(run_capacity) & (soonest <= within)[:, None]
+                                & (front.at(soonest)[:, None] < ceiling))
     if live_f.size == 0:
         return per_row, per_fill, (np.zeros(0), np.zeros(0))
-    cap_l, fill_l, transfer_l = capacity[live_f, live_c], fills.fill[live_f], transfer[live_f]
-    count_l, reach_l = counts[live_c], front.reach(ceiling[live_f, live_c])
+    cap_l, fill_l, transfer_l = run_capacity[live_f, live_k], fills.fill[live_f], transfer[live_f]
+    lo_l, hi_l, reach_l = lo[live_k], hi[live_k], front.reach(ceiling[live_f, live_k])
     floor_l = front.at(soonest)[live_f]  # the front at no more TTFT than any entry of the column has
+    exact = _ExactCounts(options, fills, transfer, capacity, rows, within, front, factor)
     step = max(1, CHUNK // live_f.size)
     for start in range(0, len(most_d), step):
         part = slice(start, start + step)
+        top = np.minimum(hi_l, most_d[part, None])  # a run's most decode instances on the row
         with np.errstate(divide="ignore", invalid="ignore"):
-            ttft = prefill_wait(cap_l, fill_l, transfer_l + rows.away_ttft[part, None],
-                                rows.slots_ttft[part, None] * count_l, options.cohort_fraction)
-            ttft += transfer_l
-            _, value = pair_figures(cap_l, fill_l, transfer_l, rows.slots_rate[part, None] * count_l,
+            _, value = pair_figures(cap_l, fill_l, transfer_l, rows.slots_rate[part, None] * top,
                                     rows.away_rate[part, None], options.cohort_fraction)
         value *= options.output_tokens  # the rate, in place (the same bits as output_tokens x rate)
+        # the rate bound first: a run past its row's count, or whose tokens/s the front beats at its column's
+        # least TTFT, is closed whatever its TTFT, so the TTFT bound is computed only for the rest
+        r, entry = np.nonzero((lo_l <= most_d[part, None]) & (value * factor > floor_l))
+        row = start + r
+        with np.errstate(divide="ignore", invalid="ignore"):
+            ttft = prefill_wait(cap_l[entry], fill_l[entry], transfer_l[entry] + rows.away_ttft[row],
+                                rows.slots_ttft[row] * lo_l[entry], options.cohort_fraction)
+            ttft += transfer_l[entry]
         # the front looked up only where the TTFT bound is within the cap and the front does not beat the
-        # entry's tokens/s at its column's least TTFT, nor the capacity at its own (`_Front.reach`)
-        ok = ((count_l <= most_d[part, None]) & np.isfinite(ttft) & (ttft <= within) & (value * factor > floor_l)
-              & (ttft * (1 + 1e-12) < reach_l))
-        r, entry = np.nonzero(ok)
-        bound_t, bound_v = ttft[r, entry], value[r, entry]
+        # capacity's tokens/s there (`_Front.reach`)
+        ok = np.isfinite(ttft) & (ttft <= within) & (ttft * (1 + 1e-12) < reach_l[entry])
+        row, entry, bound_t, bound_v = row[ok], entry[ok], ttft[ok], value[r[ok], entry[ok]]
         unbeaten = front.at(bound_t) < bound_v * factor
-        per_row[start + r[unbeaten]] = True
-        per_fill[live_f[entry[unbeaten]]] = True
-        found_t.append(bound_t[unbeaten])
-        found_v.append(bound_v[unbeaten])
+        row, entry = row[unbeaten], entry[unbeaten]
+        for row_e, fill_e, bound_t, bound_v in exact.of_runs(row, live_f[entry], lo_l[entry],
+                                                             np.minimum(hi_l[entry], most_d[row])):
+            per_row[row_e] = True
+            per_fill[fill_e] = True
+            found_t.append(bound_t)
+            found_v.append(bound_v)
     return per_row, per_fill, (_concatenate(found_t), _concatenate(found_v))
+
+
+def _count_runs(n: int) -> tuple[np.ndarray, np.ndarray]:
+    """Decode counts 1 ... n in runs lo ... hi, each hi at most COUNT_RUN x lo (one count each below
+    1 / (COUNT_RUN - 1)): a run's rate bound is then at most COUNT_RUN times its counts' (`_boxes`)."""
+    lo: list[int] = []
+    count = 1
+    while count <= n:
+        lo.append(count)
+        count = max(count + 1, math.floor(count * COUNT_RUN) + 1)
+    starts = np.array(lo, dtype=np.int64)
+    return starts, np.append(starts[1:] - 1, n)
+
+
+@dataclass(frozen=True)
+class _ExactCounts:
+    """`_boxes`' bounds count by count, for the (row, fill option, run) the run's bound leaves open."""
+
+    options: DeploymentOptions
+    fills: _Fills
+    transfer: np.ndarray
+    capacity: np.ndarray  # fill options x counts (NaN: no fill instance beside that many decode ones)
+    rows: _Decodes
+    within: float
+    front: _Front
+    factor: float
+
+    def of_runs(self, row: np.ndarray, fill: np.ndarray, lo: np.ndarray,
+                top: np.ndarray) -> Iterator[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]]:
+        """(row, fill, TTFT bound, tokens/s bound) of each count lo ... top of each run the front does
+        not beat, in the order of (row, fill, count), CHUNK entries at most at a time."""
+        width = top - lo + 1
+        ends = np.cumsum(width)
+        start = 0
+        while start < row.size:
+            stop = max(start + 1, int(np.searchsorted(ends, ends[start] - width[start] + CHUNK, "right")))
+            yield self._counts(row[start:stop], fill[start:stop], lo[start:stop], width[start:stop])
+            start = stop
+
+    def _counts(self, row: np.ndarray, fill: np.ndarray, lo: np.ndarray,
+                width: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        run = np.repeat(np.arange(row.size), width)
+        count = lo[run] + np.arange(run.size) - np.repeat(np.cumsum(width) - width, width)
+        row, fill = row[run], fill[run]
+        cap, transfer, rows, options = self.capacity[fill, count - 1], self.transfer[fill], self.rows, self.options
+        with np.errstate(divide="ignore", invalid="ignore"):
+            _, value = pair_figures(cap, self.fills.fill[fill], transfer, rows.slots_rate[row] * count,
+                                    rows.away_rate[row], options.cohort_fraction)
+            value *= options.output_tokens
+            ttft = prefill_wait(cap, self.fills.fill[fill], transfer + rows.away_ttft[row],
+                                rows.slots_ttft[row] * count, options.cohort_fraction)
+            ttft += transfer
+        keep = np.isfinite(ttft) & (ttft <= self.within)
+        keep[keep] = self.front.at(ttft[keep]) < value[keep] * self.factor
+        return row[keep], fill[keep], ttft[keep], value[keep]
