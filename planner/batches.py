@@ -592,11 +592,6 @@ def _bucketed(fills: _Fills, buckets: int) -> _Fills:
     return _Fills(gpus.astype(np.int64), most.astype(np.int64), capacity.astype(float), fill.astype(float))
 
 
-def _one_fill(options: DeploymentOptions, interval: Interval) -> _Fills:
-    return _Fills(np.array([interval.low.gpus]), np.array([_most_instances(interval.low.gpus, options)]),
-                  np.array([interval.high.requests_per_s]), np.array([interval.low.timing.ttft_s]))
-
-
 @dataclass(frozen=True)
 class _Decodes:
     """Decode rows of one instance size: sequences and decoding time for the TTFT bound (fewest sequences,
@@ -737,7 +732,10 @@ def _boxes(options: DeploymentOptions, fills: _Fills, size: int, rows: _Decodes,
         with np.errstate(divide="ignore", invalid="ignore"):
             _, value = pair_figures(cap_l, fill_l, transfer_l, rows.slots_rate[part, None] * top,
                                     rows.away_rate[part, None], options.cohort_fraction)
-        value *= options.output_tokens  # the rate, in place (the same bits as output_tokens x rate)
+        # the rate, x (1 + SCREEN_SLACK): exactly it never falls with the sequences, but where capacity binds
+        # the computed rate wobbles around it by an ulp or two, so a run's count may compute a little above
+        # its top's (the counts are then computed afresh: the slack changes no bound returned)
+        value *= options.output_tokens * (1 + SCREEN_SLACK)
         # the rate bound first: a run past its row's count, or whose tokens/s the front beats at its column's
         # least TTFT, is closed whatever its TTFT, so the TTFT bound is computed only for the rest
         r, entry = np.nonzero((lo_l <= most_d[part, None]) & (value * factor > floor_l))
