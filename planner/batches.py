@@ -684,12 +684,14 @@ def _boxes(options: DeploymentOptions, fills: _Fills, size: int, rows: _Decodes,
     Returns which decode rows and which fill options have a bound the front does not beat (its best within
     the TTFT bound below value x `factor`), and those bounds.
 
-    Screens skip work without changing the answer. Each (fill option, count) is first screened for all
-    rows at once: a pair's wait at the prefill pool is at least the fill and its rate at most the fill
+    Screens skip work without changing the answer. Each (fill option, run of counts) is first screened for
+    all rows at once: a pair's wait at the prefill pool is at least the fill and its rate at most the fill
     instances' capacity (`prefill_wait`), so a fill plus transfer past the cap, or a front at that TTFT
-    beating the capacity's tokens/s, closes every row of it. Then the front is searched only for the entries
-    whose tokens/s it does not beat at their column's least TTFT, nor the capacity's at their own.
-    `SCREEN_SLACK` keeps the capacity on the safe side of rounding."""
+    beating the run's most capacity's tokens/s, closes every row of it. Then each (row, run) is bounded at
+    once, its TTFT bound computed only where the front does not beat its rate bound at the column's least
+    TTFT, and the front searched only where it does not beat the capacity's tokens/s at that TTFT bound; the
+    runs left open are bounded count by count (`_ExactCounts`). `SCREEN_SLACK` keeps the capacity and the
+    runs' rates on the safe side of rounding."""
     most_d = rows.most
     per_row = np.zeros(len(most_d), dtype=bool)
     per_fill = np.zeros(fills.gpus.size, dtype=bool)

@@ -132,14 +132,16 @@ def test_reach_answers_as_the_front_lookup() -> None:
         assert np.array_equal(front.at(times) < values, times * (1 + 1e-12) < front.reach(values))
 
 
-def _boxes_unscreened(options, fills, size, rows, cap, front, factor):  # type: ignore[no-untyped-def]
-    """`_boxes` as it was before its screens: every (fill, row, count) entry evaluated."""
+def _boxes_unscreened(options, fills, size, rows, cap, front, factor, beside=None):  # type: ignore[no-untyped-def]
+    """`_boxes` as it was before its screens: every (fill, row, count) entry evaluated (`beside`: the fill
+    instances beside each decode count, fills x counts; None: the exact packer's)."""
     from planner.formulation.pairs import pair_figures
     from planner.formulation.units import most_beside
 
     per_row, per_fill = np.zeros(len(rows.most), dtype=bool), np.zeros(fills.gpus.size, dtype=bool)
     counts = np.arange(1, int(rows.most.max()) + 1)
-    most = np.minimum(fills.most[:, None], most_beside(fills.gpus, size, counts, options.domains))
+    beside = most_beside(fills.gpus, size, counts, options.domains) if beside is None else beside[:, :counts.size]
+    most = np.minimum(fills.most[:, None], beside)
     capacity = np.where(most >= 1, fills.capacity[:, None] * most, np.nan)[None]
     fallback = min(options.kv_transfer_s.values())
     transfer = np.array([options.kv_transfer_s.get((int(g), size), fallback) for g in fills.gpus])[None, :, None]
@@ -239,31 +241,6 @@ class _FixedPacking:
         return self.beside[:, :counts.size]
 
 
-def _every_count(options, fills, rows, cap, front, factor, beside):  # type: ignore[no-untyped-def]
-    """`_boxes`' answer by evaluating every (row, fill, count) entry of one instance size (1 GPU)."""
-    from planner.formulation.pairs import pair_figures
-
-    counts = np.arange(1, int(rows.most.max()) + 1)
-    most = np.minimum(fills.most[:, None], beside[:, :counts.size])
-    capacity = np.where(most >= 1, fills.capacity[:, None] * most, np.nan)[None]
-    transfer = np.full((1, fills.gpus.size, 1), options.kv_transfer_s[(1, 1)])
-    with np.errstate(all="ignore"):
-        ttft, _ = pair_figures(capacity, fills.fill[None, :, None], transfer, rows.slots_ttft[:, None, None] * counts,
-                               rows.away_ttft[:, None, None], options.cohort_fraction)
-    ok = ((most >= 1)[None] & (counts[None, None, :] <= rows.most[:, None, None]) & np.isfinite(ttft)
-          & (ttft <= cap * (1 + 1e-12)))
-    r, f, c = np.nonzero(ok)
-    with np.errstate(all="ignore"):
-        _, rate = pair_figures(capacity[0, f, c], fills.fill[f], transfer[0, f, 0], rows.slots_rate[r] * counts[c],
-                               rows.away_rate[r], options.cohort_fraction)
-    value = options.output_tokens * rate
-    unbeaten = front.at(ttft[r, f, c]) < value * factor
-    per_row, per_fill = np.zeros(len(rows.most), dtype=bool), np.zeros(fills.gpus.size, dtype=bool)
-    per_row[r[unbeaten]] = True
-    per_fill[f[unbeaten]] = True
-    return per_row, per_fill, (ttft[r, f, c][unbeaten], value[unbeaten])
-
-
 def test_count_runs_change_no_answer_on_random_options(monkeypatch: pytest.MonkeyPatch) -> None:
     """`_boxes` with decode counts in runs (1.25x to 3x, chunks of 50 entries to 2M) against every count
     evaluated, bit for bit, on random fills, decode rows (pieces: fewer sequences for TTFT than for the rate;
@@ -290,7 +267,8 @@ def test_count_runs_change_no_answer_on_random_options(monkeypatch: pytest.Monke
                             - (np.arange(1, n + 1)[None, :] * rng.uniform(0.001, 0.1, (n_fills, 1))).astype(int))
         options = SimpleNamespace(shared_domains=True, domains=None, kv_transfer_s={(1, 1): rng.uniform(0, 0.05)},
                                   output_tokens=int(rng.integers(16, 2048)), cohort_fraction=float(rng.uniform(0, 1)))
-        _, _, (ttft, value) = _every_count(options, fills, rows, np.inf, _Front(np.zeros(0), np.zeros(0)), 1.0, beside)
+        _, _, (ttft, value) = _boxes_unscreened(options, fills, 1, rows, np.inf, _Front(np.zeros(0), np.zeros(0)), 1.0,
+                                                beside)
         if not ttft.size:
             continue
         pick = rng.choice(ttft.size, min(20, ttft.size), replace=False)
@@ -299,7 +277,7 @@ def test_count_runs_change_no_answer_on_random_options(monkeypatch: pytest.Monke
                        np.maximum.accumulate(value[pick][order] * rng.uniform(0.9, 1.1)))
         cap = float(rng.choice([np.inf, np.median(ttft)]))
         got = _boxes(options, fills, 1, rows, cap, front, 0.99, _FixedPacking(beside))  # type: ignore[arg-type]
-        want = _every_count(options, fills, rows, cap, front, 0.99, beside)
+        want = _boxes_unscreened(options, fills, 1, rows, cap, front, 0.99, beside)
         assert np.array_equal(got[0], want[0]) and np.array_equal(got[1], want[1])
         assert got[2][0].tobytes() == want[2][0].tobytes() and got[2][1].tobytes() == want[2][1].tobytes()
         found += want[2][0].size
