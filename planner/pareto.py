@@ -6,11 +6,31 @@ from __future__ import annotations
 import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Final, Literal
+
+import numpy as np
 
 from costmodel.layout import Layout
 
 GpuAccounting = Literal["cluster", "used"]
+BINS: Final = 1 << 16  # log-spaced TTFT bins of `binned_front`'s sort-free cut
+
+
+def binned_front(ttft: np.ndarray, value: np.ndarray, tol: float = 0.0) -> np.ndarray:
+    """A mask that keeps every entry of the front (TTFT down, value up) of millions of entries, without
+    sorting: with TTFT in log-spaced bins, an entry whose value is below the best of every lower bin (all
+    faster than it) by more than `tol` (relative) is dropped. Leaves the entries of the front's own bins to
+    sort. TTFTs of 0 or below, or infinite, keep all (no log scale)."""
+    if ttft.size < BINS:
+        return np.ones(ttft.size, dtype=bool)
+    low, high = float(ttft.min()), float(ttft.max())
+    if not np.isfinite(high) or not high > low > 0:
+        return np.ones(ttft.size, dtype=bool)
+    where = np.minimum((np.log(ttft / low) / np.log(high / low) * (BINS - 1)).astype(np.int64), BINS - 1)
+    best = np.full(BINS, -np.inf)
+    np.maximum.at(best, where, value)
+    below = np.concatenate(([-np.inf], np.maximum.accumulate(best)[:-1]))
+    return np.asarray(value >= below[where] * (1 - tol))
 
 
 @dataclass(frozen=True)

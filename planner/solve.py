@@ -226,6 +226,7 @@ def _solve(resolved: ResolvedScenario, settings: SolveSettings, calibration: Cal
     front = [_with_batch_bound(solved, batches, outside) for solved in front]
     solved = SolveResult(resolved, settings, front, result, 0.0, counts, options=blocks[0], prepare_s=prepare_s,
                          fastest_ttft_s=fastest, batches=batches, blocks=blocks, calibration=custom)
+    solved.outside = outside  # what the cached property would compute again (seconds on 256 racks)
     solved.experts = _expert_placements(resolved, front, settings)
     solved.time_s = time.perf_counter() - start
     return solved

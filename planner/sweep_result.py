@@ -14,7 +14,7 @@ import numpy as np
 from planner.formulation.linear import LinearModel
 from planner.formulation.model import Selection
 from planner.packing import best_packing
-from planner.pareto import FrontPoint, hypervolume, non_dominated
+from planner.pareto import FrontPoint, binned_front, hypervolume, non_dominated
 from planner.solvers import SolveReport, SolveStatus
 
 GRID_S = 1e-6  # TTFT grid of the epsilon steps
@@ -89,9 +89,16 @@ class OutsideBound:
            every: frozenset[str] = frozenset()) -> OutsideBound:
         """From bounds (TTFT from below, tokens/s per GPU from above) and the block each belongs to (index into
         `groups`; none: one block)."""
+        owner = np.zeros(ttft_s.size, dtype=np.int64) if block is None else block
+        # first, without sorting, each block's bounds that one of its faster bounds beats (they raise no stair:
+        # a time limit can leave tens of millions of bounds on 256 racks)
+        rising = np.zeros(ttft_s.size, dtype=bool)
+        for b in np.unique(owner).tolist():
+            mine = np.flatnonzero(owner == b)
+            rising[mine[binned_front(ttft_s[mine], value[mine])]] = True
+        ttft_s, value, owner = ttft_s[rising], value[rising], owner[rising]
         order = np.argsort(ttft_s, kind="stable")
-        times, value = ttft_s[order], value[order]
-        owner = np.zeros(order.size, dtype=np.int64) if block is None else block[order]
+        times, value, owner = ttft_s[order], value[order], owner[order]
         blocks = max(len(groups), int(owner.max(initial=-1)) + 1, 1)
         if composed and len(groups) != blocks:  # `at` packs the blocks by their groups
             raise ValueError(f"composed bounds of {blocks} blocks need each block's groups ({len(groups)} given)")

@@ -102,6 +102,9 @@ class DeploymentOptions:
     # KV transfer takes the NICs (`costmodel.disaggregated.kv_link_bandwidth`): the link rows
     links: dict[tuple[int, int], tuple[float, float]] = field(default_factory=dict)
     label: str = ""  # the inventory groups of this structure block, e.g. "hopper>nvl" (prefill > decode)
+    # unit tables of these options by first TTFT cap (`planner.formulation.units.unit_table`); not an init
+    # field, so that `dataclasses.replace` gives a copy with other options an empty one
+    unit_tables: dict[float | None, Any] = field(default_factory=dict, init=False, repr=False)
 
     @property
     def groups(self) -> frozenset[str]:

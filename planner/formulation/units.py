@@ -22,16 +22,17 @@ incumbents and the MILP its configurations at each TTFT cap.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import cast
 
 import numpy as np
 
 from planner.formulation.options import DecodeOption, DeploymentOptions, PrefillOption
 from planner.formulation.pairs import link_limits, pair_figures
+from planner.pareto import binned_front
 from planner.placement import Domains, divisible, fits, packing_rows
 
 KEEP_TOL = 1e-6  # relative: triples within this of the block's best rate at their TTFT are kept
 BLOCK = 2_000_000  # triples per numpy block (memory: ~10 arrays of this many float64)
-BINS = 1 << 16  # log-spaced TTFT bins of the sort-free first cut
 
 
 @dataclass(frozen=True)
@@ -64,7 +65,74 @@ class UnitTable:
 
 
 def unit_table(options: DeploymentOptions, first_cap_s: float | None) -> UnitTable | None:
-    """The table of `options`' shared structure within the first TTFT cap (None without one)."""
+    """The table of `options`' shared structure within the first TTFT cap (None without one); kept on the
+    options object (the batch search leaves there the table it joined from its rounds', `joined_table`)."""
+    if first_cap_s not in options.unit_tables:
+        options.unit_tables[first_cap_s] = _unit_table(options, first_cap_s)
+    return cast(UnitTable | None, options.unit_tables[first_cap_s])
+
+
+@dataclass(frozen=True)
+class TableEntries:
+    """A unit table's entries with their options named by candidate (`id` of each option's candidate, kept
+    alive by its candidate set) instead of by index: valid in any options built from the same candidates."""
+
+    ttft: np.ndarray
+    rate: np.ndarray
+    prefill: np.ndarray  # candidate ids
+    prefills: np.ndarray
+    decode: np.ndarray  # candidate ids
+    decodes: np.ndarray
+    kv_bytes: float  # the KV a request moves, as `_block` takes it for the link limits: its options' most
+
+    @staticmethod
+    def of(table: UnitTable, options: DeploymentOptions) -> TableEntries:
+        prefill = np.array([id(p.candidate) for p in options.prefill], dtype=np.int64)
+        decode = np.array([id(d.candidate) for d in options.decode], dtype=np.int64)
+        return TableEntries(table.ttft, table.rate, prefill[table.prefill], table.prefills, decode[table.decode],
+                            table.decodes, _kv_bytes(options.prefill))
+
+
+def join_tables(options: DeploymentOptions, parts: list[TableEntries], cap_s: float | None) -> bool:
+    """Leave on `options` (for `unit_table`) its table within `cap_s` joined from the tables, within the same
+    cap, of option sets that together hold every pair of its fill and decode options (the batch search's
+    rounds: each round's new fills with every decode option, its earlier fills with the new decode options);
+    False where the parts' link limits took another KV size than `options`' would (not joined).
+
+    The entries are `unit_table`'s (to rounding): a part's table drops only entries one of its entries beats
+    by more than KEEP_TOL, and the best rate at or below any TTFT is reached by an entry no part drops. A fill
+    option the options have since pruned (`options._prune_prefill`: as fast, no less capacity, admitted load or
+    KV) is matched entry by entry by the option that pruned it, so its entries are dropped. Exact ties may come
+    in another order than `unit_table`'s (the same in every run)."""
+    if options.links and any(part.kv_bytes != _kv_bytes(options.prefill) for part in parts):
+        return False
+    options.unit_tables[cap_s] = _joined(options, parts)
+    return True
+
+
+def _joined(options: DeploymentOptions, parts: list[TableEntries]) -> UnitTable | None:
+    if not parts:
+        return None
+    index_p = {id(p.candidate): i for i, p in enumerate(options.prefill)}
+    index_d = {id(d.candidate): i for i, d in enumerate(options.decode)}
+    columns = [np.concatenate([getattr(part, name) for part in parts]) for name in
+               ("ttft", "rate", "prefill", "prefills", "decode", "decodes")]
+    prefill = np.array([index_p.get(c, -1) for c in columns[2].tolist()], dtype=np.int64)
+    decode = np.array([index_d.get(c, -1) for c in columns[4].tolist()], dtype=np.int64)
+    known = (prefill >= 0) & (decode >= 0)
+    if not known.any():
+        return None
+    ttft, rate, count_p, count_d = (columns[i][known] for i in (0, 1, 3, 5))
+    keep = _front_mask(ttft, rate)
+    return UnitTable(ttft[keep], rate[keep], prefill[known][keep], count_p[keep], decode[known][keep],
+                     count_d[keep], np.maximum.accumulate(rate[keep]))
+
+
+def _kv_bytes(prefill: tuple[PrefillOption, ...] | list[PrefillOption]) -> float:
+    return max((p.kv_bytes for p in prefill), default=0.0)
+
+
+def _unit_table(options: DeploymentOptions, first_cap_s: float | None) -> UnitTable | None:
     if not options.prefill or not options.decode:
         return None
     prefill = list(options.prefill)
@@ -126,7 +194,7 @@ def _block(options: DeploymentOptions, prefill: list[PrefillOption], members: li
     away = np.array([d.decoding_s for d in decode])[:, None, None]
     gpus_p = np.array([p.gpus for p in prefill])[None, :, None]
     limit = link_limits(options, gpus_p, np.array(size), count_p[None].astype(float),
-                        counts[None, None, :].astype(float), max(p.kv_bytes for p in prefill))
+                        counts[None, None, :].astype(float), _kv_bytes(prefill))
     with np.errstate(divide="ignore", invalid="ignore"):
         ttft, rate = pair_figures(np.where(count_p >= 1, cap, np.nan), fill, transfer, conc, away,
                                   options.cohort_fraction, load if (load < 1.0).any() else None, limit)
@@ -137,26 +205,11 @@ def _block(options: DeploymentOptions, prefill: list[PrefillOption], members: li
         return None
     which, rows, cols = np.nonzero(ok)
     ttft_k, rate_k = ttft[which, rows, cols], np.asarray(rate, dtype=float)[which, rows, cols]
-    coarse = np.flatnonzero(_binned_front(ttft_k, rate_k))
+    coarse = np.flatnonzero(binned_front(ttft_k, rate_k, KEEP_TOL))
     which, rows, cols, ttft_k, rate_k = which[coarse], rows[coarse], cols[coarse], ttft_k[coarse], rate_k[coarse]
     keep = _front_mask(ttft_k, rate_k)
     which, rows, cols = which[keep], rows[keep], cols[keep]
     return (ttft_k[keep], rate_k[keep], rows, count_p[rows, cols], np.asarray(members)[which], counts[cols])
-
-
-def _binned_front(ttft: np.ndarray, rate: np.ndarray) -> np.ndarray:
-    """A cut without sorting: with TTFT in log-spaced bins, an entry whose rate is below the best of every
-    lower bin (all faster than it) is dominated. Leaves the entries of the front's own bins to sort."""
-    if ttft.size < BINS:
-        return np.ones(ttft.size, dtype=bool)
-    low, high = float(ttft.min()), float(ttft.max())
-    if not high > low > 0:
-        return np.ones(ttft.size, dtype=bool)
-    where = np.minimum((np.log(ttft / low) / np.log(high / low) * (BINS - 1)).astype(np.int64), BINS - 1)
-    best = np.full(BINS, -np.inf)
-    np.maximum.at(best, where, rate)
-    below = np.concatenate(([-np.inf], np.maximum.accumulate(best)[:-1]))
-    return np.asarray(rate >= below[where] * (1 - KEEP_TOL))
 
 
 def _front_mask(ttft: np.ndarray, rate: np.ndarray) -> np.ndarray:
@@ -193,6 +246,8 @@ def _packed_counts(size_p: np.ndarray, size_d: int, counts: np.ndarray, count_p:
     size (fewer instances fit where more do, so an option's count is the least of its own and its size's)."""
     result = count_p.copy()
     for size in np.unique(size_p).tolist():
+        if divisible([size, size_d], domains):
+            continue  # the packing rows, whence count_p, are exact for this pair: the packer accepts them
         rows = np.flatnonzero(size_p == size)
         for col, count_d in enumerate(counts.tolist()):
             n = int(result[rows, col].max())

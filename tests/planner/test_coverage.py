@@ -126,3 +126,44 @@ def test_windows_start_below_the_sweeps_floor_where_an_untimed_batch_could() -> 
     coverage = result.coverage(fastest_s=0.01, outside=outside)
     assert coverage is not None and coverage.low_ms == pytest.approx(30.0)
     assert [pytest.approx(w, abs=1e-3) for w in coverage.uncovered_ms] == [(30.0, 100.0, 50.0)]
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_outside_bounds_cut_before_sorting_give_the_same_stairs(seed: int) -> None:
+    """Millions of open bounds (a time limit on 256 racks) are first cut without sorting (`binned_front`):
+    each block's bound at any TTFT is still the most of its bounds at or below it (ties and equal TTFTs too)."""
+    import numpy as np
+
+    from planner.pareto import BINS, binned_front
+    from planner.sweep_result import OutsideBound
+
+    rng = np.random.default_rng(seed)
+    n = 3 * BINS
+    ttft = np.round(rng.lognormal(0.0, 1.0, n), 3)  # rounded: many equal TTFTs
+    value = np.round(rng.uniform(0.0, 100.0, n) * ttft, 1)  # growing with TTFT, as the front does
+    block = rng.integers(0, 3, n)
+    assert binned_front(ttft, value).sum() < n // 10  # the cut is taken
+    groups = (frozenset({"a"}), frozenset({"b"}), frozenset({"a", "b"}))
+    bound = OutsideBound.of(ttft, value, block, groups, composed=False)
+    for t in [*rng.choice(ttft, 200).tolist(), float(ttft.min()) / 2, float(ttft.max()) * 2]:
+        below = ttft <= t * (1 + 1e-12)
+        assert bound.at(t, 0.0) == (float(value[below].max()) if below.any() else 0.0)
+        count = int(np.searchsorted(bound.ttft_s, t * (1 + 1e-12), "right"))
+        for b in range(3):
+            mine = below & (block == b)
+            assert (bound.stairs[b, count - 1] if count else 0.0) == (float(value[mine].max()) if mine.any() else 0.0)
+
+
+def test_the_binned_cut_keeps_the_front_and_leaves_what_it_cannot_scale() -> None:
+    import numpy as np
+
+    from planner.pareto import BINS, binned_front
+
+    rng = np.random.default_rng(7)
+    ttft, value = rng.uniform(0.01, 10.0, 2 * BINS), rng.uniform(0.0, 1.0, 2 * BINS)
+    keep = binned_front(ttft, value)
+    order = np.lexsort((-value, ttft))
+    front = order[value[order] >= np.concatenate(([-np.inf], np.maximum.accumulate(value[order])[:-1]))]
+    assert keep[front].all() and keep.sum() < ttft.size // 100
+    assert binned_front(np.append(ttft, np.inf), np.append(value, 2.0)).all()  # an infinite TTFT: no log scale
+    assert binned_front(ttft[: BINS - 1], value[: BINS - 1]).all()  # too few to bin

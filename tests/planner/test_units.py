@@ -3,6 +3,9 @@ count, and the table holds the front of every (prefill, P, decode, D) deployment
 
 from __future__ import annotations
 
+import math
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -11,7 +14,7 @@ from costmodel.hardware import load_system
 from costmodel.inventory import ClusterGroup
 from planner.formulation.options import DeploymentOptions, deployment_options
 from planner.formulation.pairs import pair_figures
-from planner.formulation.units import most_beside, unit_table
+from planner.formulation.units import TableEntries, UnitTable, join_tables, most_beside, unit_table
 from planner.pareto import TIE_REL
 from planner.placement import assign, fits, group_domains
 from planner.scenario import scenario_from_data
@@ -86,3 +89,101 @@ def test_the_table_holds_the_front_of_every_count(name: str) -> None:
     for ttft, rate in zip(table.ttft, table.rate, strict=True):  # and nothing beyond what exists
         assert any(t <= ttft * (1 + 1e-12) and r >= rate * (1 - 1e-9) for t, r in front)
 
+
+
+@pytest.mark.parametrize(("system", "gpus", "unavailable"), [
+    ("gb200-nvl72", 144, ()), ("gb200-nvl72", 144, ((1, 17, 2),)), ("h200-sxm", 24, ((0, 1, 3),))])
+def test_fill_counts_are_the_packers_largest(system: str, gpus: int,
+                                             unavailable: tuple[tuple[int, int, int], ...]) -> None:
+    """Sizes that do not all divide each other (12, 24 and 36 beside powers of two): each fill count is the
+    largest the exact packer accepts beside each decode count, whether the pair's own sizes divide (the
+    packing rows, exact there, are taken as they are) or not (lowered until the packer accepts)."""
+    from planner.formulation.units import _prefill_counts
+
+    group = ClusterGroup("g", load_system(system), gpus, frozenset(unavailable))
+    domains = group_domains(group)
+    options = _options("qwen3-30b-4xh200")
+    sizes = [4, 8, 12, 24, 36, 48]
+    prefill = [replace(options.prefill[0], gpus=size, most=10**6) for size in sizes]
+    options = replace(options, domains=domains)
+    for size_d in (8, 12, 16, 72):
+        counts = np.arange(1, gpus // size_d + 1)
+        found = _prefill_counts(options, prefill, size_d, counts, divisible=False)
+        for row, size in enumerate(sizes):
+            for col, count_d in enumerate(counts.tolist()):
+                most = 0
+                while fits([(size, most + 1), (size_d, count_d)], domains):
+                    most += 1
+                if not fits([(size_d, count_d)], domains):
+                    most = 0
+                assert found[row, col] == most, (size, size_d, count_d)
+
+
+def _entries(table: UnitTable) -> list[tuple[float, float, int, int, int, int]]:
+    return sorted(zip(table.ttft.tolist(), table.rate.tolist(), table.prefill.tolist(), table.prefills.tolist(),
+                      table.decode.tolist(), table.decodes.tolist(), strict=True))
+
+
+@pytest.mark.parametrize("name", ["qwen3-30b-4xh200", "gpt-oss-20b-4xb200-sglang", "qwen3-30b-16xh100-prefix-cache",
+                                  "llama-8b-dense-6xh100-disaggregated",
+                                  "kimi-k2-72xgb200"])  # one rack: fills timed in later rounds prune earlier ones
+def test_the_batch_search_leaves_the_sweep_its_table(name: str) -> None:
+    """The batch search joins the unit tables of its rounds into the table of the options it returns, which the
+    sweep then takes as it is: the same entries as the table built afresh (fills pruned since are dropped:
+    on one GB200 rack 21 entries of 737)."""
+    from benchmarks.suite import scenario_data
+    from planner.batches import _table_cap, refine
+    from planner.formulation.units import _unit_table
+
+    scenario = scenario_from_data(scenario_data(name) if name == "kimi-k2-72xgb200" else small_data(name))
+    calibration = default_calibration()
+    options, coverage = refine(scenario, calibration, generate(scenario, calibration), math.inf, 0.01)
+    cap = _table_cap(scenario)
+    assert coverage.rounds >= 1 and cap in options.unit_tables
+    joined, fresh = unit_table(options, cap), _unit_table(options, cap)
+    assert joined is options.unit_tables[cap]
+    assert joined is not None and fresh is not None and _entries(joined) == _entries(fresh)
+
+
+def test_tables_are_not_joined_across_kv_sizes_under_link_limits() -> None:
+    """Where the KV transfer takes the NICs, a part's link limits used its own fills' largest KV: a part that
+    took another one is not joined (the sweep builds the table afresh)."""
+    options = _options("qwen3-30b-4xh200")
+    table = _unit_table_of(options)
+    part = TableEntries.of(table, options)
+    linked = replace(options, links={(1, 1): (1e9, 1e9)})
+    assert join_tables(linked, [part], None) and linked.unit_tables[None] is not None
+    other = replace(options, links={(1, 1): (1e9, 1e9)})
+    assert not join_tables(other, [replace(part, kv_bytes=part.kv_bytes / 2)], None)
+    assert None not in other.unit_tables
+    assert join_tables(replace(options), [replace(part, kv_bytes=part.kv_bytes / 2)], None)  # no links: no limit
+
+
+def _unit_table_of(options: DeploymentOptions) -> UnitTable:
+    table = unit_table(options, None)
+    assert table is not None
+    return table
+
+
+def test_a_search_cut_by_its_deadline_leaves_the_whole_table(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Cut at every point of its rounds (a clock that ticks once a reading): the options returned carry the
+    table of all their fills and decode options, those timed after the last front included."""
+    import itertools
+
+    import planner.batches as batches
+    from planner.formulation.units import _unit_table
+
+    scenario = scenario_from_data(small_data("gpt-oss-20b-4xb200-sglang"))
+    calibration = default_calibration()
+    cap = batches._table_cap(scenario)
+    cut_late = 0
+    for ticks in range(2, 60, 3):
+        clock = itertools.count()
+        monkeypatch.setattr(batches.time, "perf_counter", lambda clock=clock: float(next(clock)))
+        candidates = generate(scenario, calibration)
+        options, coverage = batches.refine(scenario, calibration, candidates, float(ticks), 0.0)
+        monkeypatch.undo()
+        cut_late += coverage.cut_by_time and coverage.rounds >= 1
+        joined, fresh = options.unit_tables.get(cap), _unit_table(options, cap)
+        assert joined is not None and fresh is not None and _entries(joined) == _entries(fresh), ticks
+    assert cut_late  # some cut came after a round's batches were timed
