@@ -140,9 +140,12 @@ class _Packing:
 
 
 def refine(resolved: ResolvedScenario, calibration: Calibration, candidates: CandidateSet,
-           deadline: float, tolerance: float = 0.0, label: str = "") -> tuple[DeploymentOptions, BatchCoverage]:
+           deadline: float, tolerance: float = 0.0, label: str = "",
+           tables: TableParts | None = None) -> tuple[DeploymentOptions, BatchCoverage]:
     """Time batches until no interval can beat the front by more than `tolerance` (relative, in tokens/s
-    at equal TTFT), or the deadline: the options to solve over (`label`: the group's name, for messages)."""
+    at equal TTFT), or the deadline: the options to solve over, which carry their unit table (`label`: the
+    group's name, for messages; `tables`: where the rounds' tables go instead, for options built later: an
+    inventory's, whose other searches add candidates to the group's)."""
     options = deployment_options(resolved, candidates, calibration)
     if _grid_only(resolved):
         # the grid's batches only: those generation's deadline left untimed are out of the front, so the time limit
@@ -159,13 +162,11 @@ def refine(resolved: ResolvedScenario, calibration: Calibration, candidates: Can
     coverage = BatchCoverage(certified=True, tolerance=tolerance)
     packing = _Packing()
     front: _Front | None = None
-    seen: set[int] = set()
-    entries: list[TableEntries] = []
+    own = TableParts() if tables is None else tables
     while intervals:
         late = time.perf_counter() >= deadline
         if front is None or not late:  # past it: the last front bounds the rest (sound)
-            front = _front(options, resolved, front, seen, entries)
-            seen = _candidate_ids(options)
+            front = _front(options, resolved, front, own)
         if front.ttft.size == 0:  # no timed deployment at all: the smallest batches (timed) deploy nothing
             return options, _unsearched(coverage, options, intervals, resolved, label or "the cluster")
         split = _round(coverage, options, intervals, front, resolved, deadline, late, packing)
@@ -174,7 +175,8 @@ def refine(resolved: ResolvedScenario, calibration: Calibration, candidates: Can
         now, later = split
         intervals = _split(resolved, calibration, candidates, now) + later
         options = deployment_options(resolved, candidates, calibration)
-    _leave_table(options, resolved, seen, entries)
+    if tables is None:
+        own.leave_on(options, resolved)
     return options, coverage
 
 
@@ -232,26 +234,27 @@ def _this_round(intervals: list[Interval]) -> tuple[list[Interval], list[Interva
 
 
 def refine_across(resolved: ResolvedScenario, calibration: Calibration, fills: CandidateSet, decodes: CandidateSet,
-                  label: str, deadline: float, tolerance: float = 0.0) -> BatchCoverage:
+                  label: str, deadline: float, tolerance: float = 0.0,
+                  tables: TableParts | None = None) -> BatchCoverage:
     """`refine` for a cross-group block (fills on one group, decode on another, `label` "fills>decode") over
     the batches its groups' own searches left untimed: the open fill and decode intervals are bounded against
     the block's timed front and split (their middles timed into their groups' candidates) until each is
-    closed, or the deadline, whose open intervals' bounds are returned for the points' gaps."""
+    closed, or the deadline, whose open intervals' bounds are returned for the points' gaps (`tables`: where
+    the rounds' unit tables go, for the block's options built later)."""
     if _grid_only(resolved):  # as `refine`: the grid's batches only
         return BatchCoverage(certified=False)
     intervals = ([i for i in _intervals(fills) if i.kind == "prefill"]
                  + [i for i in _intervals(decodes) if i.kind == "decode"])
     coverage = BatchCoverage(certified=True, tolerance=tolerance)
     front: _Front | None = None
-    seen: set[int] = set()
+    tables = TableParts() if tables is None else tables
     while intervals:
         options = deployment_options(resolved, fills, calibration, decode_from=decodes, label=label)
         if not options.disaggregated:  # no timed fill and decode pair: nothing timed deploys in the block
             return _unsearched(coverage, options, intervals, resolved, label)
         late = time.perf_counter() >= deadline
         if front is None or not late:
-            front = _front(options, resolved, front, seen)
-            seen = _candidate_ids(options)
+            front = _front(options, resolved, front, tables)
         split = _round(coverage, options, intervals, front, resolved, deadline, late)
         if split is None:
             break
@@ -262,12 +265,15 @@ def refine_across(resolved: ResolvedScenario, calibration: Calibration, fills: C
 
 
 def refine_inventory(resolved: ResolvedScenario, calibration: Calibration, sets: list[CandidateSet],
-                     deadline: float, tolerance: float = 0.0) -> BatchCoverage:
+                     deadline: float, tolerance: float = 0.0,
+                     tables: dict[str, TableParts] | None = None) -> BatchCoverage:
     """Several groups (`sets` in the order of `resolved.groups`): each group's own structures searched over
     every integer batch (`refine`), then each cross-group pair's (`refine_across`), the deadline shared out
     evenly over the searches left (what one leaves goes to the next; the groups first: their searches also time
     what the pairs pair). The front is certified over every integer batch when every search ends; else each
-    cut search's open intervals, tagged with their block's groups, are in the points' gaps."""
+    cut search's open intervals, tagged with their block's groups, are in the points' gaps. `tables`: each
+    search's unit tables, by its block's label (`DeploymentOptions.label`), for the blocks' options."""
+    tables = {} if tables is None else tables
     names = [group.name for group in resolved.groups]
     pairs = [(a, fills, b, decodes) for (a, fills), (b, decodes) in itertools.permutations(zip(names, sets,
                                                                                                 strict=True), 2)
@@ -279,11 +285,12 @@ def refine_inventory(resolved: ResolvedScenario, calibration: Calibration, sets:
 
     coverages: list[tuple[BatchCoverage, frozenset[str]]] = []
     for index, (own, name) in enumerate(zip(sets, names, strict=True)):
-        _, coverage = refine(resolved, calibration, own, share_end(index), tolerance, label=name)
+        _, coverage = refine(resolved, calibration, own, share_end(index), tolerance, label=name,
+                             tables=tables.setdefault(name, TableParts()))
         coverages.append((coverage, frozenset({name})))
     for index, (a, fills, b, decodes) in enumerate(pairs):
         coverage = refine_across(resolved, calibration, fills, decodes, f"{a}>{b}", share_end(len(sets) + index),
-                                 tolerance)
+                                 tolerance, tables.setdefault(f"{a}>{b}", TableParts()))
         coverages.append((coverage, frozenset({a, b})))
     return BatchCoverage(  # the tolerance only where a search closed intervals with it (not on the grid only)
         certified=all(c.certified for c, _ in coverages), tolerance=max(c.tolerance for c, _ in coverages),
@@ -345,20 +352,20 @@ def _split(resolved: ResolvedScenario, calibration: Calibration, candidates: Can
 
 
 def _front(options: DeploymentOptions, resolved: ResolvedScenario, known: _Front | None = None,
-           seen: set[int] | None = None, entries: list[TableEntries] | None = None) -> _Front:
+           tables: TableParts | None = None) -> _Front:
     """Timed deployments' front in tokens/s (cluster accounting: per cluster GPU, a constant factor). Given
-    the front `known` of the deployments of the candidates `seen` (ids), only the deployments with a newer
-    candidate are added to it: the front of the union is the same staircase. The unit tables of the new
-    deployments go to `entries` (the sweep's table is joined from them: `_leave_table`)."""
-    seen = set() if known is None or seen is None else seen
-    mixed = [m for m in options.mixed if id(m.candidate) not in seen]
+    the front `known` of the deployments of the candidates `tables.seen`, only the deployments with a newer
+    candidate are added to it: the front of the union is the same staircase. Their unit tables go to `tables`
+    (the sweep's table is joined from them: `TableParts.leave_on`)."""
+    tables = TableParts() if tables is None else tables
+    if known is None and tables.seen:
+        raise ValueError("a first front needs tables that have seen no candidate")
+    mixed = [m for m in options.mixed if id(m.candidate) not in tables.seen]
     ttft = [np.array([m.point.ttft_ms / 1e3 for m in mixed], dtype=float)]
     value = [np.array([m.point.tokens_per_s for m in mixed], dtype=float)]
-    for table, part in _new_tables(options, resolved, seen):
+    for table in tables.add(options, resolved):
         ttft.append(np.asarray(table.ttft, dtype=float))
         value.append(options.output_tokens * np.asarray(table.rate, dtype=float))
-        if entries is not None:
-            entries.append(TableEntries.of(table, part))
     if known is not None:
         ttft.append(known.ttft)
         value.append(known.best)
@@ -367,6 +374,30 @@ def _front(options: DeploymentOptions, resolved: ResolvedScenario, known: _Front
     best = np.maximum.accumulate(values[order]) if order.size else np.zeros(0)
     corners = np.concatenate(([True], best[1:] > best[:-1])) if best.size else np.zeros(0, dtype=bool)
     return _Front(times[order][corners], best[corners])  # the staircase's corners: the same `at`
+
+
+@dataclass
+class TableParts:
+    """The unit tables a block's batch search built round by round, their options named by candidate, and the
+    candidates they cover (`seen`, ids): the block's table, for any options built from more candidates,
+    is theirs joined with those of the pairs a newer candidate makes (`leave_on`)."""
+
+    seen: set[int] = field(default_factory=set)
+    entries: list[TableEntries] = field(default_factory=list)
+
+    def add(self, options: DeploymentOptions, resolved: ResolvedScenario) -> list[UnitTable]:
+        """The tables of `options`' deployments with a candidate not seen, kept; `options`' candidates seen."""
+        found = list(_new_tables(options, resolved, self.seen))
+        self.entries += [TableEntries.of(table, part) for table, part in found]
+        self.seen = _candidate_ids(options)
+        return [table for table, _ in found]
+
+    def leave_on(self, options: DeploymentOptions, resolved: ResolvedScenario) -> None:
+        """Leave on `options` their unit table (`join_tables`): the sweep then need not build it again (on 64
+        Kimi K2 racks 4 s of a 21 s solve). Candidates the last front did not take (a search past its
+        deadline; an inventory group's candidates timed by a cross-group search) add their pairs' tables."""
+        self.add(options, resolved)
+        join_tables(options, self.entries, _table_cap(resolved))
 
 
 def _new_tables(options: DeploymentOptions, resolved: ResolvedScenario,
@@ -386,15 +417,6 @@ def _table_cap(resolved: ResolvedScenario) -> float | None:
     """The unit tables' TTFT cap: the SLO's, as the sweep's first cap (`planner.sweep`)."""
     slo = resolved.scenario.slo.ttft_ms
     return None if slo is None else slo / 1e3
-
-
-def _leave_table(options: DeploymentOptions, resolved: ResolvedScenario, seen: set[int],
-                 entries: list[TableEntries]) -> None:
-    """Leave on `options` their unit table, joined from the rounds' (`entries`, of the candidates `seen`) and
-    those of candidates the last front did not take (a round past the deadline): the sweep then need not
-    build it again (on 64 Kimi K2 racks 4 s of a 21 s solve)."""
-    entries += [TableEntries.of(table, part) for table, part in _new_tables(options, resolved, seen)]
-    join_tables(options, entries, _table_cap(resolved))
 
 
 def _candidate_ids(options: DeploymentOptions) -> set[int]:

@@ -22,7 +22,7 @@ from costmodel.calibration import Calibration, default_calibration
 from costmodel.resolve import ResolvedScenario
 from costmodel.scenario import Search
 from planner import diagnose
-from planner.batches import BatchCoverage, refine, refine_inventory
+from planner.batches import BatchCoverage, TableParts, refine, refine_inventory
 from planner.errors import InputError, InputProblem, NoSolutionInTimeError
 from planner.experts import ExpertPlacement, place_experts
 from planner.formulation.model import build_model
@@ -236,8 +236,13 @@ def _inventory_blocks(resolved: ResolvedScenario, sets: list[CandidateSet], cali
                       deadline: float, tolerance: float) -> tuple[list[DeploymentOptions], BatchCoverage]:
     """Several groups: the batch searches of each group and each cross-group pair (`refine_inventory`), then
     every block built from the refined candidates."""
-    batches = refine_inventory(resolved, calibration, sets, deadline, tolerance)
-    return structure_blocks(resolved, sets, calibration), batches
+    tables: dict[str, TableParts] = {}
+    batches = refine_inventory(resolved, calibration, sets, deadline, tolerance, tables)
+    blocks = structure_blocks(resolved, sets, calibration)
+    for block in blocks:  # each block's unit table, from its search's
+        if block.label in tables:
+            tables[block.label].leave_on(block, resolved)
+    return blocks, batches
 
 
 def structure_blocks(resolved: ResolvedScenario, sets: list[CandidateSet],

@@ -302,3 +302,29 @@ def test_weights_no_group_holds_alone_name_the_largest_group() -> None:
 
     with pytest.raises(InfeasibleError, match=r"largest inventory group \('b', 4 GPUs of h200-sxm\) holds 0.61 TB"):
         solve(scenario_from_data(data), SolveSettings("cpsat", 20.0))
+
+
+@pytest.mark.parametrize("data", [_with(TWO_GROUPS, search__gpu_accounting="cluster"),
+                                  _with(MIXED_GENERATIONS, search__gpu_accounting="cluster")])
+def test_every_block_carries_the_table_its_searches_built(data: dict[str, Any]) -> None:
+    """Each structure block's options (each group's own, each cross-group pair's) carry their unit table,
+    joined from the tables of the block's batch search and of the pairs the later searches' candidates make:
+    the same entries as the table built afresh (the KV links of TWO_GROUPS cap rates in it)."""
+    from planner.batches import _table_cap
+    from planner.formulation.units import _unit_table
+    from planner.solve import _inventory_blocks
+
+    resolved = scenario_from_data(data)
+    calibration = default_calibration()
+    sets = [generate(resolved.view(group), calibration) for group in resolved.groups]
+    blocks, coverage = _inventory_blocks(resolved, sets, calibration, math.inf, 0.01)
+    cap = _table_cap(resolved)
+    assert coverage.certified and len(blocks) == 4
+    for block in blocks:
+        joined, fresh = block.unit_tables[cap], _unit_table(block, cap)
+        assert (joined is None) == (fresh is None), block.label
+        if joined is not None and fresh is not None:
+            assert sorted(zip(joined.ttft.tolist(), joined.rate.tolist(), joined.prefill.tolist(),
+                              joined.decode.tolist(), joined.prefills.tolist(), joined.decodes.tolist(), strict=True)) \
+                == sorted(zip(fresh.ttft.tolist(), fresh.rate.tolist(), fresh.prefill.tolist(), fresh.decode.tolist(),
+                              fresh.prefills.tolist(), fresh.decodes.tolist(), strict=True)), block.label
