@@ -146,47 +146,91 @@ def refine(resolved: ResolvedScenario, calibration: Calibration, candidates: Can
     at equal TTFT), or the deadline: the options to solve over, which carry their unit table (`label`: the
     group's name, for messages; `tables`: where the rounds' tables go instead, for options built later: an
     inventory's, whose other searches add candidates to the group's)."""
+    return batch_search(resolved, calibration, candidates, tolerance, label, tables).run(deadline)
+
+
+def batch_search(resolved: ResolvedScenario, calibration: Calibration, candidates: CandidateSet,
+                 tolerance: float = 0.0, label: str = "", tables: TableParts | None = None) -> BatchSearch:
+    """`refine`'s search, before its first round (`BatchSearch.run`)."""
     options = deployment_options(resolved, candidates, calibration)
+    search = BatchSearch(resolved, calibration, candidates, label, options, _intervals(candidates),
+                         BatchCoverage(certified=True, tolerance=tolerance),
+                         TableParts() if tables is None else tables, leave_table=tables is None)
     if _grid_only(resolved):
         # the grid's batches only: those generation's deadline left untimed are out of the front, so the time limit
-        # cut it (`SolveResult.termination`)
-        return options, BatchCoverage(certified=False, untimed=candidates.untimed,
-                                      cut_by_time=bool(candidates.untimed))
-    intervals = _intervals(candidates)
-    if candidates.untimed:  # generation's deadline left grid batches untimed: bound each (cheaply), time no more
+        # cut it (`SolveResult.termination`); no unit table left (`used` accounting has none)
+        search.finish(BatchCoverage(certified=False, untimed=candidates.untimed, cut_by_time=bool(candidates.untimed)))
+    elif candidates.untimed:  # generation's deadline left grid batches untimed: bound each (cheaply), time no more
         # every bound is kept, none screened by the front (which would need the unit table: 0.4 s on 16 racks):
         # a bound the timed front beats adds nothing to a proven point's gap
         ttft_lb, value_ub = _unscreened(options, _untimed_grid(candidates), resolved)
-        return options, BatchCoverage(certified=False, open_ttft=ttft_lb, open_value=value_ub,
-                                      untimed=candidates.untimed, cut_by_time=True)
-    coverage = BatchCoverage(certified=True, tolerance=tolerance)
-    packing = _Packing()
+        search.finish(BatchCoverage(certified=False, open_ttft=ttft_lb, open_value=value_ub,
+                                    untimed=candidates.untimed, cut_by_time=True))
+    return search
+
+
+@dataclass
+class BatchSearch:
+    """One group's batch search, resumable: a search its deadline cut keeps the intervals it left open, and
+    `run` with a later deadline goes on from them (the solve hands it the time its sweep did not take)."""
+
+    resolved: ResolvedScenario
+    calibration: Calibration
+    candidates: CandidateSet
+    label: str
+    options: DeploymentOptions
+    intervals: list[Interval]  # open: to bound and split
+    coverage: BatchCoverage
+    tables: TableParts
+    leave_table: bool  # leave the options their unit table (not where `tables` is an inventory's)
+    packing: _Packing = field(default_factory=lambda: _Packing())
     front: _Front | None = None
-    own = TableParts() if tables is None else tables
-    while intervals:
-        late = time.perf_counter() >= deadline
-        if front is None or not late:  # past it: the last front bounds the rest (sound)
-            front = _front(options, resolved, front, own)
-        if front.ttft.size == 0:  # no timed deployment at all: the smallest batches (timed) deploy nothing
-            return options, _unsearched(coverage, options, intervals, resolved, label or "the cluster")
-        split = _round(coverage, options, intervals, front, resolved, deadline, late, packing)
-        if split is None:
-            break
-        now, later = split
-        intervals = _split(resolved, calibration, candidates, now) + later
-        options = deployment_options(resolved, candidates, calibration)
-    if tables is None:
-        own.leave_on(options, resolved)
-    return options, coverage
+
+    @property
+    def resumable(self) -> bool:
+        """Cut by its deadline with intervals left to search."""
+        return self.coverage.cut_by_time and bool(self.intervals)
+
+    def finish(self, coverage: BatchCoverage) -> None:
+        """End the search without rounds, with `coverage`."""
+        self.coverage, self.intervals, self.leave_table = coverage, [], False
+
+    def run(self, deadline: float) -> tuple[DeploymentOptions, BatchCoverage]:
+        """Rounds until every interval is closed or the deadline: the options and the coverage (a cut search's
+        open intervals' bounds in it, kept to be searched on by the next `run`)."""
+        if self.resumable:  # what the last cut left open is searched on
+            self.coverage.certified, self.coverage.cut_by_time = True, False
+            self.coverage.open_ttft, self.coverage.open_value = np.zeros(0), np.zeros(0)
+        while self.intervals:
+            late = time.perf_counter() >= deadline
+            if self.front is None or not late:  # past it: the last front bounds the rest (sound)
+                self.front = _front(self.options, self.resolved, self.front, self.tables)
+            if self.front.ttft.size == 0:  # no timed deployment at all: the smallest batches (timed) deploy nothing
+                intervals, self.intervals = self.intervals, []
+                _unsearched(self.coverage, self.options, intervals, self.resolved, self.label or "the cluster")
+                return self.options, self.coverage
+            left: list[Interval] = []
+            split = _round(self.coverage, self.options, self.intervals, self.front, self.resolved, deadline, late,
+                           self.packing, left)
+            if split is None:
+                self.intervals = left  # none where every interval closed
+                break
+            now, later = split
+            self.intervals = _split(self.resolved, self.calibration, self.candidates, now) + later
+            self.options = deployment_options(self.resolved, self.candidates, self.calibration)
+        if self.leave_table:
+            self.tables.leave_on(self.options, self.resolved)
+        return self.options, self.coverage
 
 
 def _round(coverage: BatchCoverage, options: DeploymentOptions, intervals: list[Interval], front: _Front,
-           resolved: ResolvedScenario, deadline: float, late: bool,
-           packing: _Packing | None = None) -> tuple[list[Interval], list[Interval]] | None:
+           resolved: ResolvedScenario, deadline: float, late: bool, packing: _Packing | None = None,
+           left: list[Interval] | None = None) -> tuple[list[Interval], list[Interval]] | None:
     """One round: the intervals the front does not close, as (those to split now, those left for the next
     round); none where every interval is closed or the deadline has passed (`late`: the open intervals' bounds
-    then go to `coverage`, under the cheap bounds, whose cost the time limit can afford; the full bounds are
-    taken until the deadline, each check's intervals past it keeping their cheap bounds)."""
+    then go to `coverage`, under the cheap bounds, whose cost the time limit can afford, and the intervals to
+    `left`; the full bounds are taken until the deadline, each check's intervals past it keeping their cheap
+    bounds)."""
     alive, ttft_lb, value_ub = _alive(options, intervals, front, resolved, coverage.tolerance,
                                       full_until=-math.inf if late else deadline, packing=packing)
     intervals = [i for i, keep in zip(intervals, alive, strict=True) if keep]
@@ -195,6 +239,8 @@ def _round(coverage: BatchCoverage, options: DeploymentOptions, intervals: list[
     if late or time.perf_counter() >= deadline:
         coverage.certified, coverage.cut_by_time = False, True
         coverage.open_ttft, coverage.open_value = ttft_lb, value_ub
+        if left is not None:
+            left += intervals
         return None
     coverage.rounds += 1
     now, later = _this_round(intervals)

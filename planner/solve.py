@@ -22,7 +22,7 @@ from costmodel.calibration import Calibration, default_calibration
 from costmodel.resolve import ResolvedScenario
 from costmodel.scenario import Search
 from planner import diagnose
-from planner.batches import BatchCoverage, TableParts, refine, refine_inventory
+from planner.batches import BatchCoverage, TableParts, batch_search, refine_inventory
 from planner.errors import InputError, InputProblem, NoSolutionInTimeError
 from planner.experts import ExpertPlacement, place_experts
 from planner.formulation.model import build_model
@@ -37,6 +37,9 @@ SWEEP_RESERVE_S = 1.5  # and at least this left after it: options, bounds, the b
 BATCH_SHARE = 0.6  # of the time limit, at most, for timing batches between the grid's (planner.batches): the
 # sweep after it proves most fleet caps by enumeration (64-rack mixed fleet: search 22 s, sweep 14 s; at 0.5 the
 # search was cut at 30 s, 9 of its rounds done, gaps up to 67%)
+# a batch search cut by its share goes on after the sweep (then run again) where the time left allows at least this
+# much of it, and twice the sweep's time after (256 Kimi K2 racks: cut at 36 s of 60, the sweep 1 s: certified)
+RESUME_MIN_S = 2.0
 BATCH_TOLERANCE = 0.01  # but `exact`: no untimed batch beats the front by more than 1% (a point's gap at most)
 EXPERT_TIME_S = 0.5  # CP-SAT deterministic time per expert-parallel degree: the swap search does most of the work
 # The limit is the command's: the sweep leaves this share of it (at most OUTPUT_RESERVE_S) for the points' figures,
@@ -197,9 +200,10 @@ def _solve(resolved: ResolvedScenario, settings: SolveSettings, calibration: Cal
     generate_by = start + min(GENERATE_SHARE * limit, limit - SWEEP_RESERVE_S) if len(resolved.groups) == 1 else None
     sets = [generate(resolved.view(group), calibration, deadline=generate_by) for group in resolved.groups]
     tolerance = 0.0 if settings.resolution == "exact" else settings.batch_tolerance
+    search = None
     if len(sets) == 1:
-        options, batches = refine(resolved, calibration, sets[0], start + BATCH_SHARE * settings.time_limit_s,
-                                  tolerance, label=resolved.groups[0].name)
+        search = batch_search(resolved, calibration, sets[0], tolerance, label=resolved.groups[0].name)
+        options, batches = search.run(start + BATCH_SHARE * limit)
         blocks = [options]
     else:
         blocks, batches = _inventory_blocks(resolved, sets, calibration, start + BATCH_SHARE * limit, tolerance)
@@ -208,13 +212,17 @@ def _solve(resolved: ResolvedScenario, settings: SolveSettings, calibration: Cal
         raise diagnose.no_candidates(resolved, candidates)
     prepare_s = time.perf_counter() - start
     chosen = LazyBackend(settings.backend)  # its import (CP-SAT: 0.3-0.8 s), if a MILP runs, counts in the limit
-    reserve = min(OUTPUT_SHARE * settings.time_limit_s, OUTPUT_RESERVE_S)
-    left = max(0.1, settings.time_limit_s - reserve - (time.perf_counter() - start))
-    fastest = candidates.fastest_ms.get("ttft", 0.0) / 1e3
-    result = sweep(resolved, calibration, blocks,
-                   SweepSettings(chosen, left, settings.threads, settings.seed,
-                                 settings.pair_screening, settings.resolution, settings.points, settings.on_point),
-                   fastest)
+    reserve = min(OUTPUT_SHARE * limit, OUTPUT_RESERVE_S)
+    result = _sweep(resolved, calibration, blocks, settings, chosen, start + limit - reserve, candidates)
+    swept = time.perf_counter() - start - prepare_s
+    resume_by = start + limit - reserve - max(2 * swept, SWEEP_RESERVE_S)
+    if search is not None and search.resumable and resume_by - time.perf_counter() >= RESUME_MIN_S:
+        first = (blocks, replace(batches), result, prepare_s)
+        options, batches = search.run(resume_by)  # on from the intervals the cut left open
+        blocks, prepare_s = [options], time.perf_counter() - start
+        result = _sweep(resolved, calibration, blocks, settings, chosen, start + limit - reserve, candidates)
+        if result.out_of_time and not first[2].out_of_time:  # this sweep did not finish where the first did
+            blocks, batches, result, prepare_s = first
     front = result.front
     if not front:
         if result.out_of_time:
@@ -222,6 +230,7 @@ def _solve(resolved: ResolvedScenario, settings: SolveSettings, calibration: Cal
                                         "raise --time-limit")
         raise diagnose.no_deployment(resolved)
     counts = {str(role): len(c) for role, c in candidates.by_role.items()}
+    fastest = candidates.fastest_ms.get("ttft", 0.0) / 1e3
     outside = outside_bound(resolved, batches, [b.groups for b in blocks])
     front = [_with_batch_bound(solved, batches, outside) for solved in front]
     solved = SolveResult(resolved, settings, front, result, 0.0, counts, options=blocks[0], prepare_s=prepare_s,
@@ -230,6 +239,16 @@ def _solve(resolved: ResolvedScenario, settings: SolveSettings, calibration: Cal
     solved.experts = _expert_placements(resolved, front, settings)
     solved.time_s = time.perf_counter() - start
     return solved
+
+
+def _sweep(resolved: ResolvedScenario, calibration: Calibration, blocks: list[DeploymentOptions],
+           settings: SolveSettings, backend: LazyBackend, end: float, candidates: CandidateSet) -> SweepResult:
+    """The sweep over `blocks` until `end` (`time.perf_counter()`)."""
+    left = max(0.1, end - time.perf_counter())
+    fastest = candidates.fastest_ms.get("ttft", 0.0) / 1e3
+    return sweep(resolved, calibration, blocks,
+                 SweepSettings(backend, left, settings.threads, settings.seed, settings.pair_screening,
+                               settings.resolution, settings.points, settings.on_point), fastest)
 
 
 def _inventory_blocks(resolved: ResolvedScenario, sets: list[CandidateSet], calibration: Calibration,

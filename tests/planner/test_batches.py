@@ -305,3 +305,46 @@ def test_a_run_is_not_closed_by_its_top_rounding_below_its_other_counts() -> Non
         front = _Front(np.array([0.0]), np.array([value[top - 1] * 0.99]))
         _, _, (_, found) = _boxes(options, fills, 1, rows, np.inf, front, 0.99)  # type: ignore[arg-type]
         assert found.tobytes() == value[value * 0.99 > value[top - 1] * 0.99].tobytes()
+
+
+@pytest.mark.parametrize("ticks", [1, 4, 9])
+def test_a_cut_search_resumed_ends_where_an_uncut_one_does(ticks: int, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Cut by its deadline (a clock that ticks once a reading) and run again with no deadline, the search goes
+    on from the intervals it left open and certifies the same front (tolerance 0: every interval closed)."""
+    import itertools
+
+    import planner.batches as batches
+    from planner.batches import _table_cap, batch_search
+    from planner.templates import generate
+
+    resolved, calibration = scenario(), default_calibration()
+    whole = batch_search(resolved, calibration, generate(resolved, calibration))
+    options, coverage = whole.run(math.inf)
+    assert coverage.certified and coverage.rounds >= 2
+    search = batch_search(resolved, calibration, generate(resolved, calibration))
+    clock = itertools.count()
+    monkeypatch.setattr(batches.time, "perf_counter", lambda: float(next(clock)))
+    _, cut = search.run(float(ticks))
+    monkeypatch.undo()
+    assert cut.cut_by_time and not cut.certified and cut.open_ttft.size and search.resumable
+    resumed, again = search.run(math.inf)
+    assert again is cut and again.certified and not again.cut_by_time and not again.open_ttft.size
+    assert not search.resumable
+    assert whole.front is not None and search.front is not None  # every deployment's exact staircase
+    assert search.front.ttft.tolist() == pytest.approx(whole.front.ttft.tolist(), rel=1e-12)
+    assert search.front.best.tolist() == pytest.approx(whole.front.best.tolist(), rel=1e-12)
+    cap = _table_cap(resolved)
+    assert resumed.unit_tables[cap] is not None and options.unit_tables[cap] is not None
+
+
+def test_a_solve_whose_batch_search_is_cut_at_once_resumes_it_after_the_sweep(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """With no share of the limit for the batch search, it is cut before its first split, the sweep takes well
+    under the time left, and the search goes on after it: certified, the exact front."""
+    import importlib
+
+    monkeypatch.setattr(importlib.import_module("planner.solve"), "BATCH_SHARE", 0.0)
+    result = solve(scenario(), SolveSettings("cpsat", 120.0, resolution="exact"))
+    assert result.batches.certified and not result.timed_out and result.batches.rounds >= 1
+    assert [x for p in result.front for x in (p.point.ttft_ms, p.point.tokens_per_s_per_gpu)] == pytest.approx(
+        [x for p in front() for x in (p.ttft_ms, p.tokens_per_s_per_gpu)], rel=1e-9)
