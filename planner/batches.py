@@ -400,16 +400,16 @@ def _split(resolved: ResolvedScenario, calibration: Calibration, candidates: Can
 def _front(options: DeploymentOptions, resolved: ResolvedScenario, known: _Front | None = None,
            tables: TableParts | None = None) -> _Front:
     """Timed deployments' front in tokens/s (cluster accounting: per cluster GPU, a constant factor). Given
-    the front `known` of the deployments of the candidates `tables.seen`, only the deployments with a newer
+    the front `known` of the deployments of the candidates `tables.in_front`, only the deployments with a newer
     candidate are added to it: the front of the union is the same staircase. Their unit tables go to `tables`
     (the sweep's table is joined from them: `TableParts.leave_on`)."""
     tables = TableParts() if tables is None else tables
-    if known is None and tables.seen:
-        raise ValueError("a first front needs tables that have seen no candidate")
-    mixed = [m for m in options.mixed if id(m.candidate) not in tables.seen]
+    if known is None and tables.in_front:
+        raise ValueError("a first front needs tables none of whose candidates is in a front")
+    mixed = [m for m in options.mixed if id(m.candidate) not in tables.in_front]
     ttft = [np.array([m.point.ttft_ms / 1e3 for m in mixed], dtype=float)]
     value = [np.array([m.point.tokens_per_s for m in mixed], dtype=float)]
-    for table in tables.add(options, resolved):
+    for table in tables.for_front(options, resolved):
         ttft.append(np.asarray(table.ttft, dtype=float))
         value.append(options.output_tokens * np.asarray(table.rate, dtype=float))
     if known is not None:
@@ -426,10 +426,14 @@ def _front(options: DeploymentOptions, resolved: ResolvedScenario, known: _Front
 class TableParts:
     """The unit tables a block's batch search built round by round, their options named by candidate, and the
     candidates they cover (`seen`, ids): the block's table, for any options built from more candidates,
-    is theirs joined with those of the pairs a newer candidate makes (`leave_on`)."""
+    is theirs joined with those of the pairs a newer candidate makes (`leave_on`). The candidates in the search's
+    front (`in_front`) lag `seen` where `leave_on` took candidates no front has (a search cut after a round's
+    split): their tables wait in `pending` for the front of a resumed search."""
 
     seen: set[int] = field(default_factory=set)
     entries: list[TableEntries] = field(default_factory=list)
+    in_front: set[int] = field(default_factory=set)
+    pending: list[UnitTable] = field(default_factory=list)
 
     def add(self, options: DeploymentOptions, resolved: ResolvedScenario) -> list[UnitTable]:
         """The tables of `options`' deployments with a candidate not seen, kept; `options`' candidates seen."""
@@ -438,11 +442,18 @@ class TableParts:
         self.seen = _candidate_ids(options)
         return [table for table, _ in found]
 
+    def for_front(self, options: DeploymentOptions, resolved: ResolvedScenario) -> list[UnitTable]:
+        """The tables of `options`' deployments not yet in the front (those `leave_on` built included); from
+        now on every candidate of `options` is in it."""
+        tables, self.pending = self.pending + self.add(options, resolved), []
+        self.in_front = set(self.seen)
+        return tables
+
     def leave_on(self, options: DeploymentOptions, resolved: ResolvedScenario) -> None:
         """Leave on `options` their unit table (`join_tables`): the sweep then need not build it again (on 64
         Kimi K2 racks 4 s of a 21 s solve). Candidates the last front did not take (a search past its
         deadline; an inventory group's candidates timed by a cross-group search) add their pairs' tables."""
-        self.add(options, resolved)
+        self.pending += self.add(options, resolved)
         join_tables(options, self.entries, _table_cap(resolved))
 
 

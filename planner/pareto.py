@@ -4,6 +4,7 @@ indicators used to compare fronts: hypervolume and the additive epsilon indicato
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final, Literal
@@ -20,13 +21,14 @@ def binned_front(ttft: np.ndarray, value: np.ndarray, tol: float = 0.0) -> np.nd
     """A mask that keeps every entry of the front (TTFT down, value up) of millions of entries, without
     sorting: with TTFT in log-spaced bins, an entry whose value is below the best of every lower bin (all
     faster than it) by more than `tol` (relative) is dropped. Leaves the entries of the front's own bins to
-    sort. TTFTs of 0 or below, or infinite, keep all (no log scale)."""
+    sort. TTFTs of 0 or below, infinite or NaN, or too far apart for a float ratio, keep all (no log scale)."""
     if ttft.size < BINS:
         return np.ones(ttft.size, dtype=bool)
     low, high = float(ttft.min()), float(ttft.max())
-    if not np.isfinite(high) or not high > low > 0:
+    span = float(np.log(high / low)) if high > low > 0 else math.nan
+    if not math.isfinite(span):  # a TTFT of 0 or below, infinite or NaN, or a ratio past float range
         return np.ones(ttft.size, dtype=bool)
-    where = np.minimum((np.log(ttft / low) / np.log(high / low) * (BINS - 1)).astype(np.int64), BINS - 1)
+    where = np.minimum((np.log(ttft / low) / span * (BINS - 1)).astype(np.int64), BINS - 1)
     best = np.full(BINS, -np.inf)
     np.maximum.at(best, where, value)
     below = np.concatenate(([-np.inf], np.maximum.accumulate(best)[:-1]))

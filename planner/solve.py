@@ -221,7 +221,7 @@ def _solve(resolved: ResolvedScenario, settings: SolveSettings, calibration: Cal
         options, batches = search.run(resume_by)  # on from the intervals the cut left open
         blocks, prepare_s = [options], time.perf_counter() - start
         result = _sweep(resolved, calibration, blocks, settings, chosen, start + limit - reserve, candidates)
-        if result.out_of_time and not first[2].out_of_time:  # this sweep did not finish where the first did
+        if result.termination != "completed" and first[2].termination == "completed":  # the first finished
             blocks, batches, result, prepare_s = first
     front = result.front
     if not front:
@@ -258,8 +258,8 @@ def _inventory_blocks(resolved: ResolvedScenario, sets: list[CandidateSet], cali
     tables: dict[str, TableParts] = {}
     batches = refine_inventory(resolved, calibration, sets, deadline, tolerance, tables)
     blocks = structure_blocks(resolved, sets, calibration)
-    for block in blocks:  # each block's unit table, from its search's
-        if block.label in tables:
+    for block in blocks:  # each block's unit table, from its search's (a search on the grid only built none)
+        if block.label in tables and tables[block.label].seen:
             tables[block.label].leave_on(block, resolved)
     return blocks, batches
 

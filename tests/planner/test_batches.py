@@ -307,14 +307,14 @@ def test_a_run_is_not_closed_by_its_top_rounding_below_its_other_counts() -> Non
         assert found.tobytes() == value[value * 0.99 > value[top - 1] * 0.99].tobytes()
 
 
-@pytest.mark.parametrize("ticks", [1, 4, 9])
+@pytest.mark.parametrize("ticks", [1, 4, 6, 8, 9, 10])  # 6, 8, 10: cut after a split, before the next front
 def test_a_cut_search_resumed_ends_where_an_uncut_one_does(ticks: int, monkeypatch: pytest.MonkeyPatch) -> None:
     """Cut by its deadline (a clock that ticks once a reading) and run again with no deadline, the search goes
     on from the intervals it left open and certifies the same front (tolerance 0: every interval closed)."""
     import itertools
 
     import planner.batches as batches
-    from planner.batches import _table_cap, batch_search
+    from planner.batches import _front, _table_cap, batch_search
     from planner.templates import generate
 
     resolved, calibration = scenario(), default_calibration()
@@ -327,12 +327,20 @@ def test_a_cut_search_resumed_ends_where_an_uncut_one_does(ticks: int, monkeypat
     _, cut = search.run(float(ticks))
     monkeypatch.undo()
     assert cut.cut_by_time and not cut.certified and cut.open_ttft.size and search.resumable
+    # the front the resumed rounds start from holds every deployment timed so far (those of a split after the
+    # last front included, whose tables the cut search built for its options)
+    search.front = _front(search.options, resolved, search.front, search.tables)
+    everything = _front(search.options, resolved)
+    assert search.front.ttft.tolist() == everything.ttft.tolist()
+    assert search.front.best.tolist() == everything.best.tolist()
     resumed, again = search.run(math.inf)
     assert again is cut and again.certified and not again.cut_by_time and not again.open_ttft.size
     assert not search.resumable
-    assert whole.front is not None and search.front is not None  # every deployment's exact staircase
-    assert search.front.ttft.tolist() == pytest.approx(whole.front.ttft.tolist(), rel=1e-12)
-    assert search.front.best.tolist() == pytest.approx(whole.front.best.tolist(), rel=1e-12)
+    exact, again_exact = _front(options, resolved), _front(resumed, resolved)  # every timed deployment's staircase
+    assert again_exact.ttft.tolist() == pytest.approx(exact.ttft.tolist(), rel=1e-9)
+    assert again_exact.best.tolist() == pytest.approx(exact.best.tolist(), rel=1e-9)
+    # no more batches timed than uncut: the resumed rounds start from a front with every timed deployment
+    assert again.timed == coverage.timed
     cap = _table_cap(resolved)
     assert resumed.unit_tables[cap] is not None and options.unit_tables[cap] is not None
 
@@ -348,3 +356,56 @@ def test_a_solve_whose_batch_search_is_cut_at_once_resumes_it_after_the_sweep(
     assert result.batches.certified and not result.timed_out and result.batches.rounds >= 1
     assert [x for p in result.front for x in (p.point.ttft_ms, p.point.tokens_per_s_per_gpu)] == pytest.approx(
         [x for p in front() for x in (p.ttft_ms, p.tokens_per_s_per_gpu)], rel=1e-9)
+
+
+def test_a_resumed_solve_keeps_the_first_sweep_where_the_second_does_not_finish(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The sweep run again after a resumed search stopped by its time limit: the first sweep's front, options
+    and cut coverage come back together (the first finished)."""
+    import importlib
+    from dataclasses import replace
+
+    solve_module = importlib.import_module("planner.solve")
+    monkeypatch.setattr(solve_module, "BATCH_SHARE", 0.0)
+    sweeps: list[object] = []
+    real = solve_module._sweep
+
+    def cut_second(*args: object) -> object:
+        result = real(*args)
+        sweeps.append(result)
+        return result if len(sweeps) == 1 else replace(result, termination="time_limit")
+
+    monkeypatch.setattr(solve_module, "_sweep", cut_second)
+    result = solve(scenario(), SolveSettings("cpsat", 120.0, resolution="exact"))
+    assert len(sweeps) == 2 and result.sweep is sweeps[0]
+    assert result.batches.cut_by_time and not result.batches.certified and result.termination == "time_limit"
+    assert result.batches.open_ttft.size  # the cut's open bounds, in the points' gaps
+
+
+def test_a_cut_search_resumes_from_a_front_of_every_deployment_timed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Cut at each point of its rounds (a clock that ticks once a reading), a search whose cut came after a
+    split has built its options' tables for the sweep (`TableParts.leave_on`); the front it resumes from takes
+    them (it missed them, and timed batches the whole front would have closed)."""
+    import itertools
+
+    import planner.batches as batches
+    from planner.batches import _front, batch_search
+    from planner.templates import generate
+
+    resolved = scenario_from_data(small_data("llama-8b-dense-6xh100-disaggregated"))
+    calibration = default_calibration()
+    after_split = 0
+    for ticks in range(1, 40):
+        search = batch_search(resolved, calibration, generate(resolved, calibration))
+        clock = itertools.count()
+        monkeypatch.setattr(batches.time, "perf_counter", lambda clock=clock: float(next(clock)))
+        search.run(float(ticks))
+        monkeypatch.undo()
+        if not search.resumable:
+            continue
+        after_split += bool(search.tables.pending)
+        resumed = _front(search.options, resolved, search.front, search.tables)
+        everything = _front(search.options, resolved)
+        at = np.union1d(resumed.ttft, everything.ttft)
+        assert resumed.at(at).tolist() == pytest.approx(everything.at(at).tolist(), rel=1e-6), ticks
+    assert after_split

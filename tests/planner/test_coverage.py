@@ -167,3 +167,5 @@ def test_the_binned_cut_keeps_the_front_and_leaves_what_it_cannot_scale() -> Non
     assert keep[front].all() and keep.sum() < ttft.size // 100
     assert binned_front(np.append(ttft, np.inf), np.append(value, 2.0)).all()  # an infinite TTFT: no log scale
     assert binned_front(ttft[: BINS - 1], value[: BINS - 1]).all()  # too few to bin
+    assert binned_front(np.append(ttft, 0.0), np.append(value, 2.0)).all()  # a TTFT of 0: no log scale
+    assert binned_front(np.append(ttft, 5e-324), np.append(value, 2.0)).all()  # a ratio past float range

@@ -328,3 +328,15 @@ def test_every_block_carries_the_table_its_searches_built(data: dict[str, Any]) 
                               joined.decode.tolist(), joined.prefills.tolist(), joined.decodes.tolist(), strict=True)) \
                 == sorted(zip(fresh.ttft.tolist(), fresh.rate.tolist(), fresh.prefill.tolist(), fresh.decode.tolist(),
                               fresh.prefills.tolist(), fresh.decodes.tolist(), strict=True)), block.label
+
+
+def test_blocks_searched_on_the_grid_only_build_no_table() -> None:
+    """Under `used` accounting the searches keep the grid and the sweep reads no unit table: none is built
+    (each would be a full build, seconds on large inventories)."""
+    from planner.solve import _inventory_blocks
+
+    resolved = scenario_from_data(MIXED_GENERATIONS)
+    calibration = default_calibration()
+    sets = [generate(resolved.view(group), calibration) for group in resolved.groups]
+    blocks, _ = _inventory_blocks(resolved, sets, calibration, math.inf, 0.01)
+    assert blocks and all(not block.unit_tables for block in blocks)
