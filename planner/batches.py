@@ -37,7 +37,7 @@ from costmodel.calibration import Calibration
 from costmodel.resolve import ResolvedScenario
 from planner.formulation.options import DecodeOption, DeploymentOptions, deployment_options
 from planner.formulation.pairs import pair_figures, prefill_wait
-from planner.formulation.units import TableEntries, UnitTable, join_tables, most_beside, unit_table
+from planner.formulation.units import TableEntries, UnitTable, first_cap, join_tables, most_beside, unit_table
 from planner.placement import Domains, max_replicas
 from planner.sweep_result import OutsideBound
 from planner.templates import Candidate, CandidateKind, CandidateSet, kind_role, planned, timed_plans
@@ -454,7 +454,7 @@ class TableParts:
         Kimi K2 racks 4 s of a 21 s solve). Candidates the last front did not take (a search past its
         deadline; an inventory group's candidates timed by a cross-group search) add their pairs' tables."""
         self.pending += self.add(options, resolved)
-        join_tables(options, self.entries, _table_cap(resolved))
+        join_tables(options, self.entries, first_cap(resolved))
 
 
 def _new_tables(options: DeploymentOptions, resolved: ResolvedScenario,
@@ -465,15 +465,9 @@ def _new_tables(options: DeploymentOptions, resolved: ResolvedScenario,
     new_decode = tuple(d for d in options.decode if id(d.candidate) not in seen)
     old_prefill = tuple(p for p in options.prefill if id(p.candidate) in seen)
     for part in (replace(options, prefill=new_prefill), replace(options, prefill=old_prefill, decode=new_decode)):
-        table = unit_table(part, _table_cap(resolved))
+        table = unit_table(part, first_cap(resolved))
         if table is not None:
             yield table, part
-
-
-def _table_cap(resolved: ResolvedScenario) -> float | None:
-    """The unit tables' TTFT cap: the SLO's, as the sweep's first cap (`planner.sweep`)."""
-    slo = resolved.scenario.slo.ttft_ms
-    return None if slo is None else slo / 1e3
 
 
 def _candidate_ids(options: DeploymentOptions) -> set[int]:

@@ -42,7 +42,7 @@ from planner.formulation.model import DeploymentModel, InvalidSolution, Selectio
 from planner.formulation.options import DeploymentOptions, MixedOption
 from planner.formulation.pairs import PAIR_LIMIT, PairColumns, PairTable
 from planner.formulation.screening import pair_columns, screen, screen_cluster
-from planner.formulation.units import UnitTable, selection_of, unit_table
+from planner.formulation.units import UnitTable, first_cap, selection_of, unit_table
 from planner.packing import best_packing
 from planner.pareto import FrontPoint
 from planner.solvers import Backend, LazyBackend, SolveOptions, SolveReport, SolveStatus
@@ -97,7 +97,7 @@ class _Sweeper:
         self.deadline = time.perf_counter() + settings.time_limit_s
         self.start = time.perf_counter()
         self.result = SweepResult()
-        self.first_cap = self._first_cap()
+        self.first_cap = first_cap(resolved)
         self.cluster = resolved.scenario.search.gpu_accounting == "cluster"
         # several groups under cluster accounting: deployments on disjoint groups run side by side (under
         # `used` accounting a composite's ratio never beats its best part's, which is within the cap too)
@@ -133,10 +133,6 @@ class _Sweeper:
         prefill = [(p, n) for p, n in everything.prefill if n <= most]
         decode = [(d, n) for d, n in everything.decode if n <= most]
         return PairTable(self.options, prefill, decode)
-
-    def _first_cap(self) -> float | None:
-        slo = self.resolved.scenario.slo.ttft_ms
-        return None if slo is None else slo / 1e3
 
     def _pair_table(self) -> PairTable | None:
         """Pairs of the configurations servable within the first (largest) TTFT cap."""

@@ -26,6 +26,7 @@ from typing import cast
 
 import numpy as np
 
+from costmodel.resolve import ResolvedScenario
 from planner.formulation.options import DecodeOption, DeploymentOptions, PrefillOption
 from planner.formulation.pairs import link_limits, pair_figures
 from planner.pareto import binned_front
@@ -64,9 +65,16 @@ class UnitTable:
         return np.flatnonzero(self.rate[:end] >= best * (1 - tol))
 
 
+def first_cap(resolved: ResolvedScenario) -> float | None:
+    """The first (largest) TTFT cap, s: the SLO's (None without one). The sweep's tables are built within it,
+    and the batch search's, which the sweep takes (`join_tables`)."""
+    slo = resolved.scenario.slo.ttft_ms
+    return None if slo is None else slo / 1e3
+
+
 def unit_table(options: DeploymentOptions, first_cap_s: float | None) -> UnitTable | None:
     """The table of `options`' shared structure within the first TTFT cap (None without one); kept on the
-    options object (the batch search leaves there the table it joined from its rounds', `joined_table`)."""
+    options object (the batch search leaves there the table it joined from its rounds', `join_tables`)."""
     if first_cap_s not in options.unit_tables:
         options.unit_tables[first_cap_s] = _unit_table(options, first_cap_s)
     return cast(UnitTable | None, options.unit_tables[first_cap_s])
@@ -101,9 +109,9 @@ def join_tables(options: DeploymentOptions, parts: list[TableEntries], cap_s: fl
 
     The entries are `unit_table`'s (to rounding): a part's table drops only entries one of its entries beats
     by more than KEEP_TOL, and the best rate at or below any TTFT is reached by an entry no part drops. A fill
-    option the options have since pruned (`options._prune_prefill`: as fast, no less capacity, admitted load or
-    KV) is matched entry by entry by the option that pruned it, so its entries are dropped. Exact ties may come
-    in another order than `unit_table`'s (the same in every run)."""
+    option the options have since pruned (`planner.formulation.options._prune_prefill`: as fast, no less
+    capacity, admitted load or KV) is matched entry by entry by the option that pruned it, so its entries are
+    dropped. Exact ties may come in another order than `unit_table`'s (the same in every run)."""
     if options.links and any(part.kv_bytes != _kv_bytes(options.prefill) for part in parts):
         return False
     options.unit_tables[cap_s] = _joined(options, parts)

@@ -314,7 +314,8 @@ def test_a_cut_search_resumed_ends_where_an_uncut_one_does(ticks: int, monkeypat
     import itertools
 
     import planner.batches as batches
-    from planner.batches import _front, _table_cap, batch_search
+    from planner.batches import _front, batch_search
+    from planner.formulation.units import first_cap
     from planner.templates import generate
 
     resolved, calibration = scenario(), default_calibration()
@@ -341,7 +342,7 @@ def test_a_cut_search_resumed_ends_where_an_uncut_one_does(ticks: int, monkeypat
     assert again_exact.best.tolist() == pytest.approx(exact.best.tolist(), rel=1e-9)
     # no more batches timed than uncut: the resumed rounds start from a front with every timed deployment
     assert again.timed == coverage.timed
-    cap = _table_cap(resolved)
+    cap = first_cap(resolved)
     assert resumed.unit_tables[cap] is not None and options.unit_tables[cap] is not None
 
 

@@ -310,15 +310,14 @@ def test_every_block_carries_the_table_its_searches_built(data: dict[str, Any]) 
     """Each structure block's options (each group's own, each cross-group pair's) carry their unit table,
     joined from the tables of the block's batch search and of the pairs the later searches' candidates make:
     the same entries as the table built afresh (the KV links of TWO_GROUPS cap rates in it)."""
-    from planner.batches import _table_cap
-    from planner.formulation.units import _unit_table
+    from planner.formulation.units import _unit_table, first_cap
     from planner.solve import _inventory_blocks
 
     resolved = scenario_from_data(data)
     calibration = default_calibration()
     sets = [generate(resolved.view(group), calibration) for group in resolved.groups]
     blocks, coverage = _inventory_blocks(resolved, sets, calibration, math.inf, 0.01)
-    cap = _table_cap(resolved)
+    cap = first_cap(resolved)
     assert coverage.certified and len(blocks) == 4
     for block in blocks:
         joined, fresh = block.unit_tables[cap], _unit_table(block, cap)

@@ -132,13 +132,13 @@ def test_the_batch_search_leaves_the_sweep_its_table(name: str) -> None:
     sweep then takes as it is: the same entries as the table built afresh (fills pruned since are dropped:
     on one GB200 rack 21 entries of 737)."""
     from benchmarks.suite import scenario_data
-    from planner.batches import _table_cap, refine
-    from planner.formulation.units import _unit_table
+    from planner.batches import refine
+    from planner.formulation.units import _unit_table, first_cap
 
     scenario = scenario_from_data(scenario_data(name) if name == "kimi-k2-72xgb200" else small_data(name))
     calibration = default_calibration()
     options, coverage = refine(scenario, calibration, generate(scenario, calibration), math.inf, 0.01)
-    cap = _table_cap(scenario)
+    cap = first_cap(scenario)
     assert coverage.rounds >= 1 and cap in options.unit_tables
     joined, fresh = unit_table(options, cap), _unit_table(options, cap)
     assert joined is options.unit_tables[cap]
@@ -171,11 +171,11 @@ def test_a_search_cut_by_its_deadline_leaves_the_whole_table(monkeypatch: pytest
     import itertools
 
     import planner.batches as batches
-    from planner.formulation.units import _unit_table
+    from planner.formulation.units import _unit_table, first_cap
 
     scenario = scenario_from_data(small_data("gpt-oss-20b-4xb200-sglang"))
     calibration = default_calibration()
-    cap = batches._table_cap(scenario)
+    cap = first_cap(scenario)
     cut_late = 0
     for ticks in range(2, 60, 3):
         clock = itertools.count()
