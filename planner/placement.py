@@ -5,14 +5,22 @@ Rules (`costmodel.inventory` numbers the GPUs):
   prices its collectives on the scale-up fabric);
 - a larger one takes whole complete domains (every GPU installed and available), ceil(size / domain) of
   them, inside one rack when it fits a rack (its traffic then stays under the rack's switches);
-- one larger than a rack takes whole complete racks, and its traffic crosses the rack uplinks.
+- one larger than a rack takes as many whole complete racks as its domains fill and the rest of its
+  domains in one more rack (ceil(span / rack) racks; the rest of that rack stays free for others), and
+  its traffic crosses the rack uplinks.
 
-Packing rows. With sizes that divide each other (powers of two) first-fit decreasing is optimal, so the
-instances fit iff, for every size s up to a domain, the GPUs of instances of size >= s fit the domains'
-multiples of s (a complete domain taken by a wider instance removes all of its room); the same one level
-up for instances wider than a domain, counted in domains, against each rack's complete domains; and the
-racks taken whole. The MILP states these rows (`planner.formulation.model`), the unit table solves them in
-closed form (`planner.formulation.units`); other sizes are checked exactly here after the solve.
+So a group's room is two independent bin packings (`Domains.rack_items`): wide instances' complete domains
+into each rack's complete domains (a whole rack is an item of a rack's domains), and narrow instances into
+the domains the wide ones leave (complete domains are interchangeable, so which ones the wide take does not
+matter).
+
+Packing rows, a relaxation of both: for every size t up to a domain, the GPUs of instances in multiples of t
+(s // t x t) fit the domains' multiples of t (a complete domain taken by a wider instance removes all of
+its room); the same one level up for the wide instances' rack items, counted in domains, against each
+rack's complete domains. With sizes that divide each other (powers of two, as tp, dp and pp give) the rows
+are exact and first-fit decreasing is optimal. The MILP states these rows (`planner.formulation.model`),
+the unit table solves them in closed form (`planner.formulation.units`); other sizes are packed exactly
+here (`_fill_bins`, which `fits` asks and the placer follows where first fit fails).
 """
 
 from __future__ import annotations
@@ -21,6 +29,8 @@ import functools
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
+
+import numpy as np
 
 from costmodel.errors import ScenarioError
 from costmodel.evaluate import pool_context
@@ -61,6 +71,15 @@ class Domains:
         """Racks an instance wider than a rack takes."""
         return -(-self.span(size) // self.per_rack)
 
+    def rack_items(self, size: int) -> tuple[int, ...]:
+        """The complete domains a wide instance takes in each rack it uses: its span within one rack, or
+        whole racks and the rest in one more."""
+        span = self.span(size)
+        if span <= self.per_rack:
+            return (span,)
+        whole, rest = divmod(span, self.per_rack)
+        return (self.per_rack,) * whole + ((rest,) if rest else ())
+
     @property
     def bins(self) -> tuple[int, ...]:
         """Free GPUs of each domain, largest first."""
@@ -99,22 +118,19 @@ def packing_rows(domains: Domains, sizes: Sequence[int]) -> tuple[PackingRow, ..
 @functools.lru_cache(maxsize=1 << 12)
 def _packing_rows(domains: Domains, distinct: tuple[int, ...]) -> tuple[PackingRow, ...]:
     """`packing_rows`, kept per (domains, sizes): the exact packer asks them for every count it checks (a
-    row's right-hand side sums over the racks: 256 of them on 256 GB200 racks)."""
+    row's right-hand side sums over the racks: 256 of them on 256 GB200 racks). Each weight counts the
+    multiples of the row's size an instance takes (sum of floor <= floor of sum: a relaxation)."""
     narrow = [s for s in distinct if s <= domains.size]
     wide = [s for s in distinct if s > domains.size]
-    in_rack = sorted({domains.span(s) for s in wide if domains.span(s) <= domains.per_rack})
-    multi_rack = [s for s in wide if domains.span(s) > domains.per_rack]
     rows = []
     for t in narrow:
-        weights = [(s, s) for s in narrow if s >= t] + [(s, domains.span(s) * (domains.size // t * t)) for s in wide]
-        rows.append(PackingRow(f"size{t}", domains.room(t), dict(weights)))
-    for w in in_rack:
-        weights = [(s, domains.span(s)) for s in wide if w <= domains.span(s) <= domains.per_rack]
-        weights += [(s, domains.racks_taken(s) * (domains.per_rack // w * w)) for s in multi_rack]
-        rows.append(PackingRow(f"wide{w}", sum(w * (c // w) for c in domains.rack_counts), dict(weights)))
-    if multi_rack:
-        whole = sum(1 for c in domains.rack_counts if c == domains.per_rack)
-        rows.append(PackingRow("racks", whole, {s: domains.racks_taken(s) for s in multi_rack}))
+        weights = {s: s // t * t for s in narrow if s >= t} | {s: domains.span(s) * (domains.size // t * t)
+                                                                for s in wide}
+        rows.append(PackingRow(f"size{t}", domains.room(t), weights))
+    for w in sorted({k for s in wide for k in domains.rack_items(s)}):
+        weights = {s: sum(k // w * w for k in domains.rack_items(s)) for s in wide}
+        rows.append(PackingRow(f"wide{w}", sum(w * (c // w) for c in domains.rack_counts),
+                               {s: v for s, v in weights.items() if v}))
     return tuple(rows)
 
 
@@ -142,35 +158,130 @@ def _fits(instances: tuple[tuple[int, int], ...], domains: Domains) -> bool:
         return False
     if divisible(sizes, domains):
         return True
+    wide, narrow = _levels(instances, domains)
+    return _fill_bins(wide, _rack_bins(domains)) is not None and _fill_bins(narrow, _domain_bins(instances,
+                                                                                                domains)) is not None
+
+
+def _levels(instances: Sequence[tuple[int, int]], domains: Domains) -> tuple[Items, Items]:
+    """The two packings' items, (size, count) largest first: wide instances' rack items (in domains) and
+    narrow instances (in GPUs)."""
+    wide: dict[int, int] = {}
+    for size, count in instances:
+        if size > domains.size:
+            for k in domains.rack_items(size):
+                wide[k] = wide.get(k, 0) + count
+    narrow: dict[int, int] = {}
+    for size, count in instances:
+        if size <= domains.size:
+            narrow[size] = narrow.get(size, 0) + count
+    return _items(wide), _items(narrow)
+
+
+def _items(counts: dict[int, int]) -> Items:
+    return tuple(sorted(((size, count) for size, count in counts.items() if count), reverse=True))
+
+
+def _rack_bins(domains: Domains) -> tuple[int, ...]:
+    return tuple(sorted(domains.rack_counts, reverse=True))
+
+
+def _domain_bins(instances: Sequence[tuple[int, int]], domains: Domains) -> tuple[int, ...]:
+    """Free GPUs of each domain the wide instances leave (which complete ones they take does not matter)."""
     taken = sum(domains.span(size) * count for size, count in instances if size > domains.size)
-    narrow = tuple(sorted(((size, count) for size, count in instances if size <= domains.size), reverse=True))
-    bins = (domains.size,) * (domains.full - taken) + tuple(sorted(domains.partial, reverse=True))
-    return _pack_exact(narrow, bins)
+    return (domains.size,) * (domains.full - taken) + tuple(sorted(domains.partial, reverse=True))
 
 
-@functools.lru_cache(maxsize=65536)
-def _pack_exact(items: tuple[tuple[int, int], ...], bins: tuple[int, ...]) -> bool:
-    """Exact search: fill the first bin with every feasible pattern, recurse on the rest."""
-    if not any(count for _, count in items):
-        return True
-    if not bins or sum(size * count for size, count in items) > sum(bins):
-        return False
-    return any(_pack_exact(rest, bins[1:]) for rest in _after_one_bin(items, bins[0]))
+Items = tuple[tuple[int, int], ...]
+Filling = tuple[tuple[int, ...], ...]  # per bin, the count of each item size in it
 
 
-def _after_one_bin(items: tuple[tuple[int, int], ...], capacity: int) -> set[tuple[tuple[int, int], ...]]:
-    """Every remainder of `items` after putting some of them into one bin of `capacity`."""
-    states: set[tuple[tuple[int, int], ...]] = {items}
-    for index, (size, count) in enumerate(items):
-        next_states = set()
+@functools.lru_cache(maxsize=1 << 14)
+def _fill_bins(items: Items, bins: tuple[int, ...]) -> Filling | None:
+    """How many of each item (size, count) go into each bin, or None if they cannot all be packed: first
+    fit decreasing, else an exact search over the bins one by one (`_exact_fill`)."""
+    if sum(size * count for size, count in items) > sum(bins):
+        return None
+    left = [count for _, count in items]
+    filling = []
+    for capacity in bins:
+        room, taken = capacity, []
+        for i, (size, _) in enumerate(items):
+            take = min(left[i], room // size)
+            room -= take * size
+            left[i] -= take
+            taken.append(take)
+        filling.append(tuple(taken))
+    if not any(left):
+        return tuple(filling)
+    return _exact_fill(items, bins)
+
+
+def _exact_fill(items: Items, bins: tuple[int, ...]) -> Filling | None:
+    """Breadth-first over the bins: the item counts still to pack after each bin, each reached by one
+    maximal choice for the bin (a choice that could take one more item leaves a state that the choice with
+    it dominates), keeping only states no other state is below in every count, and none with more GPUs
+    left than the remaining bins hold."""
+    sizes = [size for size, _ in items]
+    start = tuple(count for _, count in items)
+    came_from: list[dict[tuple[int, ...], tuple[tuple[int, ...], tuple[int, ...]]]] = []
+    states = [start]
+    room_after = [sum(bins) - sum(bins[:i + 1]) for i in range(len(bins))]
+    for index, capacity in enumerate(bins):
+        reached: dict[tuple[int, ...], tuple[tuple[int, ...], tuple[int, ...]]] = {}
         for state in states:
-            used = sum(s * (c0 - c) for (s, c0), (_, c) in zip(items, state, strict=True))
-            for take in range(0, min(count, (capacity - used) // size) + 1):
-                updated = list(state)
-                updated[index] = (size, state[index][1] - take)
-                next_states.add(tuple(updated))
-        states = next_states
-    return states
+            for take in _maximal_takes(sizes, state, capacity):
+                rest = tuple(c - t for c, t in zip(state, take, strict=True))
+                if rest not in reached and sum(s * c for s, c in zip(sizes, rest, strict=True)) <= room_after[index]:
+                    reached[rest] = (state, take)
+        came_from.append(reached)
+        done = tuple(0 for _ in sizes)
+        if done in reached:
+            return _trace(came_from, done, len(sizes), len(bins))
+        states = _minimal(list(reached))
+        if not states:
+            return None
+    return None
+
+
+def _maximal_takes(sizes: list[int], state: tuple[int, ...], capacity: int) -> list[tuple[int, ...]]:
+    """Counts of each item one bin of `capacity` takes from `state`, none of which could take one more."""
+    found: list[tuple[int, ...]] = []
+
+    def extend(i: int, room: int, taken: tuple[int, ...]) -> None:
+        if i == len(sizes):
+            if all(c == t or s > room for s, c, t in zip(sizes, state, taken, strict=True)):
+                found.append(taken)
+            return
+        for take in range(min(state[i], room // sizes[i]), -1, -1):
+            extend(i + 1, room - take * sizes[i], (*taken, take))
+
+    extend(0, capacity, ())
+    return found
+
+
+def _minimal(states: list[tuple[int, ...]]) -> list[tuple[int, ...]]:
+    """The states no other state is at or below in every count (fewer items left packs whatever more do);
+    the states are distinct, so one at or below another in every count is below it."""
+    if not states:
+        return []
+    counts = np.array(states, dtype=np.int64).reshape(len(states), -1)
+    dominated = np.zeros(len(states), dtype=bool)
+    step = max(1, (1 << 22) // max(1, len(states) * counts.shape[1]))  # about 4 M comparisons at a time
+    for start in range(0, len(states), step):
+        below = np.all(counts[:, None, :] <= counts[None, start:start + step, :], axis=2)  # [other, state]
+        below[start + np.arange(below.shape[1]), np.arange(below.shape[1])] = False
+        dominated[start:start + step] = below.any(axis=0)
+    return [state for state, out in zip(states, dominated.tolist(), strict=True) if not out]
+
+
+def _trace(came_from: list[dict[tuple[int, ...], tuple[tuple[int, ...], tuple[int, ...]]]], end: tuple[int, ...],
+           kinds: int, bins: int) -> Filling:
+    filling = [(0,) * kinds] * bins
+    state = end
+    for index in range(len(came_from) - 1, -1, -1):
+        state, filling[index] = came_from[index][state]
+    return tuple(filling)
 
 
 @functools.lru_cache(maxsize=1 << 12)
@@ -184,15 +295,22 @@ def max_replicas(size: int, domains: Domains) -> int:
 
 
 def assign(sizes: Sequence[int], group: ClusterGroup) -> list[tuple[GpuIndex, ...]]:
-    """GPUs for instances of `sizes` (in order), first-fit decreasing by level: instances wider than a rack
-    take whole complete racks, then those wider than a domain complete domains within one rack, then the
-    rest any free GPUs of one domain. Raises ValueError if they do not fit."""
+    """GPUs for instances of `sizes` (in order), by the module docstring's rules: first-fit decreasing by
+    level, and where that leaves an instance out (sizes that do not divide each other), the exact packing
+    `fits` checks. Raises ValueError if they do not fit."""
+    try:
+        return _first_fit(sizes, group)
+    except ValueError:
+        return _exact_assign(sizes, group)
+
+
+def _first_fit(sizes: Sequence[int], group: ClusterGroup) -> list[tuple[GpuIndex, ...]]:
+    """Instances wider than a rack take whole complete racks (the rest of the last one stays free), then
+    those wider than a domain complete domains within one rack, then the rest any free GPUs of one domain."""
     domains, size = group.domains, group.system.scaleup_domain_gpus
     per_rack = group.domains_per_rack
     used = [0] * len(domains)  # GPUs taken in each domain (wide instances take all)
-    by_rack: dict[int, list[int]] = {}
-    for index, domain in enumerate(domains):
-        by_rack.setdefault(domain.rack, []).append(index)
+    by_rack = _by_rack(domains)
     placed: dict[int, tuple[GpuIndex, ...]] = {}
     first_room: dict[int, int] = {}  # per size, no domain before this one has room (rooms only shrink)
     for item in sorted(range(len(sizes)), key=lambda i: -sizes[i]):
@@ -201,10 +319,7 @@ def assign(sizes: Sequence[int], group: ClusterGroup) -> list[tuple[GpuIndex, ..
             span = -(-need // size)
             chosen = _whole_racks(span, per_rack, by_rack, domains, used) if span > per_rack else \
                 _domains_in_rack(span, by_rack, domains, used)
-            for index in chosen:
-                used[index] = domains[index].capacity
-            gpus = [(domains[i].rack, *gpu) for i in chosen for gpu in domains[i].free]
-            placed[item] = tuple(gpus[:need])
+            placed[item] = _take_domains(chosen, need, domains, used)
             continue
         target = first_room.get(need, 0)
         while target < len(domains) and domains[target].capacity - used[target] < need:
@@ -212,10 +327,68 @@ def assign(sizes: Sequence[int], group: ClusterGroup) -> list[tuple[GpuIndex, ..
         if target == len(domains):
             raise ValueError("instances do not fit the domains")
         first_room[need] = target
-        domain = domains[target]
-        placed[item] = tuple((domain.rack, *gpu) for gpu in domain.free[used[target]:used[target] + need])
-        used[target] += need
+        placed[item] = _take_gpus(target, need, domains, used)
     return [placed[i] for i in range(len(sizes))]
+
+
+def _exact_assign(sizes: Sequence[int], group: ClusterGroup) -> list[tuple[GpuIndex, ...]]:
+    """The packing `fits` finds (`_fill_bins` on both levels), made concrete: rack items to racks with
+    that many complete domains, then narrow instances to the domains left, largest bins first."""
+    domains, room = group.domains, group_domains(group)
+    counts: dict[int, int] = {}
+    for need in sizes:
+        counts[need] = counts.get(need, 0) + 1
+    wide, narrow = _levels(list(counts.items()), room)
+    racks = sorted(range(len(group.complete_per_rack)), key=lambda r: -group.complete_per_rack[r])
+    rack_slots = _slots(wide, _fill_bins(wide, tuple(group.complete_per_rack[r] for r in racks)), racks)
+    complete = {rack: [i for i in members if domains[i].complete] for rack, members in _by_rack(domains).items()}
+    used = [0] * len(domains)
+    placed: dict[int, tuple[GpuIndex, ...]] = {}
+    for item in sorted(range(len(sizes)), key=lambda i: -sizes[i]):
+        if sizes[item] > room.size:
+            chosen = []
+            for k in room.rack_items(sizes[item]):
+                rack = rack_slots[k].pop(0)
+                chosen += [complete[rack].pop(0) for _ in range(k)]
+            placed[item] = _take_domains(sorted(chosen), sizes[item], domains, used)
+    left = [i for members in complete.values() for i in members] + sorted(
+        (i for i, d in enumerate(domains) if not d.complete), key=lambda i: -domains[i].capacity)
+    domain_slots = _slots(narrow, _fill_bins(narrow, tuple(domains[i].capacity for i in left)), left)
+    for item in sorted(range(len(sizes)), key=lambda i: -sizes[i]):
+        if sizes[item] <= room.size:
+            placed[item] = _take_gpus(domain_slots[sizes[item]].pop(0), sizes[item], domains, used)
+    return [placed[i] for i in range(len(sizes))]
+
+
+def _slots(items: Items, filling: Filling | None, bins: Sequence[int]) -> dict[int, list[int]]:
+    """Per item size, the bins (`bins[j]` for the filling's j-th) holding one item of it each, in order."""
+    if filling is None:
+        raise ValueError("instances do not fit the domains")
+    slots: dict[int, list[int]] = {size: [] for size, _ in items}
+    for where, taken in zip(bins, filling, strict=False):
+        for (size, _), count in zip(items, taken, strict=True):
+            slots[size] += [where] * count
+    return slots
+
+
+def _by_rack(domains: Sequence[Domain]) -> dict[int, list[int]]:
+    by_rack: dict[int, list[int]] = {}
+    for index, domain in enumerate(domains):
+        by_rack.setdefault(domain.rack, []).append(index)
+    return by_rack
+
+
+def _take_domains(chosen: Sequence[int], need: int, domains: Sequence[Domain], used: list[int]) -> tuple[GpuIndex, ...]:
+    for index in chosen:
+        used[index] = domains[index].capacity
+    return tuple((domains[i].rack, *gpu) for i in chosen for gpu in domains[i].free)[:need]
+
+
+def _take_gpus(index: int, need: int, domains: Sequence[Domain], used: list[int]) -> tuple[GpuIndex, ...]:
+    domain = domains[index]
+    gpus = tuple((domain.rack, *gpu) for gpu in domain.free[used[index]:used[index] + need])
+    used[index] += need
+    return gpus
 
 
 def layout_gpus(resolved: ResolvedScenario, layout: Layout) -> list[list[tuple[GpuIndex, ...]]]:

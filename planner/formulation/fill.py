@@ -12,7 +12,10 @@ rack, one wider than a rack whole complete racks. So the best mix is, exactly:
   into m whole racks, the other whole racks at R(per rack);
 total = sum over partial domains K(b) + sum over racks not whole R(c) + max over m of M(m) + (whole - m)
 R(per rack). Each level's choice is a placement (instances of a domain use its free GPUs; complete domains
-of a rack are interchangeable; so are whole racks), so the optimum is over real packings.
+of a rack are interchangeable; so are whole racks), so the optimum is over real packings. It is the optimum
+of every packing where the sizes divide each other (`placeable`); with an instance wider than a rack whose
+span the rack's domains do not divide, the rules let others use the rest of its last rack, which M does
+not count (a real packing, perhaps not the best: such mixes are not kept).
 """
 
 from __future__ import annotations
@@ -95,7 +98,7 @@ def _rack(complete: int, spans: list[Fill], domain: Fill) -> Fill:
 
 
 def placeable(counts: list[tuple[int, int]], domains: Domains) -> bool:
-    """A mix the planner may return: its sizes divide each other (then the packing rows are exact and the
-    placer's first-fit decreasing reproduces any packing) and it fits. With other sizes (an attention-DP
-    degree of 3, say) the knapsack's packing may be real but neither `fits` nor the placer finds it."""
+    """A mix the planner may return: its sizes divide each other (then `best_fill` is the best of every
+    packing, the packing rows are exact and first-fit decreasing places it) and it fits. With other sizes
+    (an attention-DP degree of 3, say) the knapsack's mix is real but may not be the best there is."""
     return divisible([size for size, _ in counts], domains) and fits(counts, domains)

@@ -1,6 +1,6 @@
 """Valid but unusual scenarios, drawn at random from the catalogs (any model on any system, odd cluster sizes,
 inventories of several systems with busy GPUs or nodes, length distributions, prefix hits, fixed loads, SLOs,
-both serving modes, every backend), through `solve`, `evaluate` of the front's points and `plan export` of its
+both serving modes, every backend, attention-DP or pipeline degrees of 3 or 6), through `solve`, `evaluate` of the front's points and `plan export` of its
 first plan: each ends in a front or in one of the documented errors (exit 2, 3 or 4), never in an internal error.
 Fuzzing this way found two crashes in session 20 (an empty KV-transfer table in the batch search,
 `tests/planner/test_generate_deadline.py`; the diagnosis of an infeasible inventory,
@@ -69,6 +69,8 @@ def _scenario(rng: random.Random, index: int) -> dict[str, Any]:
                             "kv_cache": rng.choice(["bf16", "fp8"])}
     if rng.random() < 0.5:
         doc["slo"] = {"ttft_ms": rng.choice([200, 2000, 20000]), "tpot_ms": rng.choice([10, 50, 200])}
+    if rng.random() < 0.3:  # degrees that are not powers of two: sizes that do not divide each other
+        doc["search"][rng.choice(["dp_attention", "pp"])] = [1, rng.choice([3, 6])]
     return doc
 
 
