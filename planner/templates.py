@@ -27,7 +27,7 @@ from costmodel.layout import Pool, PoolRole
 from costmodel.modes import PoolContext
 from costmodel.pricing import TablePricer, WorkTable
 from costmodel.resolve import ResolvedScenario
-from costmodel.scenario import KvStore
+from costmodel.scenario import MAX_BATCH, KvStore
 from costmodel.serving import (
     ENGINE_STEP_TOKENS,
     PoolPlan,
@@ -393,13 +393,14 @@ def ladder_ends(resolved: ResolvedScenario, role: PoolRole, dp: int, largest: in
     """The ends of a layout's batch range: 1, and the largest batch worth running: the largest that fits HBM
     (and `search.max_batch`) for decode and mixed pools; for fill pools the batch that fills one engine
     step per rank (ENGINE_STEP_TOKENS), beyond which capacity stays flat and fill latency grows (dominated:
-    same capacity, longer fill)."""
+    same capacity, longer fill). Never above MAX_BATCH, the most a layout states (a one-token workload's KV
+    lets 32 million sequences fit 72 GPUs)."""
     top = largest
     if role in ("prefill", "midfill"):
         new = max(1.0, RequestShape.of(resolved.scenario.workload).new)
         top = min(top, dp * max(1, math.ceil(ENGINE_STEP_TOKENS / new)))
     cap = resolved.scenario.search.max_batch
-    top = top if cap is None else min(top, cap)
+    top = min(top, MAX_BATCH if cap is None else cap)
     return {1, top} if top >= 1 else set()
 
 

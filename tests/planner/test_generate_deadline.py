@@ -195,3 +195,19 @@ def test_dense_models_get_attention_dp_only_when_asked(model: str, asked: list[i
         "schema_version": 1, "name": "t", "model": model, "cluster": {"system": "h100-sxm", "gpus": 8},
         "workload": {"input_tokens": 1024, "output_tokens": 256}, "search": search})
     assert {pool.dp_attention for pool in candidate_pools(resolved, "mixed")} == expected
+
+
+def test_batches_stay_within_what_a_layout_states() -> None:
+    """A one-token workload lets millions of sequences fit (32 million on 72 GB200 GPUs for GLM-5, found by
+    fuzzing): the search stops at MAX_BATCH, so every front point is a valid layout (`planner.solve` builds
+    each one from the output and raised a validation error)."""
+    from costmodel.scenario import MAX_BATCH
+    from planner import solve
+
+    data = small_data("qwen3-30b-4xh200")
+    data["workload"] = {"input_tokens": 1, "output_tokens": 1}
+    data["search"] = {"pp": [1], "dp_attention": [1], "serving": ["aggregated"], "time_limit_s": 5}
+    resolved = scenario_from_data(data)
+    assert ladder_ends(resolved, "mixed", 1, 32_190_794) == {1, MAX_BATCH}
+    front = solve(resolved)
+    assert max(pool.batch for point in front.points for pool in point.layout.pools) <= MAX_BATCH
