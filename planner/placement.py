@@ -30,7 +30,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import numpy as np
+from ortools.sat.python import cp_model
 
 from costmodel.errors import ScenarioError
 from costmodel.evaluate import pool_context
@@ -199,7 +199,7 @@ Filling = tuple[tuple[int, ...], ...]  # per bin, the count of each item size in
 @functools.lru_cache(maxsize=1 << 14)
 def _fill_bins(items: Items, bins: tuple[int, ...]) -> Filling | None:
     """How many of each item (size, count) go into each bin, or None if they cannot all be packed: first
-    fit decreasing, else an exact search over the bins one by one (`_exact_fill`)."""
+    fit decreasing, else the exact arc-flow model (`_exact_fill`)."""
     if sum(size * count for size, count in items) > sum(bins):
         return None
     left = [count for _, count in items]
@@ -217,71 +217,68 @@ def _fill_bins(items: Items, bins: tuple[int, ...]) -> Filling | None:
     return _exact_fill(items, bins)
 
 
+# The exact packing's effort limit (CP-SAT deterministic time, about seconds on one core): arc-flow models of
+# 64 racks of mixed non-dividing sizes are proven in well under 0.1; a model it cannot decide in time is
+# refused (conservative: `fits` never accepts what it has not packed).
+PACKING_EFFORT = 5.0
+
+
 def _exact_fill(items: Items, bins: tuple[int, ...]) -> Filling | None:
-    """Breadth-first over the bins: the item counts still to pack after each bin, each reached by one
-    maximal choice for the bin (a choice that could take one more item leaves a state that the choice with
-    it dominates), keeping only states no other state is below in every count, and none with more GPUs
-    left than the remaining bins hold."""
+    """The arc-flow model of bin packing (Valerio de Carvalho 1999), exact: nodes 0..largest bin, an arc
+    (u, u + s) per item size and a loss arc (u, u + 1) at every node; each unit of flow from 0 to node c is
+    one bin of capacity c (at most as many as there are), the item arcs carry each item's count. Any
+    integer flow splits into paths, each a bin's items, so the items pack iff the model is feasible."""
+    largest = max(bins, default=0)
     sizes = [size for size, _ in items]
-    start = tuple(count for _, count in items)
-    came_from: list[dict[tuple[int, ...], tuple[tuple[int, ...], tuple[int, ...]]]] = []
-    states = [start]
-    room_after = [sum(bins) - sum(bins[:i + 1]) for i in range(len(bins))]
-    for index, capacity in enumerate(bins):
-        reached: dict[tuple[int, ...], tuple[tuple[int, ...], tuple[int, ...]]] = {}
-        for state in states:
-            for take in _maximal_takes(sizes, state, capacity):
-                rest = tuple(c - t for c, t in zip(state, take, strict=True))
-                if rest not in reached and sum(s * c for s, c in zip(sizes, rest, strict=True)) <= room_after[index]:
-                    reached[rest] = (state, take)
-        came_from.append(reached)
-        done = tuple(0 for _ in sizes)
-        if done in reached:
-            return _trace(came_from, done, len(sizes), len(bins))
-        states = _minimal(list(reached))
-        if not states:
-            return None
-    return None
+    model = cp_model.CpModel()
+    arcs: list[tuple[int, int, int]] = [(u, u + size, i) for u in range(largest) for i, size in enumerate(sizes)
+                                        if u + size <= largest] + [(u, u + 1, -1) for u in range(largest)]
+    flow = [model.new_int_var(0, len(bins) if kind < 0 else items[kind][1], "") for _, _, kind in arcs]
+    have = {c: bins.count(c) for c in set(bins) if c > 0}  # racks with no complete domain hold nothing
+    ends = {c: model.new_int_var(0, count, "") for c, count in have.items()}
+    for node in range(largest + 1):
+        into = sum(f for f, (_, v, _) in zip(flow, arcs, strict=True) if v == node)
+        out = sum(f for f, (u, _, _) in zip(flow, arcs, strict=True) if u == node)
+        model.add(out == sum(ends.values()) if node == 0 else into - out == ends.get(node, 0))
+    for i, (_, count) in enumerate(items):
+        model.add(sum(f for f, (_, _, kind) in zip(flow, arcs, strict=True) if kind == i) == count)
+    solver = cp_model.CpSolver()
+    solver.parameters.num_workers, solver.parameters.random_seed = 1, 0
+    solver.parameters.max_deterministic_time = PACKING_EFFORT
+    if solver.solve(model) not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        return None
+    left = [solver.value(f) for f in flow]
+    stops = {c: solver.value(e) for c, e in ends.items()}
+    return _bins_of_paths(_paths(arcs, left, stops, len(items)), bins)
 
 
-def _maximal_takes(sizes: list[int], state: tuple[int, ...], capacity: int) -> list[tuple[int, ...]]:
-    """Counts of each item one bin of `capacity` takes from `state`, none of which could take one more."""
-    found: list[tuple[int, ...]] = []
-
-    def extend(i: int, room: int, taken: tuple[int, ...]) -> None:
-        if i == len(sizes):
-            if all(c == t or s > room for s, c, t in zip(sizes, state, taken, strict=True)):
-                found.append(taken)
-            return
-        for take in range(min(state[i], room // sizes[i]), -1, -1):
-            extend(i + 1, room - take * sizes[i], (*taken, take))
-
-    extend(0, capacity, ())
-    return found
-
-
-def _minimal(states: list[tuple[int, ...]]) -> list[tuple[int, ...]]:
-    """The states no other state is at or below in every count (fewer items left packs whatever more do);
-    the states are distinct, so one at or below another in every count is below it."""
-    if not states:
-        return []
-    counts = np.array(states, dtype=np.int64).reshape(len(states), -1)
-    dominated = np.zeros(len(states), dtype=bool)
-    step = max(1, (1 << 22) // max(1, len(states) * counts.shape[1]))  # about 4 M comparisons at a time
-    for start in range(0, len(states), step):
-        below = np.all(counts[:, None, :] <= counts[None, start:start + step, :], axis=2)  # [other, state]
-        below[start + np.arange(below.shape[1]), np.arange(below.shape[1])] = False
-        dominated[start:start + step] = below.any(axis=0)
-    return [state for state, out in zip(states, dominated.tolist(), strict=True) if not out]
+def _paths(arcs: list[tuple[int, int, int]], left: list[int], stops: dict[int, int],
+           kinds: int) -> list[tuple[int, tuple[int, ...]]]:
+    """The flow split into paths from node 0, each (the node it ends at, its count of each item)."""
+    out: dict[int, list[int]] = {}
+    for index, (u, _, _) in enumerate(arcs):
+        out.setdefault(u, []).append(index)
+    paths = []
+    for _ in range(sum(stops.values())):
+        node, taken = 0, [0] * kinds
+        while node == 0 or stops.get(node, 0) == 0:  # flow conservation: an arc with flow leaves the node
+            index = next(i for i in out[node] if left[i] > 0)
+            left[index] -= 1
+            node = arcs[index][1]
+            if arcs[index][2] >= 0:
+                taken[arcs[index][2]] += 1
+        stops[node] -= 1
+        paths.append((node, tuple(taken)))
+    return paths
 
 
-def _trace(came_from: list[dict[tuple[int, ...], tuple[tuple[int, ...], tuple[int, ...]]]], end: tuple[int, ...],
-           kinds: int, bins: int) -> Filling:
-    filling = [(0,) * kinds] * bins
-    state = end
-    for index in range(len(came_from) - 1, -1, -1):
-        state, filling[index] = came_from[index][state]
-    return tuple(filling)
+def _bins_of_paths(paths: list[tuple[int, tuple[int, ...]]], bins: tuple[int, ...]) -> Filling:
+    """Each path's items into a bin of the capacity it ends at; bins no path takes stay empty."""
+    by_capacity: dict[int, list[tuple[int, ...]]] = {}
+    for end, taken in paths:
+        by_capacity.setdefault(end, []).append(taken)
+    kinds = len(paths[0][1]) if paths else 0
+    return tuple(by_capacity[c].pop(0) if by_capacity.get(c) else (0,) * kinds for c in bins)
 
 
 @functools.lru_cache(maxsize=1 << 12)
@@ -444,12 +441,14 @@ def check_layout_fits(resolved: ResolvedScenario, layout: Layout) -> None:
 
 def check_placement(resolved: ResolvedScenario, layout: Layout, placement: Any) -> None:
     """A plan file's placement (`plan_output.placement`): every instance on GPUs of its pool's group that
-    exist, are available and are used once, within one scale-up domain (or whole complete domains of one
-    rack, or whole racks, for wider instances). Raises ScenarioError naming the field and the GPU."""
+    exist, are available and are used once, by the module docstring's rules (one scale-up domain; whole
+    complete domains of one rack, no other instance on them; whole racks and the rest in one more). Raises
+    ScenarioError naming the field and the GPU."""
     pools = placement.get("pools") if isinstance(placement, dict) else None
     if not isinstance(pools, list) or len(pools) != len(layout.pools):
         raise ScenarioError("expected one placed pool per layout pool; re-run `plan solve --out`", "placement.pools")
     used: dict[tuple[str, GpuIndex], str] = {}
+    domains: dict[tuple[str, int, int], tuple[str, bool]] = {}  # (group, rack, domain) -> (instance, wide)
     for i, (pool, placed) in enumerate(zip(layout.pools, pools, strict=True)):
         group = resolved.group_named(pool.group)
         instances = placed.get("instances") if isinstance(placed, dict) else None
@@ -462,6 +461,7 @@ def check_placement(resolved: ResolvedScenario, layout: Layout, placement: Any) 
                 raise ScenarioError(f"expected a list of the instance's {pool.gpus_per_instance} GPU ids", where)
             indices = [_gpu_of(group, gpu, f"{where}.{k}", used) for k, gpu in enumerate(gpus)]
             _check_span(group, indices, where)
+            _check_own_domains(group, indices, where, domains)
         # the stages are the layout's (engines split layers as the cost model does): written for the reader and
         # copied into launch files' comments, so an edited split is refused, not launched as a comment
         stages = placed.get("stages")
@@ -525,3 +525,23 @@ def _check_span(group: ClusterGroup, gpus: list[GpuIndex], where: str) -> None:
     racks = {rack for rack, _ in domains}
     if size <= system.gpus_per_rack and len(racks) > 1:
         raise ScenarioError(f"an instance of {size} GPUs must sit in one rack; it spans {len(racks)}", where)
+    span, per_rack = len(domains), system.gpus_per_rack // system.scaleup_domain_gpus
+    whole = sum(1 for rack in racks if sum(1 for r, _ in domains if r == rack) == per_rack)
+    if size > system.gpus_per_rack and (len(racks) != -(-span // per_rack) or whole < span // per_rack):
+        raise ScenarioError(f"an instance of {size} GPUs must take {span // per_rack} whole racks"
+                            + (f" and {span % per_rack} domains of one more" if span % per_rack else "")
+                            + f"; it spans {len(racks)} racks", where)
+
+
+def _check_own_domains(group: ClusterGroup, gpus: list[GpuIndex], where: str,
+                       taken: dict[tuple[str, int, int], tuple[str, bool]]) -> None:
+    """An instance wider than a domain has its domains to itself (the cost model gives it their links)."""
+    system = group.system
+    per_domain = system.scaleup_domain_gpus // system.gpus_per_node
+    wide = len(gpus) > system.scaleup_domain_gpus
+    for key in sorted({(group.name, rack, node // per_domain) for rack, node, _ in gpus}):
+        other = taken.get(key)
+        if other is not None and other[0] != where and (wide or other[1]):
+            raise ScenarioError(f"shares scale-up domain r{key[1]} (domain {key[2]}) with {other[0]}; an instance "
+                                f"wider than a domain takes its domains whole", where)
+        taken[key] = (where, wide or (other is not None and other[1]))

@@ -4,7 +4,9 @@ Within a TTFT cap, any aggregated instance of a size can stand for any other of 
 sees sizes), so the best mix holds, per size, only the best instance within the cap (`values`: size ->
 tokens/s of one instance). The group's room is three levels (`planner.placement`): an instance within a
 domain's size sits in one domain on any of its free GPUs, a wider one takes whole complete domains of one
-rack, one wider than a rack whole complete racks. So the best mix is, exactly:
+rack, one wider than a rack whole complete racks (the rules let others use the rest of its last rack; this
+knapsack leaves it idle, as where the rack's domains divide its span there is none). So the best mix is,
+exactly:
 - K(b): an unbounded knapsack of the narrow sizes into b free GPUs (one domain);
 - R(c) for a rack with c complete domains: max over k <= c of W(k) + (c - k) K(domain), W an unbounded
   knapsack of the in-rack wide instances' spans (in domains) into k domains;

@@ -135,3 +135,26 @@ def test_the_session_28_counterexamples() -> None:
     three = ClusterGroup("g", load_system("gb200-nvl72"), 216)
     assert fits([(16, 6), (24, 5)], group_domains(three))
     _check_assignment([16] * 6 + [24] * 5, three)
+
+
+def test_a_plan_files_placement_keeps_the_rules() -> None:
+    """Plan files are checked by the rules `fits` packs by: an instance wider than a rack on whole racks and
+    the rest in one more (not 2 + 2 + 2 domains of three racks), a wider-than-domain instance's domains its
+    own (found in review: both passed)."""
+    from costmodel.errors import ScenarioError
+    from planner.placement import _check_own_domains, _check_span
+
+    group = ClusterGroup("g", load_system("h200-sxm"), 128)
+    spread = [(r, n, k) for r in range(3) for n in range(2) for k in range(8)]
+    with pytest.raises(ScenarioError, match="1 whole racks and 2 domains of one more; it spans 3 racks"):
+        _check_span(group, spread, "x")
+    _check_span(group, [(r, n, k) for r, nodes in ((0, range(4)), (1, range(2))) for n in nodes for k in range(8)],
+                "x")
+    taken: dict[tuple[str, int, int], tuple[str, bool]] = {}
+    wide = [(0, 0, k) for k in range(8)] + [(0, 1, k) for k in range(4)]
+    _check_span(group, wide, "a")
+    _check_own_domains(group, wide, "a", taken)
+    with pytest.raises(ScenarioError, match=r"shares scale-up domain r0 \(domain 1\) with a"):
+        _check_own_domains(group, [(0, 1, k) for k in range(4, 8)], "b", taken)
+    _check_own_domains(group, [(0, 2, k) for k in range(4)], "c", taken)
+    _check_own_domains(group, [(0, 2, k) for k in range(4, 8)], "d", taken)  # narrow instances share domains

@@ -1,11 +1,12 @@
 """Valid but unusual scenarios, drawn at random from the catalogs (any model on any system, odd cluster sizes,
 inventories of several systems with busy GPUs or nodes, length distributions, prefix hits, fixed loads, SLOs,
-both serving modes, every backend, attention-DP or pipeline degrees of 3 or 6), through `solve`, `evaluate` of the front's points and `plan export` of its
-first plan: each ends in a front or in one of the documented errors (exit 2, 3 or 4), never in an internal error.
-Fuzzing this way found two crashes in session 20 (an empty KV-transfer table in the batch search,
-`tests/planner/test_generate_deadline.py`; the diagnosis of an infeasible inventory,
-`tests/planner/test_inventory.py`). Marked slow (about a minute on 2 cores): `pytest -m slow
-tests/property/test_fuzz_solve.py`."""
+both serving modes, every backend, attention-DP or pipeline degrees of 3 or 6), through `solve`, `evaluate`
+of the front's points and `plan export` of its first plan: each ends in a front or in one of the documented
+errors (exit 2, 3 or 4), never in an internal error. Fuzzing this way found two crashes in session 20 (an
+empty KV-transfer table in the batch search, `tests/planner/test_generate_deadline.py`; the diagnosis of an
+infeasible inventory, `tests/planner/test_inventory.py`) and one in session 29 (a one-token workload's batches
+beyond what a layout states, `tests/planner/test_generate_deadline.py`). Marked slow (about a minute on 2
+cores): `pytest -m slow tests/property/test_fuzz_solve.py`."""
 
 from __future__ import annotations
 
