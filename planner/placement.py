@@ -30,8 +30,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ortools.sat.python import cp_model
-
 from costmodel.errors import ScenarioError
 from costmodel.evaluate import pool_context
 from costmodel.inventory import ClusterGroup, Domain, GpuIndex, parse_gpu_id
@@ -228,6 +226,8 @@ def _exact_fill(items: Items, bins: tuple[int, ...]) -> Filling | None:
     (u, u + s) per item size and a loss arc (u, u + 1) at every node; each unit of flow from 0 to node c is
     one bin of capacity c (at most as many as there are), the item arcs carry each item's count. Any
     integer flow splits into paths, each a bin's items, so the items pack iff the model is feasible."""
+    from ortools.sat.python import cp_model  # imported here: a solve that packs by the rows alone skips it
+
     largest = max(bins, default=0)
     sizes = [size for size, _ in items]
     model = cp_model.CpModel()
