@@ -225,30 +225,37 @@ def _exact_fill(items: Items, bins: tuple[int, ...]) -> Filling | None:
     """The arc-flow model of bin packing (Valerio de Carvalho 1999), exact: nodes 0..largest bin, an arc
     (u, u + s) per item size and a loss arc (u, u + 1) at every node; each unit of flow from 0 to node c is
     one bin of capacity c (at most as many as there are), the item arcs carry each item's count. Any
-    integer flow splits into paths, each a bin's items, so the items pack iff the model is feasible."""
-    from ortools.sat.python import cp_model  # imported here: a solve that packs by the rows alone skips it
+    integer flow splits into paths, each a bin's items, so the items pack iff the model is feasible. Solved
+    by CP-SAT, one worker, deterministic (imported here: a solve that packs by the rows alone skips it)."""
+    from planner.formulation.linear import LinearModel
+    from planner.solvers import LazyBackend
+    from planner.solvers.base import SolveOptions
 
     largest = max(bins, default=0)
-    sizes = [size for size, _ in items]
-    model = cp_model.CpModel()
-    arcs: list[tuple[int, int, int]] = [(u, u + size, i) for u in range(largest) for i, size in enumerate(sizes)
+    model = LinearModel()
+    arcs: list[tuple[int, int, int]] = [(u, u + size, i) for u in range(largest) for i, (size, _) in enumerate(items)
                                         if u + size <= largest] + [(u, u + 1, -1) for u in range(largest)]
-    flow = [model.new_int_var(0, len(bins) if kind < 0 else items[kind][1], "") for _, _, kind in arcs]
+    flow = [model.add_var(f"f{u},{v}", "flow", 0, len(bins) if kind < 0 else items[kind][1], True)
+            for u, v, kind in arcs]
     have = {c: bins.count(c) for c in set(bins) if c > 0}  # racks with no complete domain hold nothing
-    ends = {c: model.new_int_var(0, count, "") for c, count in have.items()}
+    ends = {c: model.add_var(f"end{c}", "bins", 0, count, True) for c, count in sorted(have.items())}
     for node in range(largest + 1):
-        into = sum(f for f, (_, v, _) in zip(flow, arcs, strict=True) if v == node)
-        out = sum(f for f, (u, _, _) in zip(flow, arcs, strict=True) if u == node)
-        model.add(out == sum(ends.values()) if node == 0 else into - out == ends.get(node, 0))
+        row: dict[int, float] = {}
+        for f, (u, v, _) in zip(flow, arcs, strict=True):
+            row[f] = row.get(f, 0.0) + (v == node) - (u == node)
+        if node == 0:
+            row.update({e: 1.0 for e in ends.values()})  # what leaves node 0 is the bins used
+        elif node in ends:
+            row[ends[node]] = -1.0
+        model.add(f"node{node}", "flow", row, "==", 0.0)
     for i, (_, count) in enumerate(items):
-        model.add(sum(f for f, (_, _, kind) in zip(flow, arcs, strict=True) if kind == i) == count)
-    solver = cp_model.CpSolver()
-    solver.parameters.num_workers, solver.parameters.random_seed = 1, 0
-    solver.parameters.max_deterministic_time = PACKING_EFFORT
-    if solver.solve(model) not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        model.add(f"count{i}", "items", {f: 1.0 for f, (_, _, kind) in zip(flow, arcs, strict=True) if kind == i},
+                  "==", float(count))
+    report = LazyBackend("cpsat").solve(model, SolveOptions(PACKING_EFFORT, threads=1, seed=0, deterministic=True))
+    if not report.status.has_solution:  # infeasible, or undecided within the effort (refused: conservative)
         return None
-    left = [solver.value(f) for f in flow]
-    stops = {c: solver.value(e) for c, e in ends.items()}
+    left = [round(report.values[f]) for f in flow]
+    stops = {c: round(report.values[e]) for c, e in ends.items()}
     return _bins_of_paths(_paths(arcs, left, stops, len(items)), bins)
 
 
