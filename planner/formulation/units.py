@@ -251,17 +251,20 @@ def _most_of_size(size: int, size_d: int, counts: np.ndarray, domains: Domains) 
 def _packed_counts(size_p: np.ndarray, size_d: int, counts: np.ndarray, count_p: np.ndarray,
                    domains: Domains) -> np.ndarray:
     """Sizes that do not divide each other: lower each count until the exact packer accepts it, once per
-    size (fewer instances fit where more do, so an option's count is the least of its own and its size's)."""
+    size (fewer instances fit where more do, so an option's count is the least of its own and its size's,
+    and no more than beside fewer decode instances: `counts` ascend)."""
     result = count_p.copy()
     for size in np.unique(size_p).tolist():
         if divisible([size, size_d], domains):
             continue  # the packing rows, whence count_p, are exact for this pair: the packer accepts them
         rows = np.flatnonzero(size_p == size)
+        beside_fewer = int(result[rows].max(initial=0))
         for col, count_d in enumerate(counts.tolist()):
-            n = int(result[rows, col].max())
+            n = min(int(result[rows, col].max()), beside_fewer)
             while n >= 1 and not fits([(size, n), (size_d, count_d)], domains):
                 n -= 1
             result[rows, col] = np.minimum(result[rows, col], n)
+            beside_fewer = n
     return result
 
 
