@@ -143,7 +143,7 @@ def divisible(sizes: Sequence[int], domains: Domains) -> bool:
 
 def fits(instances: Sequence[tuple[int, int]], domains: Domains) -> bool:
     """Whether `count` instances of each `size` fit the domains."""
-    return _fits(tuple((size, count) for size, count in instances if count), domains)
+    return _fits(tuple(sorted((size, count) for size, count in instances if count)), domains)  # one cache entry per mix
 
 
 @functools.lru_cache(maxsize=1 << 16)
