@@ -252,7 +252,8 @@ def _packed_counts(size_p: np.ndarray, size_d: int, counts: np.ndarray, count_p:
                    domains: Domains) -> np.ndarray:
     """Sizes that do not divide each other: lower each count until the exact packer accepts it, once per
     size (fewer instances fit where more do, so an option's count is the least of its own and its size's,
-    and no more than beside fewer decode instances: `counts` ascend)."""
+    and no more than beside fewer decode instances: `counts` ascend, and the rows' counts `count_p` do not
+    grow along them, so the bound never cuts below min(count_p, the packer's largest))."""
     result = count_p.copy()
     for size in np.unique(size_p).tolist():
         if divisible([size, size_d], domains):
