@@ -26,6 +26,7 @@ here (`_fill_bins`, which `fits` asks and the placer follows where first fit fai
 from __future__ import annotations
 
 import functools
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -360,12 +361,10 @@ def _exact_assign(sizes: Sequence[int], group: ClusterGroup) -> list[tuple[GpuIn
     """The packing `fits` finds (`_fill_bins` on both levels), made concrete: rack items to racks with
     that many complete domains, then narrow instances to the domains left, largest bins first."""
     domains, room = group.domains, group_domains(group)
-    counts: dict[int, int] = {}
-    for need in sizes:
-        counts[need] = counts.get(need, 0) + 1
-    wide, narrow = _levels(list(counts.items()), room)
-    racks = sorted(range(len(group.complete_per_rack)), key=lambda r: -group.complete_per_rack[r])
-    rack_slots = _slots(wide, _fill_bins(wide, tuple(group.complete_per_rack[r] for r in racks)), racks)
+    instances = sorted(Counter(sizes).items())
+    wide, narrow = _levels(instances, room)
+    racks = sorted(range(len(group.complete_per_rack)), key=lambda r: -group.complete_per_rack[r])  # as _rack_bins
+    rack_slots = _slots(wide, _fill_bins(wide, _rack_bins(room)), racks)
     complete = {rack: [i for i in members if domains[i].complete] for rack, members in _by_rack(domains).items()}
     used = [0] * len(domains)
     placed: dict[int, tuple[GpuIndex, ...]] = {}
@@ -376,9 +375,9 @@ def _exact_assign(sizes: Sequence[int], group: ClusterGroup) -> list[tuple[GpuIn
                 rack = rack_slots[k].pop(0)
                 chosen += [complete[rack].pop(0) for _ in range(k)]
             placed[item] = _take_domains(sorted(chosen), sizes[item], domains, used)
-    left = [i for members in complete.values() for i in members] + sorted(
+    left = [i for members in complete.values() for i in members] + sorted(  # as _domain_bins
         (i for i, d in enumerate(domains) if not d.complete), key=lambda i: -domains[i].capacity)
-    domain_slots = _slots(narrow, _fill_bins(narrow, tuple(domains[i].capacity for i in left)), left)
+    domain_slots = _slots(narrow, _fill_bins(narrow, _domain_bins(instances, room)), left)
     for item in sorted(range(len(sizes)), key=lambda i: -sizes[i]):
         if sizes[item] <= room.size:
             placed[item] = _take_gpus(domain_slots[sizes[item]].pop(0), sizes[item], domains, used)
@@ -539,7 +538,7 @@ def _stages_text(stages: list[dict[str, Any]]) -> str:
 def _check_span(group: ClusterGroup, gpus: list[GpuIndex], where: str) -> None:
     system = group.system
     per_domain = system.scaleup_domain_gpus // system.gpus_per_node
-    domains = {(rack, node // per_domain) for rack, node, _ in gpus}
+    domains = _domains_of(group, gpus)
     size = len(gpus)
     if size <= system.scaleup_domain_gpus:
         if len(domains) > 1:
@@ -553,7 +552,7 @@ def _check_span(group: ClusterGroup, gpus: list[GpuIndex], where: str) -> None:
     racks = {rack for rack, _ in domains}
     if size <= system.gpus_per_rack and len(racks) > 1:
         raise ScenarioError(f"an instance of {size} GPUs must sit in one rack; it spans {len(racks)}", where)
-    span, per_rack = len(domains), system.gpus_per_rack // system.scaleup_domain_gpus
+    span, per_rack = len(domains), group.domains_per_rack
     whole = sum(1 for rack in racks if sum(1 for r, _ in domains if r == rack) == per_rack)
     if size > system.gpus_per_rack and (len(racks) != -(-span // per_rack) or whole < span // per_rack):
         raise ScenarioError(f"an instance of {size} GPUs must take {span // per_rack} whole racks"
@@ -561,13 +560,17 @@ def _check_span(group: ClusterGroup, gpus: list[GpuIndex], where: str) -> None:
                             + f"; it spans {len(racks)} racks", where)
 
 
+def _domains_of(group: ClusterGroup, gpus: list[GpuIndex]) -> set[tuple[int, int]]:
+    """The (rack, domain within the rack) of each of `gpus`."""
+    per_domain = group.system.scaleup_domain_gpus // group.system.gpus_per_node
+    return {(rack, node // per_domain) for rack, node, _ in gpus}
+
+
 def _check_own_domains(group: ClusterGroup, gpus: list[GpuIndex], where: str,
                        taken: dict[tuple[str, int, int], tuple[str, bool]]) -> None:
     """An instance wider than a domain has its domains to itself (the cost model gives it their links)."""
-    system = group.system
-    per_domain = system.scaleup_domain_gpus // system.gpus_per_node
-    wide = len(gpus) > system.scaleup_domain_gpus
-    for key in sorted({(group.name, rack, node // per_domain) for rack, node, _ in gpus}):
+    wide = len(gpus) > group.system.scaleup_domain_gpus
+    for key in sorted((group.name, rack, domain) for rack, domain in _domains_of(group, gpus)):
         other = taken.get(key)
         if other is not None and other[0] != where and (wide or other[1]):
             raise ScenarioError(f"shares scale-up domain r{key[1]} (domain {key[2]}) with {other[0]}; an instance "
