@@ -211,6 +211,7 @@ def _block(options: DeploymentOptions, prefill: list[PrefillOption], members: li
         ok &= ttft <= cap_s * (1 + 1e-12)
     if not ok.any():
         return None
+    ok &= _best_fills(rate, ok)
     which, rows, cols = np.nonzero(ok)
     ttft_k, rate_k = ttft[which, rows, cols], np.asarray(rate, dtype=float)[which, rows, cols]
     coarse = np.flatnonzero(binned_front(ttft_k, rate_k, KEEP_TOL))
@@ -218,6 +219,16 @@ def _block(options: DeploymentOptions, prefill: list[PrefillOption], members: li
     keep = _front_mask(ttft_k, rate_k)
     which, rows, cols = which[keep], rows[keep], cols[keep]
     return (ttft_k[keep], rate_k[keep], rows, count_p[rows, cols], np.asarray(members)[which], counts[cols])
+
+
+def _best_fills(rate: np.ndarray, ok: np.ndarray) -> np.ndarray:
+    """Of the triples (decode option, prefill option, count) `ok`, those whose rate is within KEEP_TOL of the
+    best of their decode option and count. A decode option at a count serves C sequences that each cycle
+    through TTFT and its decoding time Z, so every fill option beside it lies on rate = C / (TTFT + Z)
+    (`pair_figures`, capped rates included): the fill with the most rate has the least TTFT, and the others
+    it beats by more than KEEP_TOL are what `_front_mask` drops (the front is the same; a cheap cut first)."""
+    best = np.max(np.where(ok, rate, -np.inf), axis=1, keepdims=True)
+    return np.asarray(rate >= best * (1 - KEEP_TOL))
 
 
 def _front_mask(ttft: np.ndarray, rate: np.ndarray) -> np.ndarray:
