@@ -28,7 +28,7 @@ import bisect
 import itertools
 import math
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -40,7 +40,7 @@ from planner.formulation.pairs import pair_figures, prefill_wait
 from planner.formulation.units import TableEntries, UnitTable, first_cap, join_tables, most_beside, unit_table
 from planner.placement import Domains, max_replicas
 from planner.sweep_result import OutsideBound
-from planner.templates import Candidate, CandidateKind, CandidateSet, kind_role, planned, timed_plans
+from planner.templates import Candidate, CandidateKind, CandidateSet, kind_role, layout_key, planned, timed_plans
 
 TOL = 1e-9  # relative: an interval tied with the front is closed (it cannot beat it)
 COUNT_RUN = 1.25  # `_boxes`: decode counts bounded in runs lo ... hi <= COUNT_RUN x lo before count by count
@@ -50,6 +50,12 @@ PIECES = 4  # a decode interval's bound is taken over this many sub-ranges of it
 CHUNK = 2_000_000  # bound evaluations per numpy block
 SLACK = 1e-12  # relative: rounding of a bound scaled from a timed batch (kept on the safe side)
 SCREEN_SLACK = 1e-9  # relative: a pair's rate over its fill capacity by rounding (a few ulps at most)
+# An inventory's searches run one after another (`InventorySearch`), each until the deadline less this share of the
+# time left for each search after it, at most LATER_KEPT for all of them: a search that ends within that does what
+# it would uncut, so a solve whose searches all end gives the same candidates and figures whatever the clock; one
+# cut by it leaves the later searches their first rounds (an even share cut the 64-rack mixed fleet's GB200 search
+# at 9 s of the 36 s it had, ten attention-DP degrees, where it needs 11), and goes on in what they leave.
+LATER_SHARE, LATER_KEPT = 0.1, 0.5
 
 
 @dataclass(frozen=True)
@@ -171,8 +177,11 @@ def batch_search(resolved: ResolvedScenario, calibration: Calibration, candidate
 
 @dataclass
 class BatchSearch:
-    """One group's batch search, resumable: a search its deadline cut keeps the intervals it left open, and
-    `run` with a later deadline goes on from them (the solve hands it the time its sweep did not take)."""
+    """One block's batch search, resumable: a search its deadline cut keeps the intervals it left open, and
+    `run` with a later deadline goes on from them (the solve hands it the time its sweep did not take; an
+    inventory's searches hand each other what they leave). A group's own block searches its candidates'
+    intervals; a cross-group block (`decodes`: fills on `candidates`' group, decode on another) the fill
+    intervals of one and the decode intervals of the other (`cross_search`)."""
 
     resolved: ResolvedScenario
     calibration: Calibration
@@ -183,8 +192,9 @@ class BatchSearch:
     coverage: BatchCoverage
     tables: TableParts
     leave_table: bool  # leave the options their unit table (not where `tables` is an inventory's)
-    packing: _Packing = field(default_factory=lambda: _Packing())
+    packing: _Packing | None = field(default_factory=lambda: _Packing())
     front: _Front | None = None
+    decodes: CandidateSet | None = None  # a cross-group block's decode candidates
 
     @property
     def resumable(self) -> bool:
@@ -198,10 +208,16 @@ class BatchSearch:
     def run(self, deadline: float) -> tuple[DeploymentOptions, BatchCoverage]:
         """Rounds until every interval is closed or the deadline: the options and the coverage (a cut search's
         open intervals' bounds in it, kept to be searched on by the next `run`)."""
-        if self.resumable:  # what the last cut left open is searched on
+        if self.resumable:  # what the last cut left open is searched on, with what other searches timed since
             self.coverage.certified, self.coverage.cut_by_time = True, False
             self.coverage.open_ttft, self.coverage.open_value = np.zeros(0), np.zeros(0)
+            self.intervals = _current(self.intervals, self._set_of)
+            self.options = self._options()
         while self.intervals:
+            if self.decodes is not None and not self.options.disaggregated:  # no timed fill and decode pair
+                intervals, self.intervals = self.intervals, []
+                _unsearched(self.coverage, self.options, intervals, self.resolved, self.label)
+                return self.options, self.coverage
             late = time.perf_counter() >= deadline
             if self.front is None or not late:  # past it: the last front bounds the rest (sound)
                 self.front = _front(self.options, self.resolved, self.front, self.tables)
@@ -216,11 +232,43 @@ class BatchSearch:
                 self.intervals = left  # none where every interval closed
                 break
             now, later = split
-            self.intervals = _split(self.resolved, self.calibration, self.candidates, now) + later
-            self.options = deployment_options(self.resolved, self.candidates, self.calibration)
+            self.intervals = self._time_middles(now) + later
+            self.options = self._options()
         if self.leave_table:
             self.tables.leave_on(self.options, self.resolved)
         return self.options, self.coverage
+
+    def _set_of(self, kind: CandidateKind) -> CandidateSet:
+        """The candidates an interval of `kind` belongs to."""
+        return self.decodes if self.decodes is not None and kind == "decode" else self.candidates
+
+    def _options(self) -> DeploymentOptions:
+        if self.decodes is None:
+            return deployment_options(self.resolved, self.candidates, self.calibration)
+        return deployment_options(self.resolved, self.candidates, self.calibration, decode_from=self.decodes,
+                                  label=self.label)
+
+    def _time_middles(self, intervals: list[Interval]) -> list[Interval]:
+        """Time the intervals' middle batches into their candidates: the halves left to search."""
+        if self.decodes is None:
+            return _split(self.resolved, self.calibration, self.candidates, intervals)
+        return (_split(self.resolved, self.calibration, self.candidates, [i for i in intervals if i.kind != "decode"])
+                + _split(self.resolved, self.calibration, self.decodes, [i for i in intervals if i.kind == "decode"]))
+
+
+def _current(intervals: list[Interval], set_of: Callable[[CandidateKind], CandidateSet]) -> list[Interval]:
+    """Intervals cut at the batches timed inside them since (by an inventory's other searches, whose blocks
+    share the layouts): each batch is then timed once, and the narrower intervals' bounds are tighter."""
+    result = []
+    for interval in intervals:
+        if interval.only:  # one untimed grid batch: nothing inside to time
+            result.append(interval)
+            continue
+        rungs = set_of(interval.kind).ladders[(interval.kind, layout_key(interval.low.pool))]
+        inside = [r for r in rungs if interval.low.pool.batch <= r.pool.batch <= interval.high.pool.batch]
+        result += [Interval(interval.kind, lo, hi) for lo, hi in itertools.pairwise(inside)
+                   if hi.pool.batch - lo.pool.batch > 1]
+    return result
 
 
 def _round(coverage: BatchCoverage, options: DeploymentOptions, intervals: list[Interval], front: _Front,
@@ -279,74 +327,99 @@ def _this_round(intervals: list[Interval]) -> tuple[list[Interval], list[Interva
     return ranked[:SPLITS], ranked[SPLITS:]
 
 
-def refine_across(resolved: ResolvedScenario, calibration: Calibration, fills: CandidateSet, decodes: CandidateSet,
-                  label: str, deadline: float, tolerance: float = 0.0,
-                  tables: TableParts | None = None) -> BatchCoverage:
-    """`refine` for a cross-group block (fills on one group, decode on another, `label` "fills>decode") over
-    the batches its groups' own searches left untimed: the open fill and decode intervals are bounded against
-    the block's timed front and split (their middles timed into their groups' candidates) until each is
-    closed, or the deadline, whose open intervals' bounds are returned for the points' gaps (`tables`: where
-    the rounds' unit tables go, for the block's options built later)."""
-    if _grid_only(resolved):  # as `refine`: the grid's batches only
-        return BatchCoverage(certified=False)
+def cross_search(resolved: ResolvedScenario, calibration: Calibration, fills: CandidateSet, decodes: CandidateSet,
+                 label: str, tolerance: float = 0.0, tables: TableParts | None = None) -> BatchSearch:
+    """The batch search of a cross-group block (fills on one group, decode on another, `label` "fills>decode")
+    over the batches its groups' own searches left untimed: the open fill and decode intervals are bounded
+    against the block's timed front and split (their middles timed into their groups' candidates) until each
+    is closed, or the deadline, whose open intervals' bounds go to the points' gaps (`tables`: where the
+    rounds' unit tables go, for the block's options built later)."""
+    options = deployment_options(resolved, fills, calibration, decode_from=decodes, label=label)
     intervals = ([i for i in _intervals(fills) if i.kind == "prefill"]
                  + [i for i in _intervals(decodes) if i.kind == "decode"])
-    coverage = BatchCoverage(certified=True, tolerance=tolerance)
-    front: _Front | None = None
-    tables = TableParts() if tables is None else tables
-    while intervals:
-        options = deployment_options(resolved, fills, calibration, decode_from=decodes, label=label)
-        if not options.disaggregated:  # no timed fill and decode pair: nothing timed deploys in the block
-            return _unsearched(coverage, options, intervals, resolved, label)
-        late = time.perf_counter() >= deadline
-        if front is None or not late:
-            front = _front(options, resolved, front, tables)
-        split = _round(coverage, options, intervals, front, resolved, deadline, late)
-        if split is None:
-            break
-        now, later = split
-        intervals = (_split(resolved, calibration, fills, [i for i in now if i.kind == "prefill"])
-                     + _split(resolved, calibration, decodes, [i for i in now if i.kind == "decode"]) + later)
-    return coverage
+    search = BatchSearch(resolved, calibration, fills, label, options, intervals,
+                         BatchCoverage(certified=True, tolerance=tolerance),
+                         TableParts() if tables is None else tables, leave_table=False, packing=None, decodes=decodes)
+    if _grid_only(resolved):  # as `batch_search`: the grid's batches only
+        search.finish(BatchCoverage(certified=False))
+    return search
 
 
 def refine_inventory(resolved: ResolvedScenario, calibration: Calibration, sets: list[CandidateSet],
                      deadline: float, tolerance: float = 0.0,
                      tables: dict[str, TableParts] | None = None) -> BatchCoverage:
+    """An inventory's batch searches (`InventorySearch`) until they end or the deadline."""
+    return InventorySearch(resolved, calibration, sets, tolerance, {} if tables is None else tables).run(deadline)
+
+
+@dataclass
+class InventorySearch:
     """Several groups (`sets` in the order of `resolved.groups`): each group's own structures searched over
-    every integer batch (`refine`), then each cross-group pair's (`refine_across`), the deadline shared out
-    evenly over the searches left (what one leaves goes to the next; the groups first: their searches also time
-    what the pairs pair). The front is certified over every integer batch when every search ends; else each
-    cut search's open intervals, tagged with their block's groups, are in the points' gaps. `tables`: each
-    search's unit tables, by its block's label (`DeploymentOptions.label`), for the blocks' options."""
-    tables = {} if tables is None else tables
-    names = [group.name for group in resolved.groups]
-    pairs = [(a, fills, b, decodes) for (a, fills), (b, decodes) in itertools.permutations(zip(names, sets,
-                                                                                                strict=True), 2)
-             if fills.by_role.get("prefill") and decodes.by_role.get("decode")]
-    searches = len(sets) + len(pairs)
+    every integer batch (`batch_search`), then each cross-group pair's (`cross_search`), one after another,
+    each until the deadline less what the later ones keep (`_share_end`; the groups first: their searches also
+    time what the pairs pair); then the searches cut by their share go on in what the others left, until each
+    ends or the deadline; a later `run` goes on from there (the solve hands it the time its sweep did not
+    take). Searches that all end within their shares time what uncut ones would, whatever the clock; a search
+    cut and resumed may time other batches than an uncut one (the front is certified all the same, within the
+    batch tolerance). The front is certified over every integer batch when every search ends;
+    else each cut search's open intervals, tagged with their block's groups, are in the points' gaps.
+    `tables`: each search's unit tables, by its block's label (`DeploymentOptions.label`), for the blocks'
+    options."""
 
-    def share_end(done: int) -> float:
-        return time.perf_counter() + max(0.0, (deadline - time.perf_counter()) / (searches - done))
+    resolved: ResolvedScenario
+    calibration: Calibration
+    sets: list[CandidateSet]
+    tolerance: float = 0.0
+    tables: dict[str, TableParts] = field(default_factory=dict)
+    searches: list[tuple[BatchSearch, frozenset[str]]] = field(default_factory=list)  # with their blocks' groups
 
-    coverages: list[tuple[BatchCoverage, frozenset[str]]] = []
-    for index, (own, name) in enumerate(zip(sets, names, strict=True)):
-        _, coverage = refine(resolved, calibration, own, share_end(index), tolerance, label=name,
-                             tables=tables.setdefault(name, TableParts()))
-        coverages.append((coverage, frozenset({name})))
-    for index, (a, fills, b, decodes) in enumerate(pairs):
-        coverage = refine_across(resolved, calibration, fills, decodes, f"{a}>{b}", share_end(len(sets) + index),
-                                 tolerance, tables.setdefault(f"{a}>{b}", TableParts()))
-        coverages.append((coverage, frozenset({a, b})))
-    return BatchCoverage(  # the tolerance only where a search closed intervals with it (not on the grid only)
-        certified=all(c.certified for c, _ in coverages), tolerance=max(c.tolerance for c, _ in coverages),
-        rounds=max(c.rounds for c, _ in coverages), timed=sum(c.timed for c, _ in coverages),
-        cut_by_time=any(c.cut_by_time for c, _ in coverages),
-        unsearched=", ".join(c.unsearched for c, _ in coverages if c.unsearched),
-        open_ttft=np.concatenate([c.open_ttft for c, _ in coverages]),
-        open_value=np.concatenate([c.open_value for c, _ in coverages]),
-        open_block=np.concatenate([np.full(c.open_ttft.size, i, dtype=np.int64) for i, (c, _) in enumerate(coverages)]),
-        blocks=tuple(groups for _, groups in coverages))
+    @property
+    def resumable(self) -> bool:
+        return any(search.resumable for search, _ in self.searches)
+
+    def run(self, deadline: float) -> BatchCoverage:
+        """The searches until each ends or the deadline (the first run starts them): their coverage."""
+        if not self.searches:
+            self._start(deadline)
+        while time.perf_counter() < deadline and self.resumable:
+            cut = [search for search, _ in self.searches if search.resumable]
+            for index, search in enumerate(cut):
+                search.run(_share_end(deadline, len(cut) - index))
+        coverages = [(search.coverage, groups) for search, groups in self.searches]
+        return BatchCoverage(  # the tolerance only where a search closed intervals with it (not on the grid only)
+            certified=all(c.certified for c, _ in coverages), tolerance=max(c.tolerance for c, _ in coverages),
+            rounds=max(c.rounds for c, _ in coverages), timed=sum(c.timed for c, _ in coverages),
+            cut_by_time=any(c.cut_by_time for c, _ in coverages),
+            unsearched=", ".join(c.unsearched for c, _ in coverages if c.unsearched),
+            open_ttft=np.concatenate([c.open_ttft for c, _ in coverages]),
+            open_value=np.concatenate([c.open_value for c, _ in coverages]),
+            open_block=np.concatenate([np.full(c.open_ttft.size, i, dtype=np.int64)
+                                       for i, (c, _) in enumerate(coverages)]),
+            blocks=tuple(groups for _, groups in coverages))
+
+    def _start(self, deadline: float) -> None:
+        names = [group.name for group in self.resolved.groups]
+        pairs = [(a, fills, b, decodes) for (a, fills), (b, decodes)
+                 in itertools.permutations(zip(names, self.sets, strict=True), 2)
+                 if fills.by_role.get("prefill") and decodes.by_role.get("decode")]
+        total = len(self.sets) + len(pairs)
+        for own, name in zip(self.sets, names, strict=True):
+            search = batch_search(self.resolved, self.calibration, own, self.tolerance, name,
+                                  self.tables.setdefault(name, TableParts()))
+            search.run(_share_end(deadline, total - len(self.searches)))
+            self.searches.append((search, frozenset({name})))
+        for a, fills, b, decodes in pairs:  # built after the groups' searches: the intervals those left untimed
+            search = cross_search(self.resolved, self.calibration, fills, decodes, f"{a}>{b}", self.tolerance,
+                                  self.tables.setdefault(f"{a}>{b}", TableParts()))
+            search.run(_share_end(deadline, total - len(self.searches)))
+            self.searches.append((search, frozenset({a, b})))
+
+
+def _share_end(deadline: float, searches: int) -> float:
+    """When the next of `searches` searches left should end: the time to the deadline less LATER_SHARE of it
+    for each search after it (at most LATER_KEPT for all of them)."""
+    now = time.perf_counter()
+    return now + max(0.0, (deadline - now) * (1.0 - min(LATER_KEPT, LATER_SHARE * (searches - 1))))
 
 
 def _grid_only(resolved: ResolvedScenario) -> bool:

@@ -22,7 +22,7 @@ from costmodel.calibration import Calibration, default_calibration
 from costmodel.resolve import ResolvedScenario
 from costmodel.scenario import Search
 from planner import diagnose
-from planner.batches import BatchCoverage, TableParts, batch_search, refine_inventory
+from planner.batches import BatchCoverage, BatchSearch, InventorySearch, batch_search
 from planner.errors import InputError, InputProblem, NoSolutionInTimeError
 from planner.experts import ExpertPlacement, place_experts
 from planner.formulation.model import build_model
@@ -200,13 +200,12 @@ def _solve(resolved: ResolvedScenario, settings: SolveSettings, calibration: Cal
     generate_by = start + min(GENERATE_SHARE * limit, limit - SWEEP_RESERVE_S) if len(resolved.groups) == 1 else None
     sets = [generate(resolved.view(group), calibration, deadline=generate_by) for group in resolved.groups]
     tolerance = 0.0 if settings.resolution == "exact" else settings.batch_tolerance
-    search = None
+    search: BatchSearch | InventorySearch
     if len(sets) == 1:
         search = batch_search(resolved, calibration, sets[0], tolerance, label=resolved.groups[0].name)
-        options, batches = search.run(start + BATCH_SHARE * limit)
-        blocks = [options]
     else:
-        blocks, batches = _inventory_blocks(resolved, sets, calibration, start + BATCH_SHARE * limit, tolerance)
+        search = InventorySearch(resolved, calibration, sets, tolerance)
+    blocks, batches = _search_blocks(resolved, search, start + BATCH_SHARE * limit)
     candidates = sets[0] if len(sets) == 1 else merged(sets)
     if not any(b.mixed or b.disaggregated for b in blocks):
         raise diagnose.no_candidates(resolved, candidates)
@@ -216,10 +215,10 @@ def _solve(resolved: ResolvedScenario, settings: SolveSettings, calibration: Cal
     result = _sweep(resolved, calibration, blocks, settings, chosen, start + limit - reserve, candidates)
     swept = time.perf_counter() - start - prepare_s
     resume_by = start + limit - reserve - max(2 * swept, SWEEP_RESERVE_S)
-    if search is not None and search.resumable and resume_by - time.perf_counter() >= RESUME_MIN_S:
+    if search.resumable and resume_by - time.perf_counter() >= RESUME_MIN_S:
         first = (blocks, replace(batches), result, prepare_s)
-        options, batches = search.run(resume_by)  # on from the intervals the cut left open
-        blocks, prepare_s = [options], time.perf_counter() - start
+        blocks, batches = _search_blocks(resolved, search, resume_by)  # on from the intervals the cut left open
+        prepare_s = time.perf_counter() - start
         result = _sweep(resolved, calibration, blocks, settings, chosen, start + limit - reserve, candidates)
         if result.termination != "completed" and first[2].termination == "completed":  # the first finished
             blocks, batches, result, prepare_s = first
@@ -251,17 +250,26 @@ def _sweep(resolved: ResolvedScenario, calibration: Calibration, blocks: list[De
                                settings.resolution, settings.points, settings.on_point), fastest)
 
 
+def _search_blocks(resolved: ResolvedScenario, search: BatchSearch | InventorySearch,
+                   deadline: float) -> tuple[list[DeploymentOptions], BatchCoverage]:
+    """The batch search (on from where a cut left it) until the deadline, then the blocks to sweep: one group's
+    options, or every structure block of an inventory built from the refined candidates."""
+    if isinstance(search, BatchSearch):
+        options, batches = search.run(deadline)
+        return [options], batches
+    batches = search.run(deadline)
+    blocks = structure_blocks(resolved, search.sets, search.calibration)
+    for block in blocks:  # each block's unit table, from its search's (a search on the grid only built none)
+        if block.label in search.tables and search.tables[block.label].seen:
+            search.tables[block.label].leave_on(block, resolved)
+    return blocks, batches
+
+
 def _inventory_blocks(resolved: ResolvedScenario, sets: list[CandidateSet], calibration: Calibration,
                       deadline: float, tolerance: float) -> tuple[list[DeploymentOptions], BatchCoverage]:
-    """Several groups: the batch searches of each group and each cross-group pair (`refine_inventory`), then
+    """Several groups: the batch searches of each group and each cross-group pair (`InventorySearch`), then
     every block built from the refined candidates."""
-    tables: dict[str, TableParts] = {}
-    batches = refine_inventory(resolved, calibration, sets, deadline, tolerance, tables)
-    blocks = structure_blocks(resolved, sets, calibration)
-    for block in blocks:  # each block's unit table, from its search's (a search on the grid only built none)
-        if block.label in tables and tables[block.label].seen:
-            tables[block.label].leave_on(block, resolved)
-    return blocks, batches
+    return _search_blocks(resolved, InventorySearch(resolved, calibration, sets, tolerance), deadline)
 
 
 def structure_blocks(resolved: ResolvedScenario, sets: list[CandidateSet],

@@ -339,3 +339,44 @@ def test_blocks_searched_on_the_grid_only_build_no_table() -> None:
     sets = [generate(resolved.view(group), calibration) for group in resolved.groups]
     blocks, _ = _inventory_blocks(resolved, sets, calibration, math.inf, 0.01)
     assert blocks and all(not block.unit_tables for block in blocks)
+
+
+def test_searches_cut_by_their_share_go_on_in_what_the_others_left(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every search of an inventory (each group's, each cross-group pair's) cut at once by its first share goes
+    on in the time the others left: the front certified over every integer batch, equal to the uncut searches'
+    (the exhaustive front over what they timed), and no batch timed twice (another search's timings inside a
+    cut search's intervals are taken, not timed again)."""
+    from planner import batches
+
+    resolved = scenario_from_data(_with(TWO_GROUPS, search__gpu_accounting="cluster"))
+    calibration = default_calibration()
+    sets = [generate(resolved.view(group), calibration) for group in resolved.groups]
+    real, first_pass = batches._share_end, []
+
+    def cut_first_pass(deadline: float, searches: int) -> float:
+        first_pass.append(searches)
+        return -math.inf if len(first_pass) <= first_pass[0] else real(deadline, searches)
+
+    monkeypatch.setattr(batches, "_share_end", cut_first_pass)
+    coverage = refine_inventory(resolved, calibration, sets, math.inf)
+    assert first_pass[0] == 4 and len(first_pass) > 4  # two groups, two pairs, then resumed
+    assert coverage.certified and not coverage.cut_by_time and coverage.open_ttft.size == 0
+    for candidates in sets:
+        for rungs in candidates.ladders.values():
+            assert len({c.pool.batch for c in rungs}) == len(rungs)
+    front = exhaustive_front(resolved, sets, default_calibration())
+    assert _figures(front) == pytest.approx(_figures(_reference("cluster")), rel=REL)
+
+
+def test_an_inventory_solve_whose_searches_are_cut_at_once_resumes_them_after_the_sweep(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """With no share of the limit for the batch searches, each is cut before its first split, the sweep takes
+    well under the time left, and the searches go on after it: certified, the exhaustive front of the
+    uncut searches' candidates."""
+    import importlib
+
+    monkeypatch.setattr(importlib.import_module("planner.solve"), "BATCH_SHARE", 0.0)
+    data = _with(TWO_GROUPS, search__gpu_accounting="cluster")
+    result = solve(scenario_from_data(data), SolveSettings("cpsat", 120.0, resolution="exact"))
+    assert result.batches.certified and not result.timed_out and result.batches.rounds >= 1
+    assert _figures([p.point for p in result.front]) == pytest.approx(_figures(_reference("cluster")), rel=REL)

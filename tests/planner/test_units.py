@@ -187,3 +187,33 @@ def test_a_search_cut_by_its_deadline_leaves_the_whole_table(monkeypatch: pytest
         joined, fresh = options.unit_tables.get(cap), _unit_table(options, cap)
         assert joined is not None and fresh is not None and _entries(joined) == _entries(fresh), ticks
     assert cut_late  # some cut came after a round's batches were timed
+
+
+@pytest.mark.parametrize("cohort", [0.0, 0.4, 1.0])
+def test_the_fills_dropped_are_never_faster_beside_any_decode_option(cohort: float) -> None:
+    """`_undominated_fills` keeps, at each count, a fill as fast as the fastest beside every decode option
+    (concurrency C, decoding time Z), whatever caps the rate: its loads, the links' limits, or nothing."""
+    from planner.formulation.units import _undominated_fills
+
+    rng = np.random.default_rng(11)
+    conc, away = rng.integers(1, 400, 60).astype(float)[:, None], rng.uniform(0.05, 60.0, 60)[:, None]
+    dropped = 0
+    for _ in range(40):
+        n, cols = 50, 5
+        fill, transfer = rng.uniform(0.02, 3.0, n), rng.choice([0.0, 0.004, 0.03], n)
+        count = rng.integers(0, 6, (n, cols))
+        cap = rng.uniform(0.2, 30.0, n)[:, None] * count
+        load = rng.choice([1.0, 0.9, 0.5], n)
+        limit = rng.choice([np.inf, 4.0, 40.0], (n, cols))
+        admitted = np.minimum(cap, np.minimum(load[:, None] * cap, limit))
+        keep = _undominated_fills(fill + transfer, cap, admitted, count >= 1)
+        assert not (keep & (count < 1)).any()
+        dropped += int((count >= 1).sum() - keep.sum())
+        for col in range(cols):
+            fastest = []
+            for rows in (count[:, col] >= 1, keep[:, col]):
+                ttft, _ = pair_figures(cap[rows, col][None], fill[rows][None], transfer[rows][None], conc, away,
+                                       cohort, load[rows][None], limit[rows, col][None])
+                fastest.append(ttft.min(axis=1) if rows.any() else np.full(conc.size, np.inf))
+            assert fastest[1] == pytest.approx(fastest[0], rel=1e-12)
+    assert dropped > 0.5 * 40 * 50 * 5 * 5 / 6  # most fills are dominated: the cut is worth its keep
