@@ -31,6 +31,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
+
 from costmodel.errors import ScenarioError
 from costmodel.evaluate import pool_context
 from costmodel.inventory import ClusterGroup, Domain, GpuIndex, parse_gpu_id
@@ -158,8 +160,7 @@ def _fits(instances: tuple[tuple[int, int], ...], domains: Domains) -> bool:
     if divisible(sizes, domains):
         return True
     wide, narrow = _levels(instances, domains)
-    return _fill_bins(wide, _rack_bins(domains)) is not None and _fill_bins(narrow, _domain_bins(instances,
-                                                                                                domains)) is not None
+    return _packs(wide, _rack_bins(domains)) and _packs(narrow, _domain_bins(instances, domains))
 
 
 def _levels(instances: Sequence[tuple[int, int]], domains: Domains) -> tuple[Items, Items]:
@@ -195,12 +196,70 @@ Items = tuple[tuple[int, int], ...]
 Filling = tuple[tuple[int, ...], ...]  # per bin, the count of each item size in it
 
 
+def _packs(items: Items, bins: tuple[int, ...]) -> bool:
+    """Whether the items pack into the bins, as `_fill_bins` finds, without the filling: for two sizes (what
+    the unit table asks, thousands of times) a look-up in the table of their packings (`_two_sizes`)."""
+    if len(items) == 2:
+        (large, n_large), (small, n_small) = items
+        most = _two_sizes(large, small, bins)
+        return n_large < most.size and int(most[n_large]) >= n_small
+    return _fill_bins(items, bins) is not None
+
+
+@functools.lru_cache(maxsize=1 << 8)
+def _two_sizes(large: int, small: int, bins: tuple[int, ...]) -> np.ndarray:
+    """Items of two sizes: the most small ones that pack beside each count of large ones (`_two_size_program`),
+    kept per bins (the unit table asks every count beside every count)."""
+    return _two_size_program(large, small, bins, None)
+
+
+def _two_size_program(large: int, small: int, bins: tuple[int, ...], choices: list[np.ndarray] | None) -> np.ndarray:
+    """Exact packing of two item sizes, by dynamic programming over the bins: a bin holding x large items holds
+    (capacity - large x) // small small ones at most, so the most small items beside X large ones is the best
+    split of X over the bins, bin by bin (each takes 0 to capacity // large of them: every X up to the sum is
+    reached). `choices`: where each bin's best x per X is appended, to rebuild a packing (`_two_size_fill`)."""
+    most = np.zeros(1, dtype=np.int64)
+    for capacity in bins:
+        fits_large = capacity // large
+        reached = most.size - 1
+        new = np.full(reached + fits_large + 1, -1, dtype=np.int64)
+        pick = np.zeros(new.size, dtype=np.int32)
+        for x in range(fits_large + 1):  # the first x reaching the best is kept: deterministic
+            candidate = most + (capacity - large * x) // small
+            window = new[x:x + reached + 1]
+            better = candidate > window
+            window[better] = candidate[better]
+            pick[x:x + reached + 1][better] = x
+        most = new
+        if choices is not None:
+            choices.append(pick)
+    return most
+
+
+def _two_size_fill(items: Items, bins: tuple[int, ...]) -> Filling | None:
+    """`_fill_bins` for two item sizes: the packing `_two_size_program` finds, or None where none exists."""
+    (large, n_large), (small, n_small) = items
+    choices: list[np.ndarray] = []
+    most = _two_size_program(large, small, bins, choices)
+    if n_large >= most.size or int(most[n_large]) < n_small:
+        return None
+    filling: list[tuple[int, ...]] = []
+    left_large, left_small = n_large, n_small
+    for capacity, pick in zip(reversed(bins), reversed(choices), strict=True):
+        x = int(pick[left_large])
+        y = min(left_small, (capacity - large * x) // small)
+        left_large, left_small = left_large - x, left_small - y
+        filling.append((x, y))
+    return tuple(reversed(filling))
+
+
 @functools.lru_cache(maxsize=1 << 14)
 def _fill_bins(items: Items, bins: tuple[int, ...]) -> Filling | None:
     """How many of each item (size, count) go into each bin, or None if they cannot all be packed: first
-    fit, else best fit decreasing (a 24-GPU instance on H200 racks into the rack with three complete domains
-    left, not four), else the exact arc-flow model (`_exact_fill`, milliseconds, but thousands of them in a
-    unit table)."""
+    fit; else, for two sizes, the exact program (`_two_size_fill`); else best fit decreasing (a 24-GPU
+    instance on H200 racks into the rack with three complete domains left, not four), else the exact
+    arc-flow model (`_exact_fill`, milliseconds, but thousands of them in a unit table)."""
+    bins = _useful(tuple(size for size, _ in items), bins)
     if sum(size * count for size, count in items) > sum(bins):
         return None
     left = [count for _, count in items]
@@ -215,8 +274,31 @@ def _fill_bins(items: Items, bins: tuple[int, ...]) -> Filling | None:
         filling.append(tuple(taken))
     if not any(left):
         return tuple(filling)
+    if len(items) == 2:
+        return _two_size_fill(items, bins)
     found = _best_fit(items, bins)
     return found if found is not None else _exact_fill(items, bins)
+
+
+def _useful(sizes: tuple[int, ...], bins: tuple[int, ...]) -> tuple[int, ...]:
+    """Each bin's capacity lowered to the most the item sizes can fill of it (a sum of sizes, any counts): no
+    packing changes, and the total-size check then refuses mixes whose sizes cannot fill what is left (4- and
+    6-GPU instances in 71-GPU domains fill 70 of each; 3,497 of 4,440 exact packings on 64 racks were such)."""
+    return tuple(_most_filled(sizes, capacity) for capacity in bins)
+
+
+@functools.lru_cache(maxsize=1 << 12)
+def _most_filled(sizes: tuple[int, ...], capacity: int) -> int:
+    """The largest sum of `sizes` (each any number of times) at most `capacity`."""
+    reachable = 1  # bit t: a sum of t
+    for size in sizes:
+        if size <= 0:
+            continue
+        step = reachable
+        while step:
+            step = (step << size) & ((1 << (capacity + 1)) - 1) & ~reachable
+            reachable |= step
+    return reachable.bit_length() - 1
 
 
 def _best_fit(items: Items, bins: tuple[int, ...]) -> Filling | None:
