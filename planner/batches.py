@@ -37,7 +37,15 @@ from costmodel.calibration import Calibration
 from costmodel.resolve import ResolvedScenario
 from planner.formulation.options import DecodeOption, DeploymentOptions, deployment_options
 from planner.formulation.pairs import pair_figures, prefill_wait
-from planner.formulation.units import TableEntries, UnitTable, first_cap, join_tables, most_beside, unit_table
+from planner.formulation.units import (
+    TableEntries,
+    UnitTable,
+    first_cap,
+    join_tables,
+    most_beside,
+    undominated_fills,
+    unit_table,
+)
 from planner.placement import Domains, max_replicas
 from planner.sweep_result import OutsideBound
 from planner.templates import Candidate, CandidateKind, CandidateSet, kind_role, layout_key, planned, timed_plans
@@ -604,9 +612,9 @@ class _Check:
     factor: float
     packing: _Packing
 
-    def boxes(self, fills: _Fills, size: int,
-              rows: _Decodes) -> tuple[np.ndarray, np.ndarray, tuple[np.ndarray, np.ndarray]]:
-        return _boxes(self.options, fills, size, rows, self.cap, self.front, self.factor, self.packing)
+    def boxes(self, fills: _Fills, size: int, rows: _Decodes,
+              rows_only: bool = False) -> tuple[np.ndarray, np.ndarray, tuple[np.ndarray, np.ndarray]]:
+        return _boxes(self.options, fills, size, rows, self.cap, self.front, self.factor, self.packing, rows_only)
 
     def decode(self, members: list[int], intervals: list[Interval], every: _Fills, size: int,
                full_until: float) -> tuple[list[int], tuple[np.ndarray, np.ndarray]]:
@@ -614,7 +622,7 @@ class _Check:
         their bounds."""
         # whole, against one fill per size at least as good as each (cheapest, loosest)
         owners, rows = _Decodes.of_intervals(self.options, [intervals[i] for i in members], 1)
-        per_row, _, _ = self.boxes(_best_per_size(every), size, rows)
+        per_row, _, _ = self.boxes(_best_per_size(every), size, rows, rows_only=True)
         members = [members[i] for i in np.unique(np.asarray(owners, dtype=int)[per_row])]
         if not members:
             return [], (np.zeros(0), np.zeros(0))
@@ -624,10 +632,10 @@ class _Check:
         owner, runs = np.asarray(owners, dtype=int), _bucketed(every, BUCKETS)
         full, found = time.perf_counter() < full_until, (np.zeros(0), np.zeros(0))
         if not full or runs.gpus.size < every.gpus.size:
-            per_row, _, found = self.boxes(runs, size, rows)
+            per_row, _, found = self.boxes(runs, size, rows, rows_only=True)
             owner, rows = owner[per_row], rows.take(per_row)
         if full and owner.size:
-            per_row, _, found = self.boxes(every, size, rows)
+            per_row, _, found = self.boxes(every, size, rows, rows_only=True)
             owner = owner[per_row]
         return [members[i] for i in np.unique(owner)], found
 
@@ -654,7 +662,7 @@ class _Check:
                 fills, rows = virtual.take(left), decodes[size]
                 # the rows against the best of those fills first (sound as above): only the rows it leaves open
                 # meet each fill interval
-                unbeaten, _, _ = self.boxes(_best_per_size(fills), size, rows)
+                unbeaten, _, _ = self.boxes(_best_per_size(fills), size, rows, rows_only=True)
                 _, full_fill, found = self.boxes(fills, size, rows.take(unbeaten))
                 left = left[full_fill]
             open_fill[left] = True
@@ -851,11 +859,14 @@ def _optimistic_decodes(options: DeploymentOptions, intervals: list[Interval]) -
 
 
 def _boxes(options: DeploymentOptions, fills: _Fills, size: int, rows: _Decodes, cap: float, front: _Front,
-           factor: float,
-           packing: _Packing | None = None) -> tuple[np.ndarray, np.ndarray, tuple[np.ndarray, np.ndarray]]:
+           factor: float, packing: _Packing | None = None,
+           rows_only: bool = False) -> tuple[np.ndarray, np.ndarray, tuple[np.ndarray, np.ndarray]]:
     """Every (fill option, decode row, decode count) at P_max, bounded: TTFT from below, tokens/s from above.
     Returns which decode rows and which fill options have a bound the front does not beat (its best within
-    the TTFT bound below value x `factor`), and those bounds.
+    the TTFT bound below value x `factor`), and those bounds. `rows_only`: the caller reads which rows, not
+    which fills, so at each count the fills another dominates are left out (`undominated_fills`: no
+    slower bare fill and at least its capacity, so its bounds are at least as good at every row: the rows
+    and the bounds' reach are the same).
 
     Screens skip work without changing the answer. Each (fill option, run of counts) is first screened for
     all rows at once: a pair's wait at the prefill pool is at least the fill and its rate at most the fill
@@ -883,6 +894,9 @@ def _boxes(options: DeploymentOptions, fills: _Fills, size: int, rows: _Decodes,
     # optimistic)
     fallback = min(options.kv_transfer_s.values(), default=0.0)
     transfer = np.array([options.kv_transfer_s.get((int(g), size), fallback) for g in fills.gpus])
+    if rows_only:
+        room = np.where(most >= 1, fills.capacity[:, None] * most, 0.0)
+        capacity = np.where(undominated_fills(fills.fill + transfer, room, room, most >= 1), capacity, np.nan)
     within = cap * (1 + 1e-12)
     soonest = fills.fill + transfer  # no pair of the fill option has a shorter TTFT
     # decode counts in runs lo ... hi (`_count_runs`): each run bounded at once, as a decode interval's piece is

@@ -10,7 +10,7 @@ P_max(p, d, D), dominate every smaller count: the space collapses from (p, P, d,
 at 64 racks is about 14 M triples, computed here in numpy blocks with the same closed form as the cost
 model (`pairs.pair_figures`, tested equal). Two exact cuts come first: at each decode count, a fill option
 that another of no slower bare fill dominates in capacity and admitted rate is never faster beside any decode
-option (`_undominated_fills`); and beside one decode option at one count every fill lies on one curve, rate =
+option (`undominated_fills`); and beside one decode option at one count every fill lies on one curve, rate =
 C / (TTFT + Z), so only the fastest (with its near-ties) can reach the front (`_best_fills`). Ten
 attention-DP degrees on the 64-rack mixed fleet: 667 M triples, 94 M after the first cut, 0.1 M on the front.
 
@@ -250,7 +250,7 @@ class _Fills:
         loaded = bool((load < 1.0).any())
         admitted = cap if not loaded else load[:, None] * cap
         admitted = admitted if limit is None else np.minimum(admitted, limit)
-        keep = _undominated_fills(fill + transfer, cap, np.minimum(cap, admitted), count_p >= 1)
+        keep = undominated_fills(fill + transfer, cap, np.minimum(cap, admitted), count_p >= 1)
         row, col = np.nonzero(keep)
         if row.size == 0:
             return None
@@ -258,7 +258,7 @@ class _Fills:
                       None if limit is None else limit[row, col])
 
 
-def _undominated_fills(alone: np.ndarray, cap: np.ndarray, admitted: np.ndarray, valid: np.ndarray) -> np.ndarray:
+def undominated_fills(alone: np.ndarray, cap: np.ndarray, admitted: np.ndarray, valid: np.ndarray) -> np.ndarray:
     """Mask of the (fill option, count column) pairs `valid` that no other of their column dominates beside
     every decode option. Beside C sequences decoding for Z, a fill pool's TTFT is max(alone + k (C - 1) /
     (2 cap), C / admitted - Z) (`pair_figures`; alone = fill + KV transfer, admitted <= cap the rate it

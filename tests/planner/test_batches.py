@@ -284,6 +284,49 @@ def test_count_runs_change_no_answer_on_random_options(monkeypatch: pytest.Monke
     assert found > 0
 
 
+def test_leaving_out_dominated_fills_changes_no_row_and_no_bound_reach(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`_boxes(rows_only=True)` leaves out, at each count, the fills another dominates (two sizes with their
+    own transfers here): the same decode rows stay open, and each bound it drops is matched by one it keeps
+    (no more TTFT, no less tokens/s), so what the open intervals could reach is the same."""
+    from types import SimpleNamespace
+
+    from planner.batches import _boxes, _Decodes, _Fills, _Front
+
+    rng = np.random.default_rng(17)
+    dropped = 0
+    for _ in range(150):
+        n_fills, n_rows, n = int(rng.integers(2, 12)), int(rng.integers(1, 8)), int(rng.integers(1, 200))
+        fills = _Fills(rng.choice([1, 2], n_fills).astype(np.int64), rng.integers(0, 5, n_fills),
+                       rng.uniform(1, 300, n_fills), rng.uniform(0.05, 2, n_fills))
+        slots = rng.integers(1, 64, n_rows).astype(float)
+        away = rng.uniform(1, 40, n_rows)
+        rows = _Decodes(slots, away, slots + rng.integers(0, 64, n_rows), away * rng.uniform(0.5, 1, n_rows),
+                        rng.integers(1, n + 1, n_rows))
+        beside = np.maximum(0, rng.integers(3, 8, (n_fills, 1))
+                            - (np.arange(1, n + 1)[None, :] * rng.uniform(0.001, 0.1, (n_fills, 1))).astype(int))
+        options = SimpleNamespace(shared_domains=True, domains=None, output_tokens=int(rng.integers(16, 2048)),
+                                  kv_transfer_s={(1, 1): rng.uniform(0, 0.05), (2, 1): rng.uniform(0, 0.05)},
+                                  cohort_fraction=float(rng.uniform(0, 1)))
+        _, _, (ttft, value) = _boxes_unscreened(options, fills, 1, rows, np.inf, _Front(np.zeros(0), np.zeros(0)), 1.0,
+                                                beside)
+        if not ttft.size:
+            continue
+        pick = rng.choice(ttft.size, min(20, ttft.size), replace=False)
+        order = np.argsort(ttft[pick])
+        front = _Front(ttft[pick][order] * rng.uniform(0.8, 1.2),
+                       np.maximum.accumulate(value[pick][order] * rng.uniform(0.9, 1.1)))
+        cap = float(rng.choice([np.inf, np.median(ttft)]))
+        every = _boxes(options, fills, 1, rows, cap, front, 0.99, _FixedPacking(beside))  # type: ignore[arg-type]
+        kept = _boxes(options, fills, 1, rows, cap, front, 0.99, _FixedPacking(beside),  # type: ignore[arg-type]
+                      rows_only=True)
+        assert np.array_equal(every[0], kept[0])
+        (t_all, v_all), (t_kept, v_kept) = every[2], kept[2]
+        for t, v in zip(t_all.tolist(), v_all.tolist(), strict=True):
+            assert np.any((t_kept <= t * (1 + 1e-12)) & (v_kept >= v * (1 - 1e-12))), (t, v)
+        dropped += t_all.size - t_kept.size
+    assert dropped > 0
+
+
 def test_a_run_is_not_closed_by_its_top_rounding_below_its_other_counts() -> None:
     """Where fill capacity binds, the computed rate wobbles by an ulp as the sequences grow (here count 11 or
     12 computes above 13), and a front at count 13's tokens/s closed the run 11-13 though a count of it is

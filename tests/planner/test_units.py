@@ -191,9 +191,9 @@ def test_a_search_cut_by_its_deadline_leaves_the_whole_table(monkeypatch: pytest
 
 @pytest.mark.parametrize("cohort", [0.0, 0.4, 1.0])
 def test_the_fills_dropped_are_never_faster_beside_any_decode_option(cohort: float) -> None:
-    """`_undominated_fills` keeps, at each count, a fill as fast as the fastest beside every decode option
+    """`undominated_fills` keeps, at each count, a fill as fast as the fastest beside every decode option
     (concurrency C, decoding time Z), whatever caps the rate: its loads, the links' limits, or nothing."""
-    from planner.formulation.units import _undominated_fills
+    from planner.formulation.units import undominated_fills
 
     rng = np.random.default_rng(11)
     conc, away = rng.integers(1, 400, 60).astype(float)[:, None], rng.uniform(0.05, 60.0, 60)[:, None]
@@ -206,7 +206,7 @@ def test_the_fills_dropped_are_never_faster_beside_any_decode_option(cohort: flo
         load = rng.choice([1.0, 0.9, 0.5], n)
         limit = rng.choice([np.inf, 4.0, 40.0], (n, cols))
         admitted = np.minimum(cap, np.minimum(load[:, None] * cap, limit))
-        keep = _undominated_fills(fill + transfer, cap, admitted, count >= 1)
+        keep = undominated_fills(fill + transfer, cap, admitted, count >= 1)
         assert not (keep & (count < 1)).any()
         dropped += int((count >= 1).sum() - keep.sum())
         for col in range(cols):
