@@ -210,7 +210,9 @@ def _packs(items: Items, bins: tuple[int, ...]) -> bool:
 def _two_sizes(large: int, small: int, bins: tuple[int, ...]) -> np.ndarray:
     """Items of two sizes: the most small ones that pack beside each count of large ones (`_two_size_program`),
     kept per bins (the unit table asks every count beside every count)."""
-    return _two_size_program(large, small, bins, None)
+    most = _two_size_program(large, small, bins, None)
+    most.setflags(write=False)  # shared by every caller of the cache
+    return most
 
 
 def _two_size_program(large: int, small: int, bins: tuple[int, ...], choices: list[np.ndarray] | None) -> np.ndarray:
