@@ -229,7 +229,9 @@ class BatchSearch:
             late = time.perf_counter() >= deadline
             if self.front is None or not late:  # past it: the last front bounds the rest (sound)
                 self.front = _front(self.options, self.resolved, self.front, self.tables)
-            if self.front.ttft.size == 0:  # no timed deployment at all: the smallest batches (timed) deploy nothing
+            if self.front.ttft.size == 0 and self.decodes is None:
+                # no timed deployment at all: the smallest batches (timed) deploy nothing (a cross-group block's
+                # rounds go on, every interval open against the empty front, as they always have)
                 intervals, self.intervals = self.intervals, []
                 _unsearched(self.coverage, self.options, intervals, self.resolved, self.label or "the cluster")
                 return self.options, self.coverage

@@ -218,6 +218,7 @@ def _solve(resolved: ResolvedScenario, settings: SolveSettings, calibration: Cal
     if search.resumable and resume_by - time.perf_counter() >= RESUME_MIN_S:
         first = (blocks, replace(batches), result, prepare_s)
         blocks, batches = _search_blocks(resolved, search, resume_by)  # on from the intervals the cut left open
+        candidates = sets[0] if len(sets) == 1 else merged(sets)  # with the batches the resumed searches timed
         prepare_s = time.perf_counter() - start
         result = _sweep(resolved, calibration, blocks, settings, chosen, start + limit - reserve, candidates)
         if result.termination != "completed" and first[2].termination == "completed":  # the first finished

@@ -111,11 +111,14 @@ def join_tables(options: DeploymentOptions, parts: list[TableEntries], cap_s: fl
     rounds: each round's new fills with every decode option, its earlier fills with the new decode options);
     False where the parts' link limits took another KV size than `options`' would (not joined).
 
-    The entries are `unit_table`'s (to rounding): a part's table drops only entries one of its entries beats
-    by more than KEEP_TOL, and the best rate at or below any TTFT is reached by an entry no part drops. A fill
-    option the options have since pruned (`planner.formulation.options._prune_prefill`: as fast, no less
-    capacity, admitted load or KV) is matched entry by entry by the option that pruned it, so its entries are
-    dropped. Exact ties may come in another order than `unit_table`'s (the same in every run)."""
+    The entries are `unit_table`'s (to rounding), and at most near-ties of them besides: a part's table drops
+    only entries one of its entries beats by more than KEEP_TOL, or whose fill another of the part dominates
+    (`undominated_fills`), and the best rate at or below any TTFT is reached by an entry no part drops; a fill
+    dominated by one of a later round stays with its entries where they are within KEEP_TOL of that one's (a
+    fresh build drops them). A fill option the options have since pruned
+    (`planner.formulation.options._prune_prefill`: as fast, no less capacity, admitted load or KV) is matched
+    entry by entry by the option that pruned it, so its entries are dropped. Exact ties may come in another
+    order than `unit_table`'s (the same in every run)."""
     if options.links and any(part.kv_bytes != _kv_bytes(options.prefill) for part in parts):
         return False
     options.unit_tables[cap_s] = _joined(options, parts)

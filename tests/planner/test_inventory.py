@@ -309,9 +309,11 @@ def test_weights_no_group_holds_alone_name_the_largest_group() -> None:
 def test_every_block_carries_the_table_its_searches_built(data: dict[str, Any]) -> None:
     """Each structure block's options (each group's own, each cross-group pair's) carry their unit table,
     joined from the tables of the block's batch search and of the pairs the later searches' candidates make:
-    the same entries as the table built afresh (the KV links of TWO_GROUPS cap rates in it)."""
+    the entries of the table built afresh, and at most near-ties of them besides (the KV links of TWO_GROUPS
+    cap rates in it)."""
     from planner.formulation.units import _unit_table, first_cap
     from planner.solve import _inventory_blocks
+    from tests.planner.test_units import same_table
 
     resolved = scenario_from_data(data)
     calibration = default_calibration()
@@ -323,10 +325,7 @@ def test_every_block_carries_the_table_its_searches_built(data: dict[str, Any]) 
         joined, fresh = block.unit_tables[cap], _unit_table(block, cap)
         assert (joined is None) == (fresh is None), block.label
         if joined is not None and fresh is not None:
-            assert sorted(zip(joined.ttft.tolist(), joined.rate.tolist(), joined.prefill.tolist(),
-                              joined.decode.tolist(), joined.prefills.tolist(), joined.decodes.tolist(), strict=True)) \
-                == sorted(zip(fresh.ttft.tolist(), fresh.rate.tolist(), fresh.prefill.tolist(), fresh.decode.tolist(),
-                              fresh.prefills.tolist(), fresh.decodes.tolist(), strict=True)), block.label
+            assert same_table(joined, fresh), block.label
 
 
 def test_blocks_searched_on_the_grid_only_build_no_table() -> None:
@@ -375,8 +374,20 @@ def test_an_inventory_solve_whose_searches_are_cut_at_once_resumes_them_after_th
     uncut searches' candidates."""
     import importlib
 
-    monkeypatch.setattr(importlib.import_module("planner.solve"), "BATCH_SHARE", 0.0)
+    from planner.templates import merged
+
+    solve_module = importlib.import_module("planner.solve")
+    monkeypatch.setattr(solve_module, "BATCH_SHARE", 0.0)
+    searches, real = [], solve_module._search_blocks
+
+    def kept(*args: Any) -> Any:
+        searches.append(args[1])
+        return real(*args)
+
+    monkeypatch.setattr(solve_module, "_search_blocks", kept)
     data = _with(TWO_GROUPS, search__gpu_accounting="cluster")
     result = solve(scenario_from_data(data), SolveSettings("cpsat", 120.0, resolution="exact"))
     assert result.batches.certified and not result.timed_out and result.batches.rounds >= 1
     assert _figures([p.point for p in result.front]) == pytest.approx(_figures(_reference("cluster")), rel=REL)
+    assert len(searches) == 2  # before the sweep and after it; the counts reported are those of every batch timed
+    assert result.candidates == {str(role): len(c) for role, c in merged(searches[-1].sets).by_role.items()}

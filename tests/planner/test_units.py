@@ -124,13 +124,25 @@ def _entries(table: UnitTable) -> list[tuple[float, float, int, int, int, int]]:
                       table.decode.tolist(), table.decodes.tolist(), strict=True))
 
 
+def same_table(joined: UnitTable, fresh: UnitTable) -> bool:
+    """A table joined from a search's rounds against one built afresh: every fresh entry in it, and what else it
+    holds near-ties of fresh ones (within KEEP_TOL of a fresh entry's rate at no more TTFT: a fill the fresh
+    build's dominance cut drops, `undominated_fills`, stays where its round lacked the fill dominating it)."""
+    from planner.formulation.units import KEEP_TOL
+
+    ours, theirs = _entries(joined), _entries(fresh)
+    extra = set(ours) - set(theirs)
+    return set(theirs) <= set(ours) and all(
+        any(t <= ttft * (1 + 1e-12) and r >= rate * (1 - KEEP_TOL) for t, r, *_ in theirs) for ttft, rate, *_ in extra)
+
+
 @pytest.mark.parametrize("name", ["qwen3-30b-4xh200", "gpt-oss-20b-4xb200-sglang", "qwen3-30b-16xh100-prefix-cache",
                                   "llama-8b-dense-6xh100-disaggregated",
                                   "kimi-k2-72xgb200"])  # one rack: fills timed in later rounds prune earlier ones
 def test_the_batch_search_leaves_the_sweep_its_table(name: str) -> None:
     """The batch search joins the unit tables of its rounds into the table of the options it returns, which the
-    sweep then takes as it is: the same entries as the table built afresh (fills pruned since are dropped:
-    on one GB200 rack 21 entries of 737)."""
+    sweep then takes as it is: the entries of the table built afresh (fills pruned since are dropped: on one
+    GB200 rack 21 entries of 737), and at most near-ties of them besides (`same_table`)."""
     from benchmarks.suite import scenario_data
     from planner.batches import refine
     from planner.formulation.units import _unit_table, first_cap
@@ -142,7 +154,7 @@ def test_the_batch_search_leaves_the_sweep_its_table(name: str) -> None:
     assert coverage.rounds >= 1 and cap in options.unit_tables
     joined, fresh = unit_table(options, cap), _unit_table(options, cap)
     assert joined is options.unit_tables[cap]
-    assert joined is not None and fresh is not None and _entries(joined) == _entries(fresh)
+    assert joined is not None and fresh is not None and same_table(joined, fresh)
 
 
 def test_tables_are_not_joined_across_kv_sizes_under_link_limits() -> None:
@@ -185,7 +197,7 @@ def test_a_search_cut_by_its_deadline_leaves_the_whole_table(monkeypatch: pytest
         monkeypatch.undo()
         cut_late += coverage.cut_by_time and coverage.rounds >= 1
         joined, fresh = options.unit_tables.get(cap), _unit_table(options, cap)
-        assert joined is not None and fresh is not None and _entries(joined) == _entries(fresh), ticks
+        assert joined is not None and fresh is not None and same_table(joined, fresh), ticks
     assert cut_late  # some cut came after a round's batches were timed
 
 
