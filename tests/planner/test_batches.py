@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 import math
+from typing import Any
 
 import numpy as np
 import pytest
@@ -241,14 +242,43 @@ class _FixedPacking:
         return self.beside[:, :counts.size]
 
 
-def test_count_runs_change_no_answer_on_random_options(monkeypatch: pytest.MonkeyPatch) -> None:
-    """`_boxes` with decode counts in runs (1.25x to 3x, chunks of 50 entries to 2M) against every count
-    evaluated, bit for bit, on random fills, decode rows (pieces: fewer sequences for TTFT than for the rate;
-    rows allowing fewer instances than a run's top) and packings (no fill instance beside many decode ones)."""
+def _random_bounds_case(rng: np.random.Generator, fills: Any, n_rows: int, n: int, sizes: tuple[int, ...],
+                        full_row: bool) -> tuple[Any, Any, np.ndarray, Any, float] | None:
+    """Random decode rows of one size (pieces: fewer sequences for TTFT than for the rate; rows allowing fewer
+    instances than a run's top; `full_row`: the first allows n), a packing (no fill instance beside many decode
+    ones), options with a KV transfer per fill size, a front drawn from the unscreened bounds and a TTFT cap:
+    a case for `_boxes` (None: no bound to draw a front from)."""
     from types import SimpleNamespace
 
+    from planner.batches import _Decodes, _Front
+
+    slots = rng.integers(1, 64, n_rows).astype(float)
+    away = rng.uniform(1, 40, n_rows)
+    rows = _Decodes(slots, away, slots + rng.integers(0, 64, n_rows), away * rng.uniform(0.5, 1, n_rows),
+                    rng.integers(1, n + 1, n_rows))
+    if full_row:
+        rows.most[0] = n
+    beside = np.maximum(0, rng.integers(3, 8, (fills.gpus.size, 1))
+                        - (np.arange(1, n + 1)[None, :] * rng.uniform(0.001, 0.1, (fills.gpus.size, 1))).astype(int))
+    options = SimpleNamespace(shared_domains=True, domains=None,
+                              kv_transfer_s={(size, 1): rng.uniform(0, 0.05) for size in sizes},
+                              output_tokens=int(rng.integers(16, 2048)), cohort_fraction=float(rng.uniform(0, 1)))
+    _, _, (ttft, value) = _boxes_unscreened(options, fills, 1, rows, np.inf, _Front(np.zeros(0), np.zeros(0)), 1.0,
+                                            beside)
+    if not ttft.size:
+        return None
+    pick = rng.choice(ttft.size, min(20, ttft.size), replace=False)
+    order = np.argsort(ttft[pick])
+    front = _Front(ttft[pick][order] * rng.uniform(0.8, 1.2),
+                   np.maximum.accumulate(value[pick][order] * rng.uniform(0.9, 1.1)))
+    return options, rows, beside, front, float(rng.choice([np.inf, np.median(ttft)]))
+
+
+def test_count_runs_change_no_answer_on_random_options(monkeypatch: pytest.MonkeyPatch) -> None:
+    """`_boxes` with decode counts in runs (1.25x to 3x, chunks of 50 entries to 2M) against every count
+    evaluated, bit for bit, on random fills, decode rows and packings (`_random_bounds_case`)."""
     import planner.batches
-    from planner.batches import _boxes, _Decodes, _Fills, _Front
+    from planner.batches import _boxes, _Fills
 
     rng = np.random.default_rng(7)
     found = 0
@@ -258,24 +288,10 @@ def test_count_runs_change_no_answer_on_random_options(monkeypatch: pytest.Monke
         n_fills, n_rows, n = int(rng.integers(1, 6)), int(rng.integers(1, 8)), int(rng.integers(1, 300))
         fills = _Fills(np.ones(n_fills, dtype=np.int64), rng.integers(0, 5, n_fills), rng.uniform(1, 300, n_fills),
                        rng.uniform(0.05, 2, n_fills))
-        slots = rng.integers(1, 64, n_rows).astype(float)
-        away = rng.uniform(1, 40, n_rows)
-        rows = _Decodes(slots, away, slots + rng.integers(0, 64, n_rows), away * rng.uniform(0.5, 1, n_rows),
-                        rng.integers(1, n + 1, n_rows))
-        rows.most[0] = n
-        beside = np.maximum(0, rng.integers(3, 8, (n_fills, 1))
-                            - (np.arange(1, n + 1)[None, :] * rng.uniform(0.001, 0.1, (n_fills, 1))).astype(int))
-        options = SimpleNamespace(shared_domains=True, domains=None, kv_transfer_s={(1, 1): rng.uniform(0, 0.05)},
-                                  output_tokens=int(rng.integers(16, 2048)), cohort_fraction=float(rng.uniform(0, 1)))
-        _, _, (ttft, value) = _boxes_unscreened(options, fills, 1, rows, np.inf, _Front(np.zeros(0), np.zeros(0)), 1.0,
-                                                beside)
-        if not ttft.size:
+        case = _random_bounds_case(rng, fills, n_rows, n, (1,), full_row=True)
+        if case is None:
             continue
-        pick = rng.choice(ttft.size, min(20, ttft.size), replace=False)
-        order = np.argsort(ttft[pick])
-        front = _Front(ttft[pick][order] * rng.uniform(0.8, 1.2),
-                       np.maximum.accumulate(value[pick][order] * rng.uniform(0.9, 1.1)))
-        cap = float(rng.choice([np.inf, np.median(ttft)]))
+        options, rows, beside, front, cap = case
         got = _boxes(options, fills, 1, rows, cap, front, 0.99, _FixedPacking(beside))  # type: ignore[arg-type]
         want = _boxes_unscreened(options, fills, 1, rows, cap, front, 0.99, beside)
         assert np.array_equal(got[0], want[0]) and np.array_equal(got[1], want[1])
@@ -284,13 +300,11 @@ def test_count_runs_change_no_answer_on_random_options(monkeypatch: pytest.Monke
     assert found > 0
 
 
-def test_leaving_out_dominated_fills_changes_no_row_and_no_bound_reach(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_leaving_out_dominated_fills_changes_no_row_and_no_bound_reach() -> None:
     """`_boxes(rows_only=True)` leaves out, at each count, the fills another dominates (two sizes with their
     own transfers here): the same decode rows stay open, and each bound it drops is matched by one it keeps
     (no more TTFT, no less tokens/s), so what the open intervals could reach is the same."""
-    from types import SimpleNamespace
-
-    from planner.batches import _boxes, _Decodes, _Fills, _Front
+    from planner.batches import _boxes, _Fills
 
     rng = np.random.default_rng(17)
     dropped = 0
@@ -298,24 +312,10 @@ def test_leaving_out_dominated_fills_changes_no_row_and_no_bound_reach(monkeypat
         n_fills, n_rows, n = int(rng.integers(2, 12)), int(rng.integers(1, 8)), int(rng.integers(1, 200))
         fills = _Fills(rng.choice([1, 2], n_fills).astype(np.int64), rng.integers(0, 5, n_fills),
                        rng.uniform(1, 300, n_fills), rng.uniform(0.05, 2, n_fills))
-        slots = rng.integers(1, 64, n_rows).astype(float)
-        away = rng.uniform(1, 40, n_rows)
-        rows = _Decodes(slots, away, slots + rng.integers(0, 64, n_rows), away * rng.uniform(0.5, 1, n_rows),
-                        rng.integers(1, n + 1, n_rows))
-        beside = np.maximum(0, rng.integers(3, 8, (n_fills, 1))
-                            - (np.arange(1, n + 1)[None, :] * rng.uniform(0.001, 0.1, (n_fills, 1))).astype(int))
-        options = SimpleNamespace(shared_domains=True, domains=None, output_tokens=int(rng.integers(16, 2048)),
-                                  kv_transfer_s={(1, 1): rng.uniform(0, 0.05), (2, 1): rng.uniform(0, 0.05)},
-                                  cohort_fraction=float(rng.uniform(0, 1)))
-        _, _, (ttft, value) = _boxes_unscreened(options, fills, 1, rows, np.inf, _Front(np.zeros(0), np.zeros(0)), 1.0,
-                                                beside)
-        if not ttft.size:
+        case = _random_bounds_case(rng, fills, n_rows, n, (1, 2), full_row=False)
+        if case is None:
             continue
-        pick = rng.choice(ttft.size, min(20, ttft.size), replace=False)
-        order = np.argsort(ttft[pick])
-        front = _Front(ttft[pick][order] * rng.uniform(0.8, 1.2),
-                       np.maximum.accumulate(value[pick][order] * rng.uniform(0.9, 1.1)))
-        cap = float(rng.choice([np.inf, np.median(ttft)]))
+        options, rows, beside, front, cap = case
         every = _boxes(options, fills, 1, rows, cap, front, 0.99, _FixedPacking(beside))  # type: ignore[arg-type]
         kept = _boxes(options, fills, 1, rows, cap, front, 0.99, _FixedPacking(beside),  # type: ignore[arg-type]
                       rows_only=True)
