@@ -253,10 +253,7 @@ class BatchSearch:
         return self.decodes if self.decodes is not None and kind == "decode" else self.candidates
 
     def _options(self) -> DeploymentOptions:
-        if self.decodes is None:
-            return deployment_options(self.resolved, self.candidates, self.calibration)
-        return deployment_options(self.resolved, self.candidates, self.calibration, decode_from=self.decodes,
-                                  label=self.label)
+        return _block_options(self.resolved, self.calibration, self.candidates, self.decodes, self.label)
 
     def _time_middles(self, intervals: list[Interval]) -> list[Interval]:
         """Time the intervals' middle batches into their candidates: the halves left to search."""
@@ -264,6 +261,14 @@ class BatchSearch:
             return _split(self.resolved, self.calibration, self.candidates, intervals)
         return (_split(self.resolved, self.calibration, self.candidates, [i for i in intervals if i.kind != "decode"])
                 + _split(self.resolved, self.calibration, self.decodes, [i for i in intervals if i.kind == "decode"]))
+
+
+def _block_options(resolved: ResolvedScenario, calibration: Calibration, candidates: CandidateSet,
+                   decodes: CandidateSet | None, label: str) -> DeploymentOptions:
+    """A search's options: a group's own (`decodes` None), or a cross-group block's (fills from `candidates`)."""
+    if decodes is None:
+        return deployment_options(resolved, candidates, calibration)
+    return deployment_options(resolved, candidates, calibration, decode_from=decodes, label=label)
 
 
 def _current(intervals: list[Interval], set_of: Callable[[CandidateKind], CandidateSet]) -> list[Interval]:
@@ -344,7 +349,7 @@ def cross_search(resolved: ResolvedScenario, calibration: Calibration, fills: Ca
     against the block's timed front and split (their middles timed into their groups' candidates) until each
     is closed, or the deadline, whose open intervals' bounds go to the points' gaps (`tables`: where the
     rounds' unit tables go, for the block's options built later)."""
-    options = deployment_options(resolved, fills, calibration, decode_from=decodes, label=label)
+    options = _block_options(resolved, calibration, fills, decodes, label)
     intervals = ([i for i in _intervals(fills) if i.kind == "prefill"]
                  + [i for i in _intervals(decodes) if i.kind == "decode"])
     search = BatchSearch(resolved, calibration, fills, label, options, intervals,
@@ -896,11 +901,11 @@ def _boxes(options: DeploymentOptions, fills: _Fills, size: int, rows: _Decodes,
     # optimistic)
     fallback = min(options.kv_transfer_s.values(), default=0.0)
     transfer = np.array([options.kv_transfer_s.get((int(g), size), fallback) for g in fills.gpus])
-    if rows_only:
-        room = np.where(most >= 1, fills.capacity[:, None] * most, 0.0)
-        capacity = np.where(undominated_fills(fills.fill + transfer, room, room, most >= 1), capacity, np.nan)
     within = cap * (1 + 1e-12)
     soonest = fills.fill + transfer  # no pair of the fill option has a shorter TTFT
+    if rows_only:
+        room = np.nan_to_num(capacity)
+        capacity = np.where(undominated_fills(soonest, room, room, most >= 1), capacity, np.nan)
     # decode counts in runs lo ... hi (`_count_runs`): each run bounded at once, as a decode interval's piece is
     # (its fewest sequences and most fill capacity for TTFT, its most sequences and that capacity for the rate:
     # TTFT grows with the sequences and falls with the capacity, the rate grows with both; the run's fill

@@ -285,7 +285,8 @@ def _fill_bins(items: Items, bins: tuple[int, ...]) -> Filling | None:
 def _useful(sizes: tuple[int, ...], bins: tuple[int, ...]) -> tuple[int, ...]:
     """Each bin's capacity lowered to the most the item sizes can fill of it (a sum of sizes, any counts): no
     packing changes, and the total-size check then refuses mixes whose sizes cannot fill what is left (4- and
-    6-GPU instances in 71-GPU domains fill 70 of each; 3,497 of 4,440 exact packings on 64 racks were such)."""
+    6-GPU instances in 71-GPU domains fill 70 of each: on the 64-rack mixed fleet with pipeline depth 3 the
+    exact packings asked fell from 4,440, 3,497 of them refusals, to 2,710)."""
     return tuple(_most_filled(sizes, capacity) for capacity in bins)
 
 

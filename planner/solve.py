@@ -266,13 +266,6 @@ def _search_blocks(resolved: ResolvedScenario, search: BatchSearch | InventorySe
     return blocks, batches
 
 
-def _inventory_blocks(resolved: ResolvedScenario, sets: list[CandidateSet], calibration: Calibration,
-                      deadline: float, tolerance: float) -> tuple[list[DeploymentOptions], BatchCoverage]:
-    """Several groups: the batch searches of each group and each cross-group pair (`InventorySearch`), then
-    every block built from the refined candidates."""
-    return _search_blocks(resolved, InventorySearch(resolved, calibration, sets, tolerance), deadline)
-
-
 def structure_blocks(resolved: ResolvedScenario, sets: list[CandidateSet],
                      calibration: Calibration) -> list[DeploymentOptions]:
     """Every structure block of an inventory: each group on its own, then fills on one group and decode on

@@ -311,14 +311,15 @@ def test_every_block_carries_the_table_its_searches_built(data: dict[str, Any]) 
     joined from the tables of the block's batch search and of the pairs the later searches' candidates make:
     the entries of the table built afresh, and at most near-ties of them besides (the KV links of TWO_GROUPS
     cap rates in it)."""
+    from planner.batches import InventorySearch
     from planner.formulation.units import _unit_table, first_cap
-    from planner.solve import _inventory_blocks
+    from planner.solve import _search_blocks
     from tests.planner.test_units import same_table
 
     resolved = scenario_from_data(data)
     calibration = default_calibration()
     sets = [generate(resolved.view(group), calibration) for group in resolved.groups]
-    blocks, coverage = _inventory_blocks(resolved, sets, calibration, math.inf, 0.01)
+    blocks, coverage = _search_blocks(resolved, InventorySearch(resolved, calibration, sets, 0.01), math.inf)
     cap = first_cap(resolved)
     assert coverage.certified and len(blocks) == 4
     for block in blocks:
@@ -331,12 +332,13 @@ def test_every_block_carries_the_table_its_searches_built(data: dict[str, Any]) 
 def test_blocks_searched_on_the_grid_only_build_no_table() -> None:
     """Under `used` accounting the searches keep the grid and the sweep reads no unit table: none is built
     (each would be a full build, seconds on large inventories)."""
-    from planner.solve import _inventory_blocks
+    from planner.batches import InventorySearch
+    from planner.solve import _search_blocks
 
     resolved = scenario_from_data(MIXED_GENERATIONS)
     calibration = default_calibration()
     sets = [generate(resolved.view(group), calibration) for group in resolved.groups]
-    blocks, _ = _inventory_blocks(resolved, sets, calibration, math.inf, 0.01)
+    blocks, _ = _search_blocks(resolved, InventorySearch(resolved, calibration, sets, 0.01), math.inf)
     assert blocks and all(not block.unit_tables for block in blocks)
 
 
