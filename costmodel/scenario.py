@@ -579,9 +579,8 @@ class Scenario(StrictModel):
         False,
         description="TensorRT-LLM: the launch balances context requests across attention-DP ranks "
         "(attention_dp_config enable_balance, as NVIDIA's DeepSeek throughput configurations set it), so a prompt "
-        "in an aggregated pool with attention DP is held back for the fitted number of decode steps, and the ranks' "
-        "prompts run in the same steps (off: each rank's steps are stretched by the other ranks' prompts). "
-        "`plan export` does not write attention_dp_config: add it to the launch when setting this.",
+        "in an aggregated pool with attention DP is held back for the fitted number of decode steps. `plan export` "
+        "does not write attention_dp_config: add it to the launch when setting this.",
     )
     economics: Economics = Field(default_factory=Economics, description="GPU-hour prices, power and PUE.")
 

@@ -7,9 +7,8 @@ attention data-parallel over all of them (attention TP 1), experts split as `moe
 
 Not exported: `attention_dp_config` (context-request balancing across attention-DP ranks; its keys are not in
 the TensorRT-LLM definitions `tests/export/engine_args/trtllm.json` checks against). The cost model prices the
-prompt hold-back it causes, and the aligned prompts it buys (unbalanced ranks stretch each other's steps:
-`costmodel.serving._stretched_steps`), only when the scenario says the launch balances (`attention_dp_balance`,
-default off, as exported); whoever sets it adds the balancing to the launch.
+prompt hold-back it causes only when the scenario says the launch balances (`attention_dp_balance`, default
+off, as exported); whoever sets it adds the balancing to the launch.
 """
 
 from __future__ import annotations
