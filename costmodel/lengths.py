@@ -192,6 +192,33 @@ class Lengths:
         return first, max(0.0, self.moment(3) / mean - first**2)
 
 
+def expected_max_binomial(trials: int, mean: float, n: int) -> float:
+    """E[max of n independent Binomial(trials, mean / trials) counts] = sum over k < trials of 1 - F(k)^n, F the
+    binomial CDF, summed exactly from where F is below 1e-30 (each earlier term is 1) until the terms vanish
+    (log-space probabilities: no underflow). Exactly the mean for n = 1; grows with the mean (a binomial count
+    is stochastically larger at a larger success probability); `trials` once the mean reaches it."""
+    if mean <= 0.0:
+        return 0.0
+    if n <= 1:
+        return mean
+    if mean >= trials:
+        return float(trials)
+    p = mean / trials
+    spread = math.sqrt(trials * p * (1.0 - p))
+    start = max(0, math.floor(mean - 14.0 * spread - 10.0))  # F(start - 1) < 1e-30 there
+    total, cdf = float(start), 0.0
+    log_p, log_q, log_all = math.log(p), math.log1p(-p), math.lgamma(trials + 1.0)
+    for k in range(start, trials):
+        mass = math.exp(log_all - math.lgamma(k + 1.0) - math.lgamma(trials - k + 1.0) + k * log_p
+                        + (trials - k) * log_q)
+        cdf = min(1.0, cdf + mass)
+        term = -math.expm1(n * math.log(cdf)) if cdf > 0.0 else 1.0  # 1 - F^n without cancellation
+        total += term
+        if k > mean + spread and (term < 1e-16 or mass < 1e-18):  # past the mode: the tail is spent (rounding
+            break  # can leave F a few ulps below 1, whose terms would never end)
+    return total
+
+
 @functools.lru_cache(maxsize=1024)
 def expected_max_normal(n: int) -> float:
     """E[max of n independent standard normal variables] (0 for n = 1; 1/sqrt(pi) for n = 2), by Simpson's

@@ -31,6 +31,20 @@ riding on them. A staggered request runs its own prompt alone; one of a cohort w
 of it and its own, (batches + own steps) / 2 on average; the round holds one batch per chunk of the
 cohort's prompts, or one prompt step per staggered request (the same k weighs the two).
 
+Attention-DP ranks step together (the expert layer joins them every step: vLLM runs dummy passes on idle
+ranks, SGLang syncs every MoE step across DP ranks, TRT-LLM's attention DP likewise), so a step lasts as long
+as its busiest rank's prompt work, for every rank. A cohort's prompts start together; a staggered request's
+prompt lands at a random step of its rank's round, independently of the other ranks' (`unaligned_ranks`: the
+ranks holding requests), unless the engine aligns them (TRT-LLM's context balancing: `PoolContext.holds_prompts`,
+at the cost of its hold). Such a prompt's step is its chunk alone beside the other ranks' decodes
+(`PoolPlan.lone`; the aligned model's `own` step has every rank carrying one), in TTFT and in the round, and each
+rank's round holds the steps other ranks' prompts stretch to one: prefill first, the exact expectation of
+random placement (`stretched_slots`); piggyback, the busiest rank's own chunks slot by slot (`busiest_units`,
+binomial counts up to the chunks a step's budget holds) where they outlast the round's aligned chunks. Both
+grow with the batch (the batch search's bounds rest on that). Assumption: prompts spread evenly over a round's
+steps; where prompt steps are far longer than decode steps, arrivals during one gather into the next and fewer
+steps stretch. The step under way that an arrival waits out is kept at a decode step.
+
 Disaggregated serving: prefill instances process `batch` requests per fill; decode instances hold
 `batch` sequences each. Requests cycle between the prefill queue and the decode pool; the mean time at
 the prefill pool is the asymptotic closed-network bound max(fill latency, N / capacity - time elsewhere)
@@ -71,13 +85,14 @@ so that calibration fitting can re-time planned work cheaply.
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Literal
 
 from costmodel.kv_tiers import FETCHED_TIERS, TierPlan, plan_tiers, turn_context
 from costmodel.layout import Pool
-from costmodel.lengths import Lengths, slowest_of
+from costmodel.lengths import Lengths, expected_max_binomial, slowest_of
 from costmodel.memory import MemoryUse, largest_fitting, memory_use, seqs_per_rank
 from costmodel.modes import CacheTier, PoolContext, decode_work, layer_work, merged_work, midfill_work
 from costmodel.operators import StepShape
@@ -279,11 +294,14 @@ class PoolPlan:
     turns: Turns = "all"
     admitted: int | None = None  # a mixed pool whose batch does not fit: the batch the engine admits (the rest wait)
     own: list[StepWork] | None = None  # mixed pools: a decode step carrying one request's own prefill chunk
+    # mixed pools whose attention-DP ranks' prompts are not aligned (`unaligned_ranks`): the step of one rank's
+    # own chunk while the other ranks decode (`own` has every rank in service carrying one)
+    lone: list[StepWork] | None = None
 
     def works(self) -> list[StepWork]:
         """Every step work of the pool (each phase, each stage), to be priced."""
         own = None if self.own is self.mixed else self.own  # the same works when one prompt fills the step
-        return [work for phase in (self.fill, self.decode, self.mixed, own) for work in phase or []]
+        return [work for phase in (self.fill, self.decode, self.mixed, own, self.lone) for work in phase or []]
 
     @functools.cached_property
     def max_batch(self) -> int:
@@ -333,14 +351,14 @@ def plan_pool(ctx: PoolContext, pool: Pool, workload: Workload, tiers: TierPlan 
         chunk = min(budget, prompts)
         decodes = decode or []  # each stage's decode step, planned above (merging leaves it as it is)
 
-        def carrying(tokens: float, micro_batches: int) -> list[StepWork]:
-            """Each stage's decode step (one micro-batch's) with `tokens` prompt tokens per rank spread over
-            `micro_batches` of the pipeline's micro-batches riding on it (prefill first: the prompt tokens
-            alone)."""
+        def carrying(tokens: float, micro_batches: int, ranks: float = active) -> list[StepWork]:
+            """Each stage's decode step (one micro-batch's) with `tokens` prompt tokens on each of `ranks`
+            ranks spread over `micro_batches` of the pipeline's micro-batches riding on it (prefill first: the
+            prompt tokens alone)."""
             per_seq = tokens / new / micro_batches
 
             def prompt(s: int) -> StepWork:
-                return midfill_work(ctx, s, per_seq, new, request.cached, request.fetch, active)
+                return midfill_work(ctx, s, per_seq, new, request.cached, request.fetch, ranks)
             return _stages(ctx, prompt if ctx.prefill_first else lambda s: merged_work(decodes[s], prompt(s)))
 
         mixed = carrying(chunk, ctx.par.pp)  # a round's prompt tokens: every micro-batch carries its share
@@ -354,8 +372,9 @@ def plan_pool(ctx: PoolContext, pool: Pool, workload: Workload, tiers: TierPlan 
         # One request's chunk rides in one micro-batch, whole: a pipeline splits a round's prompts among its
         # micro-batches, not one prompt's chunk (at pp 1 the round's step; long prompts fill it either way)
         own = mixed if own_chunk == chunk and ctx.par.pp == 1 else carrying(own_chunk, 1)
+        lone = carrying(own_chunk, 1, 1.0) if unaligned_ranks(ctx, pool.batch) > 1 else None
         return PoolPlan(ctx, pool, request, memory, largest, fill, decode, mixed, fill_chunks, mixed_steps,
-                        own_steps, turns, own=own)
+                        own_steps, turns, own=own, lone=lone)
     return PoolPlan(ctx, pool, request, memory, largest, fill, decode, mixed, fill_chunks, mixed_steps, own_steps,
                     turns)
 
@@ -482,26 +501,38 @@ def time_pool(plan: PoolPlan, pricer: Pricer) -> PoolTiming:
     # during the last one, is already under way without it; it waits out that decode step (its slot idles
     # for it, so the wait is in the round too). Measured on the calibration rows (README, session 10).
     k = engine.cohort_fraction
+    seqs = seqs_per_rank(plan.in_service, plan.ctx.par.dp)
+    units = seqs * plan.own_steps  # a rank's staggered prompt steps per round
+    ranks = unaligned_ranks(plan.ctx, plan.in_service)
+    # A staggered request's own prompt step: where other ranks' prompts are not aligned with it, its chunk alone
+    # beside the others' decodes (`lone`), else the aligned step of every rank in service carrying one (`own`)
+    alone_step = time_phase(plan.lone, pricer).max_s if plan.lone is not None and ranks > 1 else own.max_s
+    stretch = max(0.0, alone_step - decode.max_s)  # a decode step stretched to another rank's prompt step
+    slots = plan.ctx.par.pp * steps  # micro-batch steps of a rank's round
     if plan.ctx.prefill_first:
         # Prefill first: a request staggered from the others runs its prompt alone; one of a cohort waits for
         # the prompt batches ahead of it and its own, (batches + own) / 2 on average. Every prompt batch
         # stalls the decodes, so the round adds them to the decode steps (the prompt's step gives the first
         # token, decode steps the other osl - 1): one batch per chunk for a cohort, one prompt at a time (its
-        # own steps each) for staggered arrivals, those of the busiest rank (attention-DP ranks step together;
-        # their staggered prompts are assumed to share steps: counting every request of the instance apart,
-        # as if none did, fitted the calibration rows worse, in sample TTFT 23.5% -> 23.8%).
-        seqs = seqs_per_rank(plan.in_service, plan.ctx.par.dp)
-        alone = seqs * plan.own_steps * own.max_s + seqs * lead
+        # own steps each) for staggered arrivals, those of the busiest rank, and the decode steps of its round
+        # that other attention-DP ranks' prompts stretch (`stretched_slots`).
+        alone = units * alone_step + seqs * lead + stretched_slots(ranks, units, slots) * stretch
         prompt_s = (1.0 - k) * alone + k * plan.mixed_steps * t_mix
-        ttft = (t_decode + (1.0 - k) * own.max_s * plan.own_steps + (1.0 - k) * lead
+        ttft = (t_decode + (1.0 - k) * alone_step * plan.own_steps + (1.0 - k) * lead
                 + k * t_mix * (plan.mixed_steps + plan.own_steps) / 2.0 + first_token)
         cycle = t_decode + max(0.0, request.output - 1.0) / request.accepted * t_decode + prompt_s
     else:
         backlog = max(0.0, plan.mixed_steps - plan.own_steps)
-        ttft = t_decode + own.max_s * plan.own_steps + lead + k * t_mix * backlog / 2.0 + first_token
+        own_s = (1.0 - k) * alone_step + k * own.max_s  # a cohort's prompts start together on every rank
+        ttft = t_decode + own_s * plan.own_steps + lead + k * t_mix * backlog / 2.0 + first_token
         # the prompt chunks ride on decode steps; any left over (prefill outpacing decode) run as steps of
-        # their own
+        # their own; staggered and unaligned, each step lasts as long as the busiest rank's own chunks
+        # (`busiest_units`), where that outlasts the round's aligned chunks
         prompt_s = plan.mixed_steps * t_mix
+        if ranks > 1:
+            per_step = max(1, int(ENGINE_STEP_TOKENS // max(request.new, 1.0)))  # own chunks in a step's budget
+            unaligned = busiest_units(ranks, units, slots, per_step) * stretch
+            prompt_s += (1.0 - k) * max(0.0, unaligned - plan.mixed_steps * (t_mix - t_decode))
         cycle = t_decode + prompt_s + max(0.0, steps - plan.mixed_steps) * t_decode
     # Under attention DP an engine may hold a prompt back for some decode steps (TRT-LLM balances context
     # requests across the ranks when the launch enables it: `Scenario.attention_dp_balance`); the request and
@@ -519,6 +550,41 @@ def time_pool(plan: PoolPlan, pricer: Pricer) -> PoolTiming:
     cycle = max(cycle, ttft + max(0.0, request.output - 1.0) * tpot)
     return PoolTiming(plan, None, decode, mixed, ttft, tpot, cycle, first_token_s=first_token, step_wait_s=t_decode,
                       dp_wait_s=dp_wait, prompt_s=prompt_s)
+
+
+def unaligned_ranks(ctx: PoolContext, in_service: int) -> int:
+    """Attention-DP ranks in service whose staggered prompts fall independently of each other's: every rank
+    holding requests (a batch below the DP degree leaves some empty), or 1 where the engine aligns prompts
+    across ranks (TRT-LLM's balancing, `PoolContext.holds_prompts`) or there is one rank."""
+    if ctx.holds_prompts:
+        return 1
+    return int(min(ctx.par.dp, max(1, in_service)))
+
+
+def stretched_slots(ranks: int, units: float, slots: float) -> float:
+    """Prefill first: a rank's decode slots during which another of `ranks` ranks runs a prompt step (the ranks
+    step together, so the slot lasts a prompt step). Each rank places its `units` prompt steps at random among
+    its `slots` decode slots and them, so a slot meets another's prompt with probability 1 - (1 - q)^(ranks - 1),
+    q = units / (slots + units): the exact expectation, at most `slots`, growing with the units."""
+    if ranks <= 1 or slots <= 0.0 or units <= 0.0:
+        return 0.0
+    share = units / (slots + units)
+    return slots * -math.expm1((ranks - 1) * math.log1p(-share))
+
+
+def busiest_units(ranks: int, units: float, slots: float, per_step: int) -> float:
+    """Piggyback: a round's prompt units (own-chunk steps) as the busiest of `ranks` ranks carries them, slot by
+    slot. Each rank spreads its `units` over its `slots` decode slots at random, up to `per_step` own chunks in a
+    step's token budget: per slot a Binomial(per_step, q / per_step) count, q = units / slots, the busiest of
+    the ranks E[max] of them (`expected_max_binomial`): slots x that, from `units` (one rank) to slots x
+    per_step, growing with the units. Every slot full (q >= per_step): prompts outpace decode on every rank,
+    all aligned: `units`."""
+    if slots <= 0.0 or units <= 0.0:
+        return units
+    share = units / slots
+    if ranks <= 1 or share >= per_step:
+        return units
+    return slots * expected_max_binomial(per_step, share, ranks)
 
 
 def fill_parts(fill_s: float, first_token_s: float, step_wait_s: float = 0.0,
