@@ -506,7 +506,8 @@ def time_pool(plan: PoolPlan, pricer: Pricer) -> PoolTiming:
     ranks = unaligned_ranks(plan.ctx, plan.in_service)
     # A staggered request's own prompt step: where other ranks' prompts are not aligned with it, its chunk alone
     # beside the others' decodes (`lone`), else the aligned step of every rank in service carrying one (`own`)
-    alone_step = time_phase(plan.lone, pricer).max_s if plan.lone is not None and ranks > 1 else own.max_s
+    lone = time_phase(plan.lone, pricer) if plan.lone is not None and ranks > 1 else own
+    alone_step, alone_lead = lone.max_s, lone.sum_s - lone.max_s
     stretch = max(0.0, alone_step - decode.max_s)  # a decode step stretched to another rank's prompt step
     slots = plan.ctx.par.pp * steps  # micro-batch steps of a rank's round
     if plan.ctx.prefill_first:
@@ -516,15 +517,17 @@ def time_pool(plan: PoolPlan, pricer: Pricer) -> PoolTiming:
         # token, decode steps the other osl - 1): one batch per chunk for a cohort, one prompt at a time (its
         # own steps each) for staggered arrivals, those of the busiest rank, and the decode steps of its round
         # that other attention-DP ranks' prompts stretch (`stretched_slots`).
-        alone = units * alone_step + seqs * lead + stretched_slots(ranks, units, slots) * stretch
+        alone = units * alone_step + seqs * alone_lead + stretched_slots(ranks, units, slots) * stretch
         prompt_s = (1.0 - k) * alone + k * plan.mixed_steps * t_mix
-        ttft = (t_decode + (1.0 - k) * alone_step * plan.own_steps + (1.0 - k) * lead
+        ttft = (t_decode + (1.0 - k) * alone_step * plan.own_steps + (1.0 - k) * alone_lead
                 + k * t_mix * (plan.mixed_steps + plan.own_steps) / 2.0 + first_token)
         cycle = t_decode + max(0.0, request.output - 1.0) / request.accepted * t_decode + prompt_s
     else:
         backlog = max(0.0, plan.mixed_steps - plan.own_steps)
-        own_s = (1.0 - k) * alone_step + k * own.max_s  # a cohort's prompts start together on every rank
-        ttft = t_decode + own_s * plan.own_steps + lead + k * t_mix * backlog / 2.0 + first_token
+        own_s, own_lead = own.max_s, lead
+        if ranks > 1:  # staggered, the request's chunk alone; a cohort's prompts start together on every rank
+            own_s, own_lead = (1.0 - k) * alone_step + k * own.max_s, (1.0 - k) * alone_lead + k * lead
+        ttft = t_decode + own_s * plan.own_steps + own_lead + k * t_mix * backlog / 2.0 + first_token
         # the prompt chunks ride on decode steps; any left over (prefill outpacing decode) run as steps of
         # their own; staggered and unaligned, each step lasts as long as the busiest rank's own chunks
         # (`busiest_units`), where that outlasts the round's aligned chunks

@@ -80,7 +80,7 @@ LAYOUT = Layout.model_validate({"serving": "aggregated", "pools": [
 
 def test_dram_fetch_time_enters_ttft() -> None:
     hot = evaluate(scenario_from_data(agent()), LAYOUT)
-    # 7.4 turns/s leave 0.5 TB of thinking contexts; 30 times longer thinking: 15 TB, but 5.7 TB of HBM is
+    # 7.5 turns/s leave 0.5 TB of thinking contexts; 30 times longer thinking: 15 TB, but 5.7 TB of HBM is
     # left free and 13.8 TB of DRAM is there: about three fifths wait in DRAM
     cold = evaluate(scenario_from_data(agent(think_time_s=600.0)), LAYOUT)
     assert hot.kv_tiers is not None and cold.kv_tiers is not None

@@ -125,9 +125,9 @@ def test_one_rank_in_service_a_cohort_or_a_balancing_engine_stretch_nothing() ->
 @pytest.mark.parametrize("engine", ["vllm", "sglang", "generic"])
 @pytest.mark.parametrize(("input_tokens", "output_tokens"), [(1024, 2), (1024, 16), (8192, 16), (1024, 256)])
 def test_the_figures_stay_monotone_in_the_batch(engine: str, input_tokens: int, output_tokens: int) -> None:
-    """From one sequence to many per rank, through every slot carrying prompts and past it, TTFT, TPOT and
-    requests per second never fall along integer batches (`planner.batches` bounds batch intervals by their
-    ends; the round's prompt time is the larger of the aligned and the unaligned)."""
+    """From one sequence to many per rank, through every slot carrying prompts and past it, TTFT and TPOT
+    never fall along integer batches (`planner.batches` bounds batch intervals by their ends; the round's prompt
+    time is the larger of the aligned and the unaligned)."""
     data: dict[str, Any] = {
         "schema_version": 1, "name": "t", "model": "qwen3-30b", "cluster": {"system": "h200-sxm", "gpus": 8},
         "engine": engine, "workload": {"input_tokens": input_tokens, "output_tokens": output_tokens}}
