@@ -1,0 +1,393 @@
+"""Kernel microbenchmarks on one GPU, for the cost model's priors and shape terms (issue 13).
+
+Run on a machine with a CUDA GPU and PyTorch (not a dependency of moe-planner; never run by CI):
+
+    python tools/kernel_microbench.py OUT.json [SECTION,...]
+
+(with no CUDA device it runs every section at toy sizes on the CPU: a smoke test of the script itself).
+It measures, with CUDA events (median of five timed batches after warm-up; weights rotated over more than
+four times the L2 so that memory-bound shapes read HBM, not cache):
+- HBM: device-to-device copy and a read-only reduction of 4 GiB;
+- dense GEMMs, bf16 (torch.matmul, cuBLAS) and fp8 e4m3 with per-tensor scales (torch._scaled_mm, cuBLASLt),
+  over rows M at three weight shapes (K, N); fp8 with DeepSeek's 1 x 128 / 128 x 128 block scales; bf16 at
+  tensor-parallel shard shapes;
+- grouped GEMMs (routed experts), 32 experts: bf16 (torch._grouped_mm, CUTLASS) and fp8 with row-wise scales
+  (torch._scaled_grouped_mm), over rows per expert;
+- attention prefill: scaled_dot_product_attention per backend (flash = FlashAttention-2, cuDNN, memory-efficient),
+  causal and not, head dims 128/128 and 192/128 (MLA's un-absorbed prefill), over sequence lengths at about 32K
+  tokens a call; and a chunk of new tokens over a cached context (bottom-right causal mask);
+- attention decode: one query per sequence over a cached context, grouped-query heads, per backend;
+- fixed costs: eager launches and CUDA-graph replays of tiny kernels.
+
+Calls are launched eagerly, back to back: a kernel shorter than the host's dispatch (about 10 us a PyTorch op,
+`fixed_costs`) is timed at the dispatch rate, so the floors of small shapes (dense_sharded, small-M rows) bound
+the GPU's time from above, not measure it. The measurements of 2026-12-04 are in
+benchmarks/kernel_measurements/h200.json; costmodel/data/calibration/priors.yaml cites them and
+tests/unit/test_kernel_measurements.py checks the priors against them.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+import sys
+import time
+import traceback
+from collections.abc import Callable
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+SMOKE = not torch.cuda.is_available()  # a CPU smoke run of the script's logic at toy sizes
+DEV = "cpu" if SMOKE else "cuda"
+SCALE = 64 if SMOKE else 1  # sizes divided by this in a smoke run
+L2_ROTATION_BYTES = 512 * 2**20 // SCALE  # weights rotated over >= 512 MiB: several times any GPU's L2
+RESULTS: dict[str, Any] = {}
+
+
+def timed(fn: Callable[[], object], target_s: float = 0.02) -> float:
+    """Median seconds per call of `fn` over five batches sized to about `target_s` each."""
+    if SMOKE:
+        fn()
+        t0 = time.perf_counter()
+        fn()
+        return time.perf_counter() - t0
+    for _ in range(2):
+        fn()
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    fn()
+    end.record()
+    torch.cuda.synchronize()
+    once = max(start.elapsed_time(end) / 1e3, 1e-6)
+    reps = int(min(max(target_s / once, 3), 400))
+    samples = []
+    for _ in range(5):
+        start.record()
+        for _ in range(reps):
+            fn()
+        end.record()
+        torch.cuda.synchronize()
+        samples.append(start.elapsed_time(end) / 1e3 / reps)
+    return statistics.median(samples)
+
+
+def section(name: str, body: Callable[[], Any], out_path: str) -> None:
+    t0 = time.time()
+    try:
+        RESULTS[name] = body()
+    except Exception as exc:  # one section's failure must not cost the others their figures
+        RESULTS[name] = {"error": repr(exc), "trace": traceback.format_exc(limit=3)}
+    print(f"[{name}] {time.time() - t0:.1f} s", flush=True)
+    with open(out_path, "w") as f:
+        json.dump(RESULTS, f, indent=1)
+    torch.cuda.empty_cache()
+
+
+def hbm() -> dict[str, float]:
+    n = 2**31 // SCALE  # 4 GiB of bf16
+    x = torch.empty(n, dtype=torch.bfloat16, device=DEV).normal_()
+    y = torch.empty_like(x)
+    copy_s = timed(lambda: y.copy_(x))
+    read_s = timed(lambda: x.sum(dtype=torch.float32))
+    return {"bytes": 2 * n, "copy_s": copy_s, "copy_GBps": 2 * 2 * n / copy_s / 1e9,
+            "read_s": read_s, "read_GBps": 2 * n / read_s / 1e9}
+
+
+def _copies(nbytes: int) -> int:
+    return max(1, math.ceil(L2_ROTATION_BYTES / nbytes))
+
+
+# (K, N): a small projection, DeepSeek's expert gate-up, Llama-70B's gate-up
+DENSE_SHAPES = [(4096, 4096), (7168, 4096), (8192, 28672)]
+ROWS = [1, 8, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384]
+
+
+def _rotating_gemm(a: torch.Tensor, ws: list[torch.Tensor], scale: torch.Tensor | None) -> Callable[[], object]:
+    """One GEMM per call, cycling over the weight copies; `scale` set: fp8 with per-tensor scales (weights
+    stored (N, K), passed column-major as _scaled_mm wants)."""
+    turn = [0]
+
+    def call() -> object:
+        turn[0] = (turn[0] + 1) % len(ws)
+        if scale is not None:
+            return torch._scaled_mm(a, ws[turn[0]].t(), scale_a=scale, scale_b=scale, out_dtype=torch.bfloat16)
+        return a @ ws[turn[0]]
+
+    return call
+
+
+def dense_gemms(fp8: bool) -> list[dict[str, Any]]:
+    rows = []
+    one = torch.tensor(1.0, device=DEV)
+    for k, n in DENSE_SHAPES:
+        k, n = k // SCALE * 4 if SMOKE else k, n // SCALE * 4 if SMOKE else n
+        elem = 1 if fp8 else 2
+        copies = _copies(k * n * elem)
+        if fp8:
+            ws = [torch.randn(n, k, device=DEV).to(torch.float8_e4m3fn) for _ in range(copies)]
+        else:
+            ws = [torch.randn(k, n, device=DEV, dtype=torch.bfloat16) for _ in range(copies)]
+        for m in ROWS:
+            mp = max(m, 16) if fp8 else m  # _scaled_mm wants every dim a multiple of 16
+            if fp8:
+                a = torch.randn(mp, k, device=DEV).to(torch.float8_e4m3fn)
+            else:
+                a = torch.randn(mp, k, device=DEV, dtype=torch.bfloat16)
+            s = timed(_rotating_gemm(a, ws, one if fp8 else None))
+            rows.append({"K": k, "N": n, "M": m, "M_run": mp, "s": s, "TFLOPs": 2 * mp * k * n / s / 1e12,
+                         "weight_GBps": k * n * elem / s / 1e9})
+        del ws
+        torch.cuda.empty_cache()
+    return rows
+
+
+def grouped_gemms() -> list[dict[str, Any]]:
+    g, k, n = (32, 7168, 4096) if not SMOKE else (4, 128, 64)
+    w = torch.randn(g, n, k, device=DEV, dtype=torch.bfloat16)  # 1.9 GB: no rotation needed
+    rows = []
+    for r in [16, 32, 64, 128, 256, 512, 1024, 2048, 4096]:
+        a = torch.randn(g * r, k, device=DEV, dtype=torch.bfloat16)
+        offs = torch.arange(1, g + 1, device=DEV, dtype=torch.int32) * r
+        s = timed(lambda a=a, offs=offs: torch._grouped_mm(a, w.transpose(-2, -1), offs=offs,
+                                                           out_dtype=torch.bfloat16))
+        rows.append({"experts": g, "K": k, "N": n, "rows_per_expert": r, "s": s,
+                     "TFLOPs": 2 * g * r * k * n / s / 1e12, "weight_GBps": g * k * n * 2 / s / 1e9})
+    return rows
+
+
+PREFILL_LENGTHS = [128, 256, 512, 1024, 2048, 4096, 8192, 16384]
+DECODE_BATCHES = [1, 8, 64]
+DECODE_CONTEXTS = [1024, 4096, 16384]
+BACKENDS = {
+    "flash": torch.nn.attention.SDPBackend.FLASH_ATTENTION,
+    "cudnn": torch.nn.attention.SDPBackend.CUDNN_ATTENTION,
+    "efficient": torch.nn.attention.SDPBackend.EFFICIENT_ATTENTION,
+}
+
+
+def prefill_attention() -> list[dict[str, Any]]:
+    rows = []
+    for dqk, dv, heads in [(128, 128, 32), (192, 128, 16)]:
+        for length in PREFILL_LENGTHS:
+            batch = max(1, 32768 // length // SCALE)
+            q = torch.randn(batch, heads, length, dqk, device=DEV, dtype=torch.bfloat16)
+            kk = torch.randn(batch, heads, length, dqk, device=DEV, dtype=torch.bfloat16)
+            v = torch.randn(batch, heads, length, dv, device=DEV, dtype=torch.bfloat16)
+            for causal in (True, False):
+                flops = 2.0 * batch * heads * length * length * (dqk + dv) * (0.5 if causal else 1.0)
+                for name, backend in BACKENDS.items():
+                    row: dict[str, Any] = {"dqk": dqk, "dv": dv, "heads": heads, "length": length, "batch": batch,
+                                           "causal": causal, "backend": name}
+                    try:
+                        with torch.nn.attention.sdpa_kernel([backend]):
+                            s = timed(lambda q=q, kk=kk, v=v, causal=causal:
+                                      F.scaled_dot_product_attention(q, kk, v, is_causal=causal))
+                        row.update(s=s, TFLOPs=flops / s / 1e12)
+                    except Exception as exc:
+                        row["error"] = repr(exc)[:200]
+                    rows.append(row)
+            del q, kk, v
+    return rows
+
+
+def decode_attention() -> list[dict[str, Any]]:
+    rows = []
+    for hq, hkv in [(8, 1), (32, 8)]:
+        for batch in DECODE_BATCHES:
+            for context in DECODE_CONTEXTS:
+                q = torch.randn(batch, hq, 1, 128, device=DEV, dtype=torch.bfloat16)
+                kk = torch.randn(batch, hkv, context, 128, device=DEV, dtype=torch.bfloat16)
+                v = torch.randn(batch, hkv, context, 128, device=DEV, dtype=torch.bfloat16)
+                kv_bytes = 2 * batch * hkv * context * 128 * 2
+                for name, backend in BACKENDS.items():
+                    row: dict[str, Any] = {"q_heads": hq, "kv_heads": hkv, "batch": batch, "context": context,
+                                           "backend": name, "kv_bytes": kv_bytes}
+                    try:
+                        with torch.nn.attention.sdpa_kernel([backend]):
+                            s = timed(lambda q=q, kk=kk, v=v: F.scaled_dot_product_attention(q, kk, v,
+                                                                                              enable_gqa=True))
+                        row.update(s=s, GBps=kv_bytes / s / 1e9)
+                    except Exception as exc:
+                        row["error"] = repr(exc)[:200]
+                    rows.append(row)
+                del q, kk, v
+    return rows
+
+
+CHUNKS = [512, 2048, 8192]
+CONTEXTS = [0, 1024, 4096, 16384, 32768]
+
+
+def chunked_prefill_attention() -> list[dict[str, Any]]:
+    """A prompt chunk of `chunk` new tokens over `context` cached ones (the causal mask aligned bottom-right:
+    query i sees context + i + 1 keys), as chunked prefill and multi-turn prompts run."""
+    from torch.nn.attention.bias import causal_lower_right
+
+    rows = []
+    heads, dim = 32, 128
+    for chunk in CHUNKS:
+        batch = max(1, 16384 // chunk // SCALE)
+        for context in CONTEXTS:
+            keys = context + chunk
+            q = torch.randn(batch, heads, chunk, dim, device=DEV, dtype=torch.bfloat16)
+            kk = torch.randn(batch, heads, keys, dim, device=DEV, dtype=torch.bfloat16)
+            v = torch.randn(batch, heads, keys, dim, device=DEV, dtype=torch.bfloat16)
+            mask = causal_lower_right(chunk, keys)
+            flops = 4.0 * batch * heads * chunk * (context + (chunk + 1) / 2) * dim
+            for name in ("flash", "cudnn", "efficient"):
+                row: dict[str, Any] = {"chunk": chunk, "context": context, "batch": batch, "heads": heads,
+                                       "dim": dim, "backend": name}
+                try:
+                    with torch.nn.attention.sdpa_kernel([BACKENDS[name]]):
+                        s = timed(lambda q=q, kk=kk, v=v, mask=mask:
+                                  F.scaled_dot_product_attention(q, kk, v, attn_mask=mask))
+                    row.update(s=s, TFLOPs=flops / s / 1e12)
+                except Exception as exc:
+                    row["error"] = repr(exc)[:200]
+                rows.append(row)
+            del q, kk, v
+    return rows
+
+
+def grouped_fp8() -> list[dict[str, Any]]:
+    """Routed experts in fp8 with row-wise scales (torch._scaled_grouped_mm), as `grouped_gemms` in bf16."""
+    g, k, n = (32, 7168, 4096) if not SMOKE else (4, 128, 64)
+    w = torch.randn(g, n, k, device=DEV).to(torch.float8_e4m3fn)
+    scale_b = torch.ones(g, n, device=DEV, dtype=torch.float32)
+    rows = []
+    for r in [16, 32, 64, 128, 256, 512, 1024, 2048, 4096]:
+        a = torch.randn(g * r, k, device=DEV).to(torch.float8_e4m3fn)
+        scale_a = torch.ones(g * r, device=DEV, dtype=torch.float32)
+        offs = torch.arange(1, g + 1, device=DEV, dtype=torch.int32) * r
+        s = timed(lambda a=a, offs=offs, scale_a=scale_a: torch._scaled_grouped_mm(
+            a, w.transpose(-2, -1), scale_a, scale_b, offs=offs, out_dtype=torch.bfloat16))
+        rows.append({"experts": g, "K": k, "N": n, "rows_per_expert": r, "s": s,
+                     "TFLOPs": 2 * g * r * k * n / s / 1e12, "weight_GBps": g * k * n / s / 1e9})
+    return rows
+
+
+def blockwise_fp8() -> list[dict[str, Any]]:
+    """fp8 GEMMs with DeepSeek's block scales (1 x 128 on activations, 128 x 128 on weights), as engines run
+    `fp8_block` checkpoints; each scale layout torch accepts is tried in turn and the first that runs kept."""
+    rows = []
+    for k, n in [(7168, 4096), (8192, 28672)] if not SMOKE else [(512, 256)]:
+        w = torch.randn(n, k, device=DEV).to(torch.float8_e4m3fn)
+        for m in [16, 64, 256, 1024, 4096, 16384]:
+            a = torch.randn(m, k, device=DEV).to(torch.float8_e4m3fn)
+            row: dict[str, Any] = {"K": k, "N": n, "M": m}
+            variants = {
+                "a_MxK128_outer_b_K128xN128": (torch.ones(k // 128, m, device=DEV).t(),
+                                               torch.ones(n // 128, k // 128, device=DEV).t()),
+                "a_MxK128_b_K128xN128": (torch.ones(m, k // 128, device=DEV),
+                                         torch.ones(k // 128, n // 128, device=DEV)),
+                "a_MxK128_b_K128xN128_outer": (torch.ones(m, k // 128, device=DEV),
+                                               torch.ones(n // 128, k // 128, device=DEV).t()),
+            }
+            for label, (sa, sb) in variants.items():
+                try:
+                    s = timed(lambda a=a, w=w, sa=sa, sb=sb: torch._scaled_mm(a, w.t(), scale_a=sa, scale_b=sb,
+                                                                              out_dtype=torch.bfloat16))
+                    row.update(variant=label, s=s, TFLOPs=2 * m * k * n / s / 1e12)
+                    break
+                except Exception as exc:
+                    row["error_" + label] = repr(exc)[:200]
+            rows.append(row)
+    return rows
+
+
+SHARDED_SHAPES = [(8192, 7168), (8192, 3584), (3584, 8192), (7168, 576), (7168, 1536), (1536, 3072)]
+
+
+def dense_sharded() -> list[dict[str, Any]]:
+    """bf16 GEMMs of tensor-parallel shards (Llama-70B's gate-up at tp 4 and 8 and down at tp 8, DeepSeek's
+    MLA down-projections), where a GEMM's fixed latency is a large part of a decode step."""
+    rows = []
+    for k, n in SHARDED_SHAPES:
+        k, n = (k // SCALE * 4, n // SCALE * 4) if SMOKE else (k, n)
+        copies = _copies(k * n * 2)
+        ws = [torch.randn(k, n, device=DEV, dtype=torch.bfloat16) for _ in range(copies)]
+        for m in [1, 16, 64, 256, 1024, 4096]:
+            a = torch.randn(m, k, device=DEV, dtype=torch.bfloat16)
+            s = timed(_rotating_gemm(a, ws, None))
+            rows.append({"K": k, "N": n, "M": m, "s": s, "TFLOPs": 2 * m * k * n / s / 1e12,
+                         "weight_GBps": k * n * 2 / s / 1e9})
+        del ws
+    return rows
+
+
+def fixed_costs() -> dict[str, float]:
+    x = torch.zeros(1024, device=DEV)
+    kernels = 200
+
+    def eager() -> None:
+        for _ in range(kernels):
+            x.add_(1.0)
+
+    eager_s = timed(eager) / kernels
+    graph = torch.cuda.CUDAGraph()
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        eager()
+    torch.cuda.current_stream().wait_stream(stream)
+    with torch.cuda.graph(graph):
+        eager()
+    graph_s = timed(graph.replay) / kernels
+    a = torch.randn(1, 1024, device=DEV, dtype=torch.bfloat16)
+    w = torch.randn(1024, 1024, device=DEV, dtype=torch.bfloat16)
+    g2 = torch.cuda.CUDAGraph()
+    torch.matmul(a, w)
+    torch.cuda.synchronize()
+    with torch.cuda.graph(g2):
+        for _ in range(kernels):
+            torch.matmul(a, w)
+    gemm_s = timed(g2.replay) / kernels
+    return {"eager_launch_s": eager_s, "graph_tiny_kernel_s": graph_s, "graph_small_gemm_s": gemm_s}
+
+
+SECTIONS: dict[str, Callable[[], Any]] = {
+    "chunked_prefill_attention": chunked_prefill_attention, "grouped_fp8": grouped_fp8,
+    "blockwise_fp8": blockwise_fp8, "dense_sharded": dense_sharded,
+}
+
+
+def main() -> None:
+    out = sys.argv[1] if len(sys.argv) > 1 else "kernels.json"
+    if SMOKE:
+        global ROWS, PREFILL_LENGTHS, DECODE_BATCHES, DECODE_CONTEXTS
+        global CHUNKS, CONTEXTS
+        ROWS, PREFILL_LENGTHS, DECODE_BATCHES, DECODE_CONTEXTS = [1, 16, 64], [64, 128], [1, 2], [64, 128]
+        CHUNKS, CONTEXTS = [64], [0, 128]
+        smoke = {"hbm": hbm, "dense_bf16": lambda: dense_gemms(False), "dense_fp8": lambda: dense_gemms(True),
+                 "grouped_bf16": grouped_gemms, "prefill_attention": prefill_attention,
+                 "decode_attention": decode_attention, "chunked_prefill_attention": chunked_prefill_attention,
+                 "grouped_fp8": grouped_fp8, "blockwise_fp8": blockwise_fp8, "dense_sharded": dense_sharded}
+        for name, body in smoke.items():
+            section(name, body, out)
+        print(json.dumps(RESULTS, indent=1)[:3000])
+        return
+    props = torch.cuda.get_device_properties(0)
+    RESULTS["device"] = {"name": props.name, "sms": props.multi_processor_count,
+                         "memory_GiB": props.total_memory / 2**30, "torch": torch.__version__,
+                         "cuda": torch.version.cuda, "cudnn": torch.backends.cudnn.version()}
+    torch.backends.cuda.matmul.allow_tf32 = False
+    if len(sys.argv) > 2:  # named sections only (a second lease's additions)
+        for name in sys.argv[2].split(","):
+            section(name, SECTIONS[name], out)
+        return
+    section("hbm", hbm, out)
+    section("fixed_costs", fixed_costs, out)
+    section("dense_bf16", lambda: dense_gemms(fp8=False), out)
+    section("dense_fp8", lambda: dense_gemms(fp8=True), out)
+    section("grouped_bf16", grouped_gemms, out)
+    section("prefill_attention", prefill_attention, out)
+    section("decode_attention", decode_attention, out)
+    print(json.dumps({k: v for k, v in RESULTS.items() if k in ("device", "hbm", "fixed_costs")}, indent=1))
+
+
+if __name__ == "__main__":
+    main()
