@@ -19,10 +19,14 @@ four times the L2 so that memory-bound shapes read HBM, not cache):
 - attention decode: one query per sequence over a cached context, grouped-query heads, per backend;
 - fixed costs: eager launches and CUDA-graph replays of tiny kernels.
 
-Calls are launched eagerly, back to back: a kernel shorter than the host's dispatch (about 10 us a PyTorch op,
-`fixed_costs`) is timed at the dispatch rate, so the floors of small shapes (dense_sharded, small-M rows) bound
-the GPU's time from above, not measure it. The measurements of 2026-12-04 are in
-benchmarks/kernel_measurements/h200.json; costmodel/data/calibration/priors.yaml cites them and
+Calls are launched eagerly, back to back: a kernel shorter than the host's dispatch (measured 2026-12-04: 9.6 us
+for a tiny add, 13-22 us for a GEMM call, 23-42 us for an SDPA call) is timed at the dispatch rate, so the
+floors of small shapes (dense_sharded, few-row GEMMs, decode at one sequence) bound the GPU's time from above,
+not measure it. PyTorch runs a bottom-right causal mask natively in the flash and memory-efficient backends
+only: under cuDNN it materialises the mask, so cuDNN's chunk rows with a context time the whole rectangle
+(their TFLOPs count the causal half). In the run of 2026-12-04 blockwise_fp8 read one weight tensor (rows up
+to 256 at 7,168 x 4,096 may have read it from L2); it has rotated copies since. That run's measurements are
+in benchmarks/kernel_measurements/h200.json; costmodel/data/calibration/priors.yaml cites them and
 tests/unit/test_kernel_measurements.py checks the priors against them.
 """
 
@@ -106,15 +110,17 @@ DENSE_SHAPES = [(4096, 4096), (7168, 4096), (8192, 28672)]
 ROWS = [1, 8, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384]
 
 
-def _rotating_gemm(a: torch.Tensor, ws: list[torch.Tensor], scale: torch.Tensor | None) -> Callable[[], object]:
-    """One GEMM per call, cycling over the weight copies; `scale` set: fp8 with per-tensor scales (weights
-    stored (N, K), passed column-major as _scaled_mm wants)."""
+def _rotating_gemm(a: torch.Tensor, ws: list[torch.Tensor],
+                   scale: torch.Tensor | tuple[torch.Tensor, torch.Tensor] | None) -> Callable[[], object]:
+    """One GEMM per call, cycling over the weight copies; `scale` set: fp8 with per-tensor scales, or the
+    (activation, weight) block scales (weights stored (N, K), passed column-major as _scaled_mm wants)."""
     turn = [0]
+    scale_a, scale_b = scale if isinstance(scale, tuple) else (scale, scale)
 
     def call() -> object:
         turn[0] = (turn[0] + 1) % len(ws)
-        if scale is not None:
-            return torch._scaled_mm(a, ws[turn[0]].t(), scale_a=scale, scale_b=scale, out_dtype=torch.bfloat16)
+        if scale_a is not None:
+            return torch._scaled_mm(a, ws[turn[0]].t(), scale_a=scale_a, scale_b=scale_b, out_dtype=torch.bfloat16)
         return a @ ws[turn[0]]
 
     return call
@@ -169,6 +175,22 @@ BACKENDS = {
 }
 
 
+def _sdpa_row(row: dict[str, Any], backend: str, call: Callable[[], object], flops: float = 0.0,
+              nbytes: float = 0.0) -> dict[str, Any]:
+    """`row` with the time of `call` under one SDPA backend (and its TFLOP/s or GB/s), or the error."""
+    try:
+        with torch.nn.attention.sdpa_kernel([BACKENDS[backend]]):
+            s = timed(call)
+        row["s"] = s
+        if flops:
+            row["TFLOPs"] = flops / s / 1e12
+        if nbytes:
+            row["GBps"] = nbytes / s / 1e9
+    except Exception as exc:
+        row["error"] = repr(exc)[:200]
+    return row
+
+
 def prefill_attention() -> list[dict[str, Any]]:
     rows = []
     for dqk, dv, heads in [(128, 128, 32), (192, 128, 16)]:
@@ -179,17 +201,11 @@ def prefill_attention() -> list[dict[str, Any]]:
             v = torch.randn(batch, heads, length, dv, device=DEV, dtype=torch.bfloat16)
             for causal in (True, False):
                 flops = 2.0 * batch * heads * length * length * (dqk + dv) * (0.5 if causal else 1.0)
-                for name, backend in BACKENDS.items():
-                    row: dict[str, Any] = {"dqk": dqk, "dv": dv, "heads": heads, "length": length, "batch": batch,
-                                           "causal": causal, "backend": name}
-                    try:
-                        with torch.nn.attention.sdpa_kernel([backend]):
-                            s = timed(lambda q=q, kk=kk, v=v, causal=causal:
-                                      F.scaled_dot_product_attention(q, kk, v, is_causal=causal))
-                        row.update(s=s, TFLOPs=flops / s / 1e12)
-                    except Exception as exc:
-                        row["error"] = repr(exc)[:200]
-                    rows.append(row)
+                for name in BACKENDS:
+                    row = {"dqk": dqk, "dv": dv, "heads": heads, "length": length, "batch": batch,
+                           "causal": causal, "backend": name}
+                    rows.append(_sdpa_row(row, name, lambda q=q, kk=kk, v=v, causal=causal:
+                                          F.scaled_dot_product_attention(q, kk, v, is_causal=causal), flops=flops))
             del q, kk, v
     return rows
 
@@ -203,17 +219,11 @@ def decode_attention() -> list[dict[str, Any]]:
                 kk = torch.randn(batch, hkv, context, 128, device=DEV, dtype=torch.bfloat16)
                 v = torch.randn(batch, hkv, context, 128, device=DEV, dtype=torch.bfloat16)
                 kv_bytes = 2 * batch * hkv * context * 128 * 2
-                for name, backend in BACKENDS.items():
-                    row: dict[str, Any] = {"q_heads": hq, "kv_heads": hkv, "batch": batch, "context": context,
-                                           "backend": name, "kv_bytes": kv_bytes}
-                    try:
-                        with torch.nn.attention.sdpa_kernel([backend]):
-                            s = timed(lambda q=q, kk=kk, v=v: F.scaled_dot_product_attention(q, kk, v,
-                                                                                              enable_gqa=True))
-                        row.update(s=s, GBps=kv_bytes / s / 1e9)
-                    except Exception as exc:
-                        row["error"] = repr(exc)[:200]
-                    rows.append(row)
+                for name in BACKENDS:
+                    row = {"q_heads": hq, "kv_heads": hkv, "batch": batch, "context": context, "backend": name,
+                           "kv_bytes": kv_bytes}
+                    rows.append(_sdpa_row(row, name, lambda q=q, kk=kk, v=v:
+                                          F.scaled_dot_product_attention(q, kk, v, enable_gqa=True), nbytes=kv_bytes))
                 del q, kk, v
     return rows
 
@@ -238,17 +248,11 @@ def chunked_prefill_attention() -> list[dict[str, Any]]:
             v = torch.randn(batch, heads, keys, dim, device=DEV, dtype=torch.bfloat16)
             mask = causal_lower_right(chunk, keys)
             flops = 4.0 * batch * heads * chunk * (context + (chunk + 1) / 2) * dim
-            for name in ("flash", "cudnn", "efficient"):
-                row: dict[str, Any] = {"chunk": chunk, "context": context, "batch": batch, "heads": heads,
-                                       "dim": dim, "backend": name}
-                try:
-                    with torch.nn.attention.sdpa_kernel([BACKENDS[name]]):
-                        s = timed(lambda q=q, kk=kk, v=v, mask=mask:
-                                  F.scaled_dot_product_attention(q, kk, v, attn_mask=mask))
-                    row.update(s=s, TFLOPs=flops / s / 1e12)
-                except Exception as exc:
-                    row["error"] = repr(exc)[:200]
-                rows.append(row)
+            for name in BACKENDS:
+                row = {"chunk": chunk, "context": context, "batch": batch, "heads": heads, "dim": dim,
+                       "backend": name, "dense_mask": name == "cudnn" and context > 0}  # see the module notes
+                rows.append(_sdpa_row(row, name, lambda q=q, kk=kk, v=v, mask=mask:
+                                      F.scaled_dot_product_attention(q, kk, v, attn_mask=mask), flops=flops))
             del q, kk, v
     return rows
 
@@ -275,7 +279,7 @@ def blockwise_fp8() -> list[dict[str, Any]]:
     `fp8_block` checkpoints; each scale layout torch accepts is tried in turn and the first that runs kept."""
     rows = []
     for k, n in [(7168, 4096), (8192, 28672)] if not SMOKE else [(512, 256)]:
-        w = torch.randn(n, k, device=DEV).to(torch.float8_e4m3fn)
+        ws = [torch.randn(n, k, device=DEV).to(torch.float8_e4m3fn) for _ in range(_copies(k * n))]
         for m in [16, 64, 256, 1024, 4096, 16384]:
             a = torch.randn(m, k, device=DEV).to(torch.float8_e4m3fn)
             row: dict[str, Any] = {"K": k, "N": n, "M": m}
@@ -289,8 +293,7 @@ def blockwise_fp8() -> list[dict[str, Any]]:
             }
             for label, (sa, sb) in variants.items():
                 try:
-                    s = timed(lambda a=a, w=w, sa=sa, sb=sb: torch._scaled_mm(a, w.t(), scale_a=sa, scale_b=sb,
-                                                                              out_dtype=torch.bfloat16))
+                    s = timed(_rotating_gemm(a, ws, (sa, sb)))
                     row.update(variant=label, s=s, TFLOPs=2 * m * k * n / s / 1e12)
                     break
                 except Exception as exc:
