@@ -17,7 +17,9 @@ four times the L2 so that memory-bound shapes read HBM, not cache):
   causal and not, head dims 128/128 and 192/128 (MLA's un-absorbed prefill), over sequence lengths at about 32K
   tokens a call; and a chunk of new tokens over a cached context (bottom-right causal mask);
 - attention decode: one query per sequence over a cached context, grouped-query heads, per backend;
-- fixed costs: eager launches and CUDA-graph replays of tiny kernels.
+- fixed costs: eager launches and CUDA-graph replays of tiny kernels; decode-sized GEMMs (graph_gemms) and decode
+  attention (graph_decode_attention) replayed from CUDA graphs, as engines run decode, free of dispatch gaps;
+- a prompt chunk over a cached context as two calls each backend runs natively (split_chunk_attention).
 
 Calls are launched eagerly, back to back: a kernel shorter than the host's dispatch (measured 2026-12-04: 9.6 us
 for a tiny add, 13-22 us for a GEMM call, 23-42 us for an SDPA call) is timed at the dispatch rate, so the
@@ -352,9 +354,113 @@ def fixed_costs() -> dict[str, float]:
     return {"eager_launch_s": eager_s, "graph_tiny_kernel_s": graph_s, "graph_small_gemm_s": gemm_s}
 
 
+def graph_timed(body: Callable[[], object], calls: int) -> float:
+    """Seconds per call of `body`'s `calls` kernel calls replayed from a CUDA graph, as engines run decode: no
+    host dispatch between kernels (eagerly on a CPU smoke run)."""
+    if SMOKE:
+        return timed(body) / calls
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        body()
+    torch.cuda.current_stream().wait_stream(stream)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        body()
+    return timed(graph.replay) / calls
+
+
+def graph_gemms() -> list[dict[str, Any]]:
+    """Decode-sized GEMMs without dispatch gaps: one CUDA graph per shape and row count, cycling through the
+    rotated weight copies (each call reads its weights from HBM); bf16 and fp8 with per-tensor scales."""
+    rows = []
+    for k, n in DENSE_SHAPES[:2] + SHARDED_SHAPES:
+        k, n = (k // SCALE * 4, n // SCALE * 4) if SMOKE else (k, n)
+        for fp8 in (False, True):
+            elem = 1 if fp8 else 2
+            copies = max(_copies(k * n * elem), 8)
+            if fp8:
+                ws = [torch.randn(n, k, device=DEV).to(torch.float8_e4m3fn) for _ in range(copies)]
+            else:
+                ws = [torch.randn(k, n, device=DEV, dtype=torch.bfloat16) for _ in range(copies)]
+            one = torch.tensor(1.0, device=DEV)
+            for m in [1, 16, 64, 256]:
+                mp = max(m, 16) if fp8 else m
+                a = (torch.randn(mp, k, device=DEV).to(torch.float8_e4m3fn) if fp8
+                     else torch.randn(mp, k, device=DEV, dtype=torch.bfloat16))
+                call = _rotating_gemm(a, ws, one if fp8 else None)
+
+                def body(call: Callable[[], object] = call, copies: int = copies) -> None:
+                    for _ in range(copies):
+                        call()
+
+                s = graph_timed(body, copies)
+                rows.append({"K": k, "N": n, "M": m, "M_run": mp, "dtype": "fp8" if fp8 else "bf16", "s": s,
+                             "TFLOPs": 2 * mp * k * n / s / 1e12, "weight_GBps": k * n * elem / s / 1e9})
+            del ws
+    return rows
+
+
+def graph_decode_attention() -> list[dict[str, Any]]:
+    """`decode_attention` replayed from CUDA graphs (8 calls over 8 KV copies a graph): the kernels' own time."""
+    rows = []
+    for hq, hkv in [(8, 1), (32, 8)]:
+        for batch in DECODE_BATCHES:
+            for context in DECODE_CONTEXTS:
+                q = torch.randn(batch, hq, 1, 128, device=DEV, dtype=torch.bfloat16)
+                # separate keys and values: one tensor for both would read each block once and hit L2 for the other
+                kvs = [(torch.randn(batch, hkv, context, 128, device=DEV, dtype=torch.bfloat16),
+                        torch.randn(batch, hkv, context, 128, device=DEV, dtype=torch.bfloat16)) for _ in range(8)]
+                kv_bytes = 2 * batch * hkv * context * 128 * 2
+                for name in BACKENDS:
+                    row: dict[str, Any] = {"q_heads": hq, "kv_heads": hkv, "batch": batch, "context": context,
+                                           "backend": name, "kv_bytes": kv_bytes}
+                    try:
+                        with torch.nn.attention.sdpa_kernel([BACKENDS[name]]):
+                            def body(q: torch.Tensor = q, kvs: list[tuple[torch.Tensor, torch.Tensor]] = kvs) -> None:
+                                for keys, values in kvs:
+                                    F.scaled_dot_product_attention(q, keys, values, enable_gqa=True)
+
+                            s = graph_timed(body, len(kvs))
+                        row.update(s=s, GBps=kv_bytes / s / 1e9)
+                    except Exception as exc:
+                        row["error"] = repr(exc)[:200]
+                    rows.append(row)
+                del q, kvs
+    return rows
+
+
+def split_chunk_attention() -> list[dict[str, Any]]:
+    """A chunk over a cached context as two calls each backend runs natively: the chunk's queries against the
+    context (no mask) and against themselves (causal, square); their summed time stands for a fused
+    bottom-right causal kernel (cuDNN's, FlashAttention-3-class, is not reachable from PyTorch's mask API)."""
+    rows = []
+    heads, dim = 32, 128
+    for chunk in CHUNKS:
+        batch = max(1, 16384 // chunk // SCALE)
+        for context in CONTEXTS[1:]:
+            q = torch.randn(batch, heads, chunk, dim, device=DEV, dtype=torch.bfloat16)
+            ck = torch.randn(batch, heads, context, dim, device=DEV, dtype=torch.bfloat16)
+            own = torch.randn(batch, heads, chunk, dim, device=DEV, dtype=torch.bfloat16)
+            flops = 4.0 * batch * heads * chunk * (context + (chunk + 1) / 2) * dim
+            for name in BACKENDS:
+                row = {"chunk": chunk, "context": context, "batch": batch, "heads": heads, "dim": dim,
+                       "backend": name}
+
+                def both(q: torch.Tensor = q, ck: torch.Tensor = ck, own: torch.Tensor = own) -> None:
+                    F.scaled_dot_product_attention(q, ck, ck)
+                    F.scaled_dot_product_attention(q, own, own, is_causal=True)
+
+                rows.append(_sdpa_row(row, name, both, flops=flops))
+            del q, ck, own
+    return rows
+
+
 SECTIONS: dict[str, Callable[[], Any]] = {
     "chunked_prefill_attention": chunked_prefill_attention, "grouped_fp8": grouped_fp8,
-    "blockwise_fp8": blockwise_fp8, "dense_sharded": dense_sharded,
+    "blockwise_fp8": blockwise_fp8, "dense_sharded": dense_sharded, "graph_gemms": graph_gemms,
+    "graph_decode_attention": graph_decode_attention, "split_chunk_attention": split_chunk_attention,
 }
 
 
@@ -368,7 +474,9 @@ def main() -> None:
         smoke = {"hbm": hbm, "dense_bf16": lambda: dense_gemms(False), "dense_fp8": lambda: dense_gemms(True),
                  "grouped_bf16": grouped_gemms, "prefill_attention": prefill_attention,
                  "decode_attention": decode_attention, "chunked_prefill_attention": chunked_prefill_attention,
-                 "grouped_fp8": grouped_fp8, "blockwise_fp8": blockwise_fp8, "dense_sharded": dense_sharded}
+                 "grouped_fp8": grouped_fp8, "blockwise_fp8": blockwise_fp8, "dense_sharded": dense_sharded,
+                 "graph_gemms": graph_gemms, "graph_decode_attention": graph_decode_attention,
+                 "split_chunk_attention": split_chunk_attention}
         for name, body in smoke.items():
             section(name, body, out)
         print(json.dumps(RESULTS, indent=1)[:3000])
