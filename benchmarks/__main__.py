@@ -2,7 +2,7 @@
 held-out-engine error with the engine's own factors), published (against published figures), speed,
 solver (front quality and time against a baseline), scaling (time and memory against size), own-calibration
 (what calibrating on one's own runs buys, campaign by campaign), expected-error (the held-out figures
-`plan solve` and `plan evaluate` quote, packaged)."""
+`plan solve` and `plan evaluate` quote, packaged), repeatability (how far repeated runs lie apart)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,18 @@ import argparse
 import sys
 from pathlib import Path
 
-from benchmarks import accuracy, ceiling, expected_error, fit, own_calibration, published, scaling, solver, speed
+from benchmarks import (
+    accuracy,
+    ceiling,
+    expected_error,
+    fit,
+    own_calibration,
+    published,
+    repeatability,
+    scaling,
+    solver,
+    speed,
+)
 from benchmarks.measurements import GROUP_KEYS
 
 
@@ -29,6 +40,7 @@ def main(argv: list[str] | None = None) -> int:
                                 help="engine factors the held-out rows' engines keep (comma-separated)")
     ceiling_parser.add_argument("--key", choices=GROUP_KEYS, default="engine", help="what is held out in turn")
     commands.add_parser("published", help="the calibration against published serving figures (never fitted)")
+    commands.add_parser("repeatability", help="how far repeated runs of one configuration lie apart (accuracy's floor)")
     expected_parser = commands.add_parser("expected-error", help="the held-out figures plan solve quotes, packaged")
     expected_parser.add_argument("--write", action="store_true",
                                  help="write costmodel/data/calibration/expected_error.yaml")
@@ -74,6 +86,8 @@ def main(argv: list[str] | None = None) -> int:
         return own_calibration.main(args.json)
     if args.command == "published":
         return published.main()
+    if args.command == "repeatability":
+        return repeatability.main()
     if args.command == "expected-error":
         return expected_error.main(write=args.write)
     if args.command == "fit":

@@ -1,0 +1,35 @@
+"""`benchmarks.repeatability` by hand: each run against the mean of the others, copies apart, versions apart."""
+
+from __future__ import annotations
+
+import pytest
+
+from benchmarks.measurements import Measurement
+from benchmarks.repeatability import repeatability
+
+
+def _run(ttft: float, tpot: float, version: str = "1.0", concurrency: int = 8, name: str = "a") -> Measurement:
+    return Measurement(id=f"{name}-{ttft}-{version}", model="m", system="h200-sxm", engine="vllm",
+                       engine_version=version, serving="aggregated", isl=1024, osl=128, concurrency=concurrency,
+                       scenario={"name": name, "engine": "vllm"}, layout={"pools": [{"tp": 8}]}, ttft_ms=ttft,
+                       tpot_ms=tpot, assumptions=())
+
+
+def test_each_run_is_compared_with_the_mean_of_the_others() -> None:
+    rows = [_run(100.0, 10.0, name="a"), _run(200.0, 10.0, name="b"), _run(300.0, 13.0, name="c")]
+    found = repeatability(rows, by_version=False)
+    assert (found.configurations, found.runs, found.copies) == (1, 3, 0)
+    # 100 against (200 + 300) / 2 = 250: 0.6; 200 against 200: 0; 300 against 150: 1.0
+    assert found.ttft_ape.tolist() == pytest.approx([0.6, 0.0, 1.0])
+    assert found.tpot_ape.tolist() == pytest.approx([1 - 10 / 11.5, 1 - 10 / 11.5, 13 / 10 - 1])
+
+
+def test_copies_other_loads_and_other_versions_are_kept_apart() -> None:
+    copies = [_run(100.0, 10.0, name="a"), _run(100.0 * (1 + 1e-9), 10.0, name="b")]
+    other_load = [_run(150.0, 12.0, concurrency=16)]
+    versions = [_run(120.0, 11.0, version="2.0", name="c"), _run(180.0, 11.0, version="2.0", name="d")]
+    across = repeatability(copies + other_load + versions, by_version=False)
+    assert (across.configurations, across.runs, across.copies) == (1, 4, 0)  # the two versions' four runs
+    within = repeatability(copies + other_load + versions, by_version=True)
+    assert (within.configurations, within.runs, within.copies) == (1, 2, 1)
+    assert within.ttft_ape.tolist() == pytest.approx([1 - 120 / 180, 180 / 120 - 1])
