@@ -40,7 +40,7 @@ import statistics
 import sys
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
@@ -212,21 +212,27 @@ def prefill_attention() -> list[dict[str, Any]]:
     return rows
 
 
-def decode_attention() -> list[dict[str, Any]]:
-    rows = []
+def _decode_cases() -> Iterator[tuple[int, int, int, int]]:
+    """(query heads, KV heads, sequences, context) of the decode-attention sections."""
     for hq, hkv in [(8, 1), (32, 8)]:
         for batch in DECODE_BATCHES:
             for context in DECODE_CONTEXTS:
-                q = torch.randn(batch, hq, 1, 128, device=DEV, dtype=torch.bfloat16)
-                kk = torch.randn(batch, hkv, context, 128, device=DEV, dtype=torch.bfloat16)
-                v = torch.randn(batch, hkv, context, 128, device=DEV, dtype=torch.bfloat16)
-                kv_bytes = 2 * batch * hkv * context * 128 * 2
-                for name in BACKENDS:
-                    row = {"q_heads": hq, "kv_heads": hkv, "batch": batch, "context": context, "backend": name,
-                           "kv_bytes": kv_bytes}
-                    rows.append(_sdpa_row(row, name, lambda q=q, kk=kk, v=v:
-                                          F.scaled_dot_product_attention(q, kk, v, enable_gqa=True), nbytes=kv_bytes))
-                del q, kk, v
+                yield hq, hkv, batch, context
+
+
+def decode_attention() -> list[dict[str, Any]]:
+    rows = []
+    for hq, hkv, batch, context in _decode_cases():
+        q = torch.randn(batch, hq, 1, 128, device=DEV, dtype=torch.bfloat16)
+        kk = torch.randn(batch, hkv, context, 128, device=DEV, dtype=torch.bfloat16)
+        v = torch.randn(batch, hkv, context, 128, device=DEV, dtype=torch.bfloat16)
+        kv_bytes = 2 * batch * hkv * context * 128 * 2
+        for name in BACKENDS:
+            row = {"q_heads": hq, "kv_heads": hkv, "batch": batch, "context": context, "backend": name,
+                   "kv_bytes": kv_bytes}
+            rows.append(_sdpa_row(row, name, lambda q=q, kk=kk, v=v:
+                                  F.scaled_dot_product_attention(q, kk, v, enable_gqa=True), nbytes=kv_bytes))
+        del q, kk, v
     return rows
 
 
@@ -405,29 +411,27 @@ def graph_gemms() -> list[dict[str, Any]]:
 def graph_decode_attention() -> list[dict[str, Any]]:
     """`decode_attention` replayed from CUDA graphs (8 calls over 8 KV copies a graph): the kernels' own time."""
     rows = []
-    for hq, hkv in [(8, 1), (32, 8)]:
-        for batch in DECODE_BATCHES:
-            for context in DECODE_CONTEXTS:
-                q = torch.randn(batch, hq, 1, 128, device=DEV, dtype=torch.bfloat16)
-                # separate keys and values: one tensor for both would read each block once and hit L2 for the other
-                kvs = [(torch.randn(batch, hkv, context, 128, device=DEV, dtype=torch.bfloat16),
-                        torch.randn(batch, hkv, context, 128, device=DEV, dtype=torch.bfloat16)) for _ in range(8)]
-                kv_bytes = 2 * batch * hkv * context * 128 * 2
-                for name in BACKENDS:
-                    row: dict[str, Any] = {"q_heads": hq, "kv_heads": hkv, "batch": batch, "context": context,
-                                           "backend": name, "kv_bytes": kv_bytes}
-                    try:
-                        with torch.nn.attention.sdpa_kernel([BACKENDS[name]]):
-                            def body(q: torch.Tensor = q, kvs: list[tuple[torch.Tensor, torch.Tensor]] = kvs) -> None:
-                                for keys, values in kvs:
-                                    F.scaled_dot_product_attention(q, keys, values, enable_gqa=True)
+    for hq, hkv, batch, context in _decode_cases():
+        q = torch.randn(batch, hq, 1, 128, device=DEV, dtype=torch.bfloat16)
+        # separate keys and values: one tensor for both would read each block once and hit L2 for the other
+        kvs = [(torch.randn(batch, hkv, context, 128, device=DEV, dtype=torch.bfloat16),
+                torch.randn(batch, hkv, context, 128, device=DEV, dtype=torch.bfloat16)) for _ in range(8)]
+        kv_bytes = 2 * batch * hkv * context * 128 * 2
+        for name in BACKENDS:
+            row: dict[str, Any] = {"q_heads": hq, "kv_heads": hkv, "batch": batch, "context": context,
+                                   "backend": name, "kv_bytes": kv_bytes}
+            try:
+                with torch.nn.attention.sdpa_kernel([BACKENDS[name]]):
+                    def body(q: torch.Tensor = q, kvs: list[tuple[torch.Tensor, torch.Tensor]] = kvs) -> None:
+                        for keys, values in kvs:
+                            F.scaled_dot_product_attention(q, keys, values, enable_gqa=True)
 
-                            s = graph_timed(body, len(kvs))
-                        row.update(s=s, GBps=kv_bytes / s / 1e9)
-                    except Exception as exc:
-                        row["error"] = repr(exc)[:200]
-                    rows.append(row)
-                del q, kvs
+                    s = graph_timed(body, len(kvs))
+                row.update(s=s, GBps=kv_bytes / s / 1e9)
+            except Exception as exc:
+                row["error"] = repr(exc)[:200]
+            rows.append(row)
+        del q, kvs
     return rows
 
 
