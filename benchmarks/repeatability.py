@@ -28,10 +28,14 @@ class Repeatability:
     """Runs of repeated configurations against the mean of their other runs."""
 
     configurations: int  # measured more than once with figures that differ
-    runs: int  # rows of those configurations
     copies: int  # configurations whose repeats carry identical figures
     ttft_ape: np.ndarray  # per run: |run / mean of the others - 1|
     tpot_ape: np.ndarray
+
+    @property
+    def runs(self) -> int:
+        """Rows of the configurations whose figures differ."""
+        return int(self.ttft_ape.size)
 
     def line(self, label: str) -> str:
         if not self.runs:
@@ -70,7 +74,7 @@ def repeatability(rows: Sequence[Measurement], by_version: bool) -> Repeatabilit
             others = np.delete(figures, i, axis=0).mean(axis=0)
             ttft.append(abs(figures[i, 0] / others[0] - 1.0))
             tpot.append(abs(figures[i, 1] / others[1] - 1.0))
-    return Repeatability(configurations, len(ttft), copies, np.array(ttft), np.array(tpot))
+    return Repeatability(configurations, copies, np.array(ttft), np.array(tpot))
 
 
 def main(path: Path | None = None) -> int:

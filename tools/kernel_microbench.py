@@ -330,36 +330,6 @@ def dense_sharded() -> list[dict[str, Any]]:
     return rows
 
 
-def fixed_costs() -> dict[str, float]:
-    x = torch.zeros(1024, device=DEV)
-    kernels = 200
-
-    def eager() -> None:
-        for _ in range(kernels):
-            x.add_(1.0)
-
-    eager_s = timed(eager) / kernels
-    graph = torch.cuda.CUDAGraph()
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(stream):
-        eager()
-    torch.cuda.current_stream().wait_stream(stream)
-    with torch.cuda.graph(graph):
-        eager()
-    graph_s = timed(graph.replay) / kernels
-    a = torch.randn(1, 1024, device=DEV, dtype=torch.bfloat16)
-    w = torch.randn(1024, 1024, device=DEV, dtype=torch.bfloat16)
-    g2 = torch.cuda.CUDAGraph()
-    torch.matmul(a, w)
-    torch.cuda.synchronize()
-    with torch.cuda.graph(g2):
-        for _ in range(kernels):
-            torch.matmul(a, w)
-    gemm_s = timed(g2.replay) / kernels
-    return {"eager_launch_s": eager_s, "graph_tiny_kernel_s": graph_s, "graph_small_gemm_s": gemm_s}
-
-
 def graph_timed(body: Callable[[], object], calls: int) -> float:
     """Seconds per call of `body`'s `calls` kernel calls replayed from a CUDA graph, as engines run decode: no
     host dispatch between kernels (eagerly on a CPU smoke run)."""
@@ -375,6 +345,26 @@ def graph_timed(body: Callable[[], object], calls: int) -> float:
     with torch.cuda.graph(graph):
         body()
     return timed(graph.replay) / calls
+
+
+def fixed_costs() -> dict[str, float]:
+    """Per-kernel floors: a tiny add launched eagerly and replayed from a CUDA graph, a 1 x 1,024 x 1,024 bf16
+    GEMM replayed from a graph."""
+    x = torch.zeros(1024, device=DEV)
+    a = torch.randn(1, 1024, device=DEV, dtype=torch.bfloat16)
+    w = torch.randn(1024, 1024, device=DEV, dtype=torch.bfloat16)
+    kernels = 200
+
+    def adds() -> None:
+        for _ in range(kernels):
+            x.add_(1.0)
+
+    def gemms() -> None:
+        for _ in range(kernels):
+            torch.matmul(a, w)
+
+    return {"eager_launch_s": timed(adds) / kernels, "graph_tiny_kernel_s": graph_timed(adds, kernels),
+            "graph_small_gemm_s": graph_timed(gemms, kernels)}
 
 
 def graph_gemms() -> list[dict[str, Any]]:
@@ -461,46 +451,32 @@ def split_chunk_attention() -> list[dict[str, Any]]:
     return rows
 
 
+# every section, in the order a full run takes them
 SECTIONS: dict[str, Callable[[], Any]] = {
-    "chunked_prefill_attention": chunked_prefill_attention, "grouped_fp8": grouped_fp8,
-    "blockwise_fp8": blockwise_fp8, "dense_sharded": dense_sharded, "graph_gemms": graph_gemms,
-    "graph_decode_attention": graph_decode_attention, "split_chunk_attention": split_chunk_attention,
+    "hbm": hbm, "fixed_costs": fixed_costs, "dense_bf16": lambda: dense_gemms(fp8=False),
+    "dense_fp8": lambda: dense_gemms(fp8=True), "grouped_bf16": grouped_gemms, "prefill_attention": prefill_attention,
+    "decode_attention": decode_attention, "chunked_prefill_attention": chunked_prefill_attention,
+    "grouped_fp8": grouped_fp8, "blockwise_fp8": blockwise_fp8, "dense_sharded": dense_sharded,
+    "graph_gemms": graph_gemms, "graph_decode_attention": graph_decode_attention,
+    "split_chunk_attention": split_chunk_attention,
 }
 
 
 def main() -> None:
     out = sys.argv[1] if len(sys.argv) > 1 else "kernels.json"
+    names = sys.argv[2].split(",") if len(sys.argv) > 2 else list(SECTIONS)
     if SMOKE:
-        global ROWS, PREFILL_LENGTHS, DECODE_BATCHES, DECODE_CONTEXTS
-        global CHUNKS, CONTEXTS
+        global ROWS, PREFILL_LENGTHS, DECODE_BATCHES, DECODE_CONTEXTS, CHUNKS, CONTEXTS
         ROWS, PREFILL_LENGTHS, DECODE_BATCHES, DECODE_CONTEXTS = [1, 16, 64], [64, 128], [1, 2], [64, 128]
         CHUNKS, CONTEXTS = [64], [0, 128]
-        smoke = {"hbm": hbm, "dense_bf16": lambda: dense_gemms(False), "dense_fp8": lambda: dense_gemms(True),
-                 "grouped_bf16": grouped_gemms, "prefill_attention": prefill_attention,
-                 "decode_attention": decode_attention, "chunked_prefill_attention": chunked_prefill_attention,
-                 "grouped_fp8": grouped_fp8, "blockwise_fp8": blockwise_fp8, "dense_sharded": dense_sharded,
-                 "graph_gemms": graph_gemms, "graph_decode_attention": graph_decode_attention,
-                 "split_chunk_attention": split_chunk_attention}
-        for name, body in smoke.items():
-            section(name, body, out)
-        print(json.dumps(RESULTS, indent=1)[:3000])
-        return
-    props = torch.cuda.get_device_properties(0)
-    RESULTS["device"] = {"name": props.name, "sms": props.multi_processor_count,
-                         "memory_GiB": props.total_memory / 2**30, "torch": torch.__version__,
-                         "cuda": torch.version.cuda, "cudnn": torch.backends.cudnn.version()}
-    torch.backends.cuda.matmul.allow_tf32 = False
-    if len(sys.argv) > 2:  # named sections only (a second lease's additions)
-        for name in sys.argv[2].split(","):
-            section(name, SECTIONS[name], out)
-        return
-    section("hbm", hbm, out)
-    section("fixed_costs", fixed_costs, out)
-    section("dense_bf16", lambda: dense_gemms(fp8=False), out)
-    section("dense_fp8", lambda: dense_gemms(fp8=True), out)
-    section("grouped_bf16", grouped_gemms, out)
-    section("prefill_attention", prefill_attention, out)
-    section("decode_attention", decode_attention, out)
+    else:
+        props = torch.cuda.get_device_properties(0)
+        RESULTS["device"] = {"name": props.name, "sms": props.multi_processor_count,
+                             "memory_GiB": props.total_memory / 2**30, "torch": torch.__version__,
+                             "cuda": torch.version.cuda, "cudnn": torch.backends.cudnn.version()}
+        torch.backends.cuda.matmul.allow_tf32 = False
+    for name in names:
+        section(name, SECTIONS[name], out)
     print(json.dumps({k: v for k, v in RESULTS.items() if k in ("device", "hbm", "fixed_costs")}, indent=1))
 
 
