@@ -469,6 +469,18 @@ class PoolTiming:
         """Mixed pools: requests completed per second per instance; fill pools: requests filled (capacity)."""
         return self.plan.in_service / self.cycle_s
 
+    @property
+    def prompts_outpace_decode(self) -> bool:
+        """A mixed pool whose prompt chunks ride on decode steps (not prefill first) needs more prompt-carrying
+        steps per round than a request has decode steps: past this point each further sequence's decode token
+        takes prompt budget from every mixed step (`plan_pool`), and requests per second fall slowly as the batch
+        grows (planner.batches bounds such batches without assuming they do not). Once true at a batch of a
+        layout, true at every larger one (prompt steps grow faster than the batch; decode steps stay)."""
+        plan = self.plan
+        if self.mixed is None or plan.ctx.prefill_first:
+            return False
+        return plan.mixed_steps > plan.request.output / plan.request.accepted
+
 
 def time_pool(plan: PoolPlan, pricer: Pricer) -> PoolTiming:
     pricer = pricer.on(plan.ctx.system)  # a pool of another inventory group, or wider than a rack

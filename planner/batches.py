@@ -5,7 +5,9 @@ attention-DP rank, 1, and the largest batch worth running). Between two timed ba
 layout lies an interval of untimed integer batches. For a fixed layout the cost model is monotone in the
 batch (step time grows, step time per sequence does not; memory grows; tested along integer batches in
 `tests/planner/test_batches.py`), which bounds every batch b of [lo, hi] by its ends:
-- a mixed (aggregated) pool: TTFT(b) >= TTFT(lo), tokens/s(b) <= tokens/s(hi);
+- a mixed (aggregated) pool: TTFT(b) >= TTFT(lo), tokens/s(b) <= tokens/s(hi); where prompts outpace decode
+  at hi, the rate may fall with the batch, and tokens/s(b) <= osl x sequences(hi) / round(lo) instead
+  (`_mixed_rate_bound`; the round and the sequences in service grow with the batch);
 - a prefill pool: fill latency(b) >= fill(lo), capacity(b) <= capacity(hi): the optimistic prefill option
   (fill(lo), capacity(hi)) is at least as good in TTFT and rate in every deployment;
 - a decode pool: D b sequences in [D lo, D hi], decoding time Z(b) in [Z(lo), Z(hi)]; the closed loop's
@@ -692,7 +694,20 @@ def _mixed_box(interval: Interval, options: DeploymentOptions, cap: float) -> li
     count = _most_instances(interval.low.gpus, options)
     if count < 1 or interval.low.timing.ttft_s > cap * (1 + 1e-12):
         return []
-    return [(interval.low.timing.ttft_s, count * interval.high.requests_per_s * options.output_tokens)]
+    return [(interval.low.timing.ttft_s, count * _mixed_rate_bound(interval) * options.output_tokens)]
+
+
+def _mixed_rate_bound(interval: Interval) -> float:
+    """Requests per second of one instance at any batch of a mixed interval, from above. Where prompts do not
+    outpace decode at its high end, the rate grows with the batch: the high end's. Where they do, it may fall
+    (`PoolTiming.prompts_outpace_decode`: up to 1e-4 per sequence, after a rise at the first few batches), so
+    only the round's growth is assumed: each batch serves at most the high end's sequences in at least the low
+    end's round (both monotone: `tests/planner/test_batches.py`). That is looser by up to the interval's
+    ratio, and the rounds split such intervals until their ends are close enough for the front to close them."""
+    low, high = interval.low.timing, interval.high.timing
+    if not high.prompts_outpace_decode:
+        return high.requests_per_s
+    return max(high.requests_per_s, high.plan.in_service / low.cycle_s)
 
 
 def _most_instances(size: int, options: DeploymentOptions) -> int:
