@@ -5,6 +5,12 @@ concurrency; the layout fully known, as `accuracy` uses) measured more than once
 against the mean of the others. No model can predict a row closer than its repeats agree, so these figures
 are the floor under `accuracy`'s errors, once across engine builds and once within one engine version.
 Repeats whose figures are identical (the CSV's copies of one run under other ids) are counted apart.
+
+A second floor, for TTFT: aggregated runs of one engine build alike in everything but their output length.
+In steady state a request's first token does not depend on how many tokens follow it (the cost model's TTFT
+for such pairs differs only through the round's share of prompt work, and its KV reservation: a median 0.07%
+with the bundled calibration, session 33), so how far their measured TTFTs differ is variation no column of
+the rows records (a benchmark's run length and warm-up, arrival bunching).
 """
 
 from __future__ import annotations
@@ -47,12 +53,63 @@ class Repeatability:
                 f"TPOT {tpot}")
 
 
-def configuration(row: Measurement, by_version: bool) -> str:
-    """What makes two rows the same run: everything but the row's id, name, campaign and figures."""
+def configuration(row: Measurement, by_version: bool, any_output: bool = False) -> str:
+    """What makes two rows the same run: everything but the row's id, name, campaign and figures (`any_output`:
+    and the output length)."""
     scenario = {k: v for k, v in row.scenario.items() if k != "name"}
-    key = [row.model, row.system, row.engine, row.serving, row.isl, row.osl, row.concurrency, scenario, row.layout,
-           row.engine_version if by_version else None]
+    if any_output:
+        workload = {k: v for k, v in scenario.get("workload", {}).items() if k != "output_tokens"}
+        scenario = scenario | {"workload": workload}
+    key = [row.model, row.system, row.engine, row.serving, row.isl, None if any_output else row.osl,
+           row.concurrency, scenario, row.layout, row.engine_version if by_version else None]
     return json.dumps(key, sort_keys=True, default=str)
+
+
+@dataclass(frozen=True)
+class OutputPairs:
+    """Pairs of aggregated runs of one engine build alike in all but output length: their TTFTs' spread."""
+
+    pairs: list[tuple[int, int]]  # indices into the rows, the shorter output first
+    measured: np.ndarray  # per pair: larger TTFT / smaller - 1
+    predicted: np.ndarray | None = None  # the same of the cost model's TTFTs, where computed
+
+    def line(self) -> str:
+        if not self.pairs:
+            return "output-length pairs: none"
+        rows = len({i for pair in self.pairs for i in pair})
+        text = (f"output-length pairs: {len(self.pairs)} pairs of aggregated runs ({rows} rows) alike but for "
+                f"output length, one engine build: TTFT differs by a median {100 * np.median(self.measured):.1f}% "
+                f"(p75 {100 * np.percentile(self.measured, 75):.0f}%)")
+        if self.predicted is not None:
+            text += f"; the cost model's by {100 * np.median(self.predicted):.2f}%"
+        return text
+
+
+def output_pairs(rows: Sequence[Measurement]) -> OutputPairs:
+    groups: dict[str, list[int]] = defaultdict(list)
+    for i, row in enumerate(rows):
+        if row.serving == "aggregated":
+            groups[configuration(row, by_version=True, any_output=True)].append(i)
+    pairs = [(a, b) for members in groups.values() for a in members for b in members
+             if rows[a].osl < rows[b].osl]
+    return OutputPairs(pairs, _spread(np.array([[rows[a].ttft_ms, rows[b].ttft_ms] for a, b in pairs])))
+
+
+def _spread(pairs: np.ndarray) -> np.ndarray:
+    """Per pair of figures: the larger over the smaller, less 1."""
+    return pairs.max(axis=1) / pairs.min(axis=1) - 1.0 if pairs.size else np.zeros(0)
+
+
+def with_predictions(found: OutputPairs, rows: Sequence[Measurement]) -> OutputPairs:
+    """`found` with the bundled calibration's TTFT spread of each pair."""
+    from costmodel.calibration import default_calibration
+    from costmodel.fitting import PlannedRows
+
+    used = sorted({i for pair in found.pairs for i in pair})
+    where = {row: k for k, row in enumerate(used)}
+    ttft = PlannedRows.build([rows[i] for i in used]).predict(default_calibration())[:, 0]
+    predicted = _spread(np.array([[ttft[where[a]], ttft[where[b]]] for a, b in found.pairs]))
+    return OutputPairs(found.pairs, found.measured, predicted)
 
 
 def repeatability(rows: Sequence[Measurement], by_version: bool) -> Repeatability:
@@ -81,4 +138,5 @@ def main(path: Path | None = None) -> int:
     rows = [m for m in load_measurements(path or default_measurements_path()) if not layout_was_guessed(m)]
     print(repeatability(rows, by_version=False).line("across engine builds"))
     print(repeatability(rows, by_version=True).line("within one engine version"))
+    print(with_predictions(output_pairs(rows), rows).line())
     return 0
