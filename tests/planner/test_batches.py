@@ -59,14 +59,15 @@ def test_figures_are_monotone_in_the_batch(kind: str) -> None:
 @pytest.mark.parametrize("engine", ["trtllm", "vllm", "sglang"])
 @pytest.mark.parametrize(("input_tokens", "output_tokens"), [(8192, 2), (2048, 16)])
 def test_the_rate_falls_only_where_prompts_outpace_decode(engine: str, input_tokens: int, output_tokens: int) -> None:
-    """What `batches._mixed_rate_bound` rests on, along integer batches of every mixed layout of prefill-heavy
-    workloads: the round and the sequences in service never fall; once prompts outpace decode they do at every
-    larger batch; requests per second fall only at batches where prompts outpace decode, and do there (the
-    bound would be needlessly loose otherwise) for piggyback engines; prefill-first SGLang never flags it."""
+    """What `batches._mixed_rate_bound` rests on, along integer batches 1-256 of every mixed layout (attention DP
+    1 and 2, pipeline depth 1 and 2) of prefill-heavy workloads: the round and the sequences in service never
+    fall; once prompts outpace decode they do at every larger batch; requests per second fall only at batches
+    where prompts outpace decode, and do there (the bound would be needlessly loose otherwise) for piggyback
+    engines; prefill-first SGLang never flags it."""
     data = small_data(NAME) | {"engine": engine,
                                "workload": {"input_tokens": input_tokens, "output_tokens": output_tokens}}
     data["slo"] = {}
-    data["search"] = data["search"] | {"max_batch": 256}
+    data["search"] = data["search"] | {"max_batch": 256, "pp": [1, 2]}
     resolved = scenario_from_data(data)
     falls = 0
     for pool in {layout_key(p): p for p in candidate_pools(resolved, "mixed")}.values():
