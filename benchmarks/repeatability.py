@@ -86,6 +86,7 @@ class OutputPairs:
 
 
 def output_pairs(rows: Sequence[Measurement]) -> OutputPairs:
+    """Every pair of aggregated rows of one configuration but for output length (`configuration`, by version)."""
     groups: dict[str, list[int]] = defaultdict(list)
     for i, row in enumerate(rows):
         if row.serving == "aggregated":
@@ -102,6 +103,8 @@ def _spread(pairs: np.ndarray) -> np.ndarray:
 
 def with_predictions(found: OutputPairs, rows: Sequence[Measurement]) -> OutputPairs:
     """`found` with the bundled calibration's TTFT spread of each pair."""
+    if not found.pairs:
+        return found
     from costmodel.calibration import default_calibration
     from costmodel.fitting import PlannedRows
 

@@ -700,7 +700,7 @@ def _mixed_box(interval: Interval, options: DeploymentOptions, cap: float) -> li
 def _mixed_rate_bound(interval: Interval) -> float:
     """Requests per second of one instance at any batch of a mixed interval, from above. Where prompts do not
     outpace decode at its high end, the rate grows with the batch: the high end's. Where they do, it may fall
-    (`PoolTiming.prompts_outpace_decode`: up to 1e-4 per sequence, after a rise at the first few batches), so
+    (`PoolTiming.prompts_outpace_decode`: by 1e-4 to 5e-4 per sequence, after a rise at the first batches), so
     only the round's growth is assumed: each batch serves at most the high end's sequences in at least the low
     end's round (both monotone: `tests/planner/test_batches.py`). That is looser by up to the interval's
     ratio, and the rounds split such intervals until their ends are close enough for the front to close them."""
