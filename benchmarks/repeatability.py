@@ -7,10 +7,11 @@ are the floor under `accuracy`'s errors, once across engine builds and once with
 Repeats whose figures are identical (the CSV's copies of one run under other ids) are counted apart.
 
 A second floor, for TTFT: aggregated runs of one engine build alike in everything but their output length.
-In steady state a request's first token does not depend on how many tokens follow it (the cost model's TTFT
-for such pairs differs only through the round's share of prompt work, and its KV reservation: a median 0.07%
-with the bundled calibration, session 33), so how far their measured TTFTs differ is variation no column of
-the rows records (a benchmark's run length and warm-up, arrival bunching).
+In the cost model's steady state a request's first token hardly depends on how many tokens follow it (its
+TTFTs for such pairs differ only through the round's share of prompt work and its KV reservation: a median
+0.07% with the bundled calibration, session 33), so how far the measured TTFTs differ is what the model does
+not capture: prompts queueing behind each other more often when outputs are short, and variation no column
+of the rows records (a benchmark's run length and warm-up, admission limits). Copies of a run count once.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ COPY_RTOL = 1e-6  # repeats this close are one run copied under other ids (the C
 class Repeatability:
     """Runs of repeated configurations against the mean of their other runs."""
 
-    configurations: int  # measured more than once with figures that differ
+    configurations: int  # measured more than once with figures that differ (copies counted once)
     copies: int  # configurations whose repeats carry identical figures
     ttft_ape: np.ndarray  # per run: |run / mean of the others - 1|
     tpot_ape: np.ndarray
@@ -89,8 +90,11 @@ def output_pairs(rows: Sequence[Measurement]) -> OutputPairs:
     """Every pair of aggregated rows of one configuration but for output length (`configuration`, by version)."""
     groups: dict[str, list[int]] = defaultdict(list)
     for i, row in enumerate(rows):
-        if row.serving == "aggregated":
-            groups[configuration(row, by_version=True, any_output=True)].append(i)
+        if row.serving != "aggregated":
+            continue
+        members = groups[configuration(row, by_version=True, any_output=True)]
+        if not any(rows[j].osl == row.osl and _same_figures(rows[j], row) for j in members):
+            members.append(i)  # a copy of a run already there counts once
     pairs = [(a, b) for members in groups.values() for a in members for b in members
              if rows[a].osl < rows[b].osl]
     return OutputPairs(pairs, _spread(np.array([[rows[a].ttft_ms, rows[b].ttft_ms] for a, b in pairs])))
@@ -115,6 +119,19 @@ def with_predictions(found: OutputPairs, rows: Sequence[Measurement]) -> OutputP
     return OutputPairs(found.pairs, found.measured, predicted)
 
 
+def distinct_runs(runs: Sequence[Measurement]) -> list[Measurement]:
+    """`runs` less the copies of an earlier one (figures within COPY_RTOL): one run counts once."""
+    kept: list[Measurement] = []
+    for run in runs:
+        if not any(_same_figures(run, other) for other in kept):
+            kept.append(run)
+    return kept
+
+
+def _same_figures(a: Measurement, b: Measurement) -> bool:
+    return bool(np.allclose([a.ttft_ms, a.tpot_ms], [b.ttft_ms, b.tpot_ms], rtol=COPY_RTOL, atol=0.0))
+
+
 def repeatability(rows: Sequence[Measurement], by_version: bool) -> Repeatability:
     groups: dict[str, list[Measurement]] = defaultdict(list)
     for row in rows:
@@ -122,13 +139,12 @@ def repeatability(rows: Sequence[Measurement], by_version: bool) -> Repeatabilit
     ttft: list[float] = []
     tpot: list[float] = []
     configurations = copies = 0
-    for runs in groups.values():
+    for measured in groups.values():
+        runs = distinct_runs(measured)
         if len(runs) < 2:
+            copies += len(measured) > 1
             continue
         figures = np.array([[run.ttft_ms, run.tpot_ms] for run in runs])
-        if np.allclose(figures, figures[0], rtol=COPY_RTOL, atol=0.0):
-            copies += 1
-            continue
         configurations += 1
         for i in range(len(runs)):
             others = np.delete(figures, i, axis=0).mean(axis=0)

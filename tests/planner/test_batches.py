@@ -57,13 +57,15 @@ def test_figures_are_monotone_in_the_batch(kind: str) -> None:
 
 
 @pytest.mark.parametrize("engine", ["trtllm", "vllm", "sglang"])
-@pytest.mark.parametrize(("input_tokens", "output_tokens"), [(8192, 2), (2048, 16)])
+@pytest.mark.parametrize(("input_tokens", "output_tokens"), [(8192, 2), (2048, 16), (2048, 1024)])
 def test_the_rate_falls_only_where_prompts_outpace_decode(engine: str, input_tokens: int, output_tokens: int) -> None:
     """What `batches._mixed_rate_bound` rests on, along integer batches 1-256 of every mixed layout (attention DP
     1 and 2, pipeline depth 1 and 2) of prefill-heavy workloads: the round and the sequences in service never
     fall; once prompts outpace decode they do at every larger batch; requests per second fall only at batches
-    where prompts outpace decode, and do there (the bound would be needlessly loose otherwise) for piggyback
-    engines; prefill-first SGLang never flags it."""
+    where prompts outpace decode, and do there for piggyback engines on the prefill-heavy workloads (the bound
+    would be needlessly loose otherwise); prefill-first SGLang never flags it. The long-output workload checks
+    that the rate does not fall before prompts outpace decode (the formulas allow it there only if a step's
+    prompt tokens cost more than as many decode sequences would, which the bundled calibration does not give)."""
     data = small_data(NAME) | {"engine": engine,
                                "workload": {"input_tokens": input_tokens, "output_tokens": output_tokens}}
     data["slo"] = {}
@@ -81,7 +83,8 @@ def test_the_rate_falls_only_where_prompts_outpace_decode(engine: str, input_tok
         fall = np.diff(rate) < -1e-12 * rate[:-1]
         assert not np.any(fall & ~outpace[1:]), (layout_key(pool), np.flatnonzero(fall & ~outpace[1:]))
         falls += int(fall.sum())
-    assert (falls > 0) == (engine != "sglang")
+    if output_tokens <= 16:
+        assert (falls > 0) == (engine != "sglang")
 
 
 @pytest.mark.parametrize(("engine", "input_tokens", "output_tokens"), [("trtllm", 8192, 2), ("vllm", 2048, 1)])

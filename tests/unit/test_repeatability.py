@@ -31,7 +31,7 @@ def test_copies_other_loads_and_other_versions_are_kept_apart() -> None:
     other_load = [_run(150.0, 12.0, concurrency=16)]
     versions = [_run(120.0, 11.0, version="2.0", name="c"), _run(180.0, 11.0, version="2.0", name="d")]
     across = repeatability(copies + other_load + versions, by_version=False)
-    assert (across.configurations, across.runs, across.copies) == (1, 4, 0)  # the two versions' four runs
+    assert (across.configurations, across.runs, across.copies) == (1, 3, 0)  # a's copy b counts once
     within = repeatability(copies + other_load + versions, by_version=True)
     assert (within.configurations, within.runs, within.copies) == (1, 2, 1)
     assert within.ttft_ape.tolist() == pytest.approx([1 - 120 / 180, 180 / 120 - 1])
@@ -40,8 +40,8 @@ def test_copies_other_loads_and_other_versions_are_kept_apart() -> None:
 def test_output_pairs_are_runs_of_one_build_alike_but_for_output_length() -> None:
     rows = [_run(100.0, 10.0, osl=128), _run(150.0, 12.0, osl=256, name="b"), _run(80.0, 14.0, osl=512, name="c"),
             _run(300.0, 12.0, osl=256, concurrency=16), _run(200.0, 12.0, osl=256, version="2.0"),
-            _run(90.0, 10.0, osl=128, name="d")]
-    found = output_pairs(rows)
+            _run(90.0, 10.0, osl=128, name="d"), _run(150.0 * (1 + 1e-9), 12.0, osl=256, name="e")]
+    found = output_pairs(rows)  # e, a copy of b, pairs with none
     # one build, concurrency 8: 128 (100, 90), 256 (150) and 512 (80) out; the other load and build pair with none
     assert sorted(found.pairs) == [(0, 1), (0, 2), (1, 2), (5, 1), (5, 2)]
     spreads = [0.5, 0.25, 150 / 80 - 1, 150 / 90 - 1, 90 / 80 - 1]
