@@ -8,6 +8,8 @@ Both tiers' times are added (a conservative choice: engines overlap them only pa
 
 from __future__ import annotations
 
+import math
+
 from costmodel.hardware import SystemSpec
 from costmodel.operators import Parallel
 from costmodel.work import CollectiveKind, Tier, Transfer
@@ -44,16 +46,44 @@ def expected_remote_ranks(ep: int, top_k: int) -> float:
     return distinct * (ep - 1) / ep
 
 
+def expected_remote_domains(domains: int, top_k: int) -> float:
+    """Distinct scale-up domains other than the sender's that a token reaches when its top_k experts fall
+    uniformly on `domains` equal domains."""
+    if domains <= 1:
+        return 0.0
+    return (domains - 1) * (1.0 - (1.0 - 1.0 / domains) ** top_k)
+
+
 def dispatch_combine(group_tokens: float, hidden: int, top_k: int, par: Parallel, dispatch_bytes: float,
-                     system: SystemSpec) -> list[Transfer]:
+                     system: SystemSpec, relayed: bool = False) -> list[Transfer]:
     """MoE all-to-all under attention data parallelism: each GPU sends its share of the group's tokens
     to the EP ranks holding their experts (each of the moe_tp slices needs a copy), in `dispatch_bytes`
-    per element, and receives the results back in bf16 (combine)."""
+    per element, and receives the results back in bf16 (combine).
+
+    `relayed` (prompt steps with no decode tokens beside them, on NVIDIA GPUs): an expert-parallel group
+    wider than a scale-up domain sends each token once per remote domain over the NIC, to one GPU there that
+    forwards it over NVLink to the ranks holding its experts, and combine reduces there before the one
+    return trip: DeepEP's normal (prefill) kernels
+    (K01: 43-58 GB/s of RDMA per H800 at EP16-64, near CX7's 50 GB/s, counting those deduplicated bytes).
+    Assumption: prefill pools and prefill-first engines' prompt batches run such kernels wherever the group
+    spans domains (SGLang's DeepEP `auto` mode does for its prefill batches; vLLM's prefill instances take
+    `deepep_high_throughput`); a piggyback engine's mixed steps carry decode tokens and keep per-rank sends.
+    Every destination still receives its copy over NVLink (conservative: a relay that is itself a destination
+    needs none). Decode steps keep the per-rank sends of the low-latency kernels, which go to each destination
+    rank directly. DeepSeek's node-limited routing (a token's experts on at most 4 nodes) is not modelled: it
+    caps the remote domains only past 4 nodes, and needs its expert groups placed by node."""
     if par.dp <= 1:
         return []  # tokens are already on every rank; the tp all-reduce combines the outputs
     tokens_per_gpu = group_tokens / par.stage_gpus
     destinations = expected_remote_ranks(par.moe_ep, top_k) * par.moe_tp + (par.moe_tp - 1)
     elements = tokens_per_gpu * destinations * hidden
+    domain = system.scaleup_domain_gpus
+    if relayed and par.moe_tp == 1 and par.stage_gpus > domain:
+        remote = tokens_per_gpu * expected_remote_domains(math.ceil(par.stage_gpus / domain), top_k) * hidden
+        return [Transfer("moe_dispatch", "scaleup", elements * dispatch_bytes, 1.0, "alltoall"),
+                Transfer("moe_dispatch", "nic", remote * dispatch_bytes, 1.0, "alltoall"),
+                Transfer("moe_combine", "scaleup", elements * 2.0, 1.0, "alltoall"),
+                Transfer("moe_combine", "nic", remote * 2.0, 1.0, "alltoall")]
     return (split_by_tier("moe_dispatch", "alltoall", par.stage_gpus, elements * dispatch_bytes, 1.0, system)
             + split_by_tier("moe_combine", "alltoall", par.stage_gpus, elements * 2.0, 1.0, system))
 

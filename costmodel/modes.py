@@ -175,7 +175,7 @@ def layer_work(ctx: PoolContext, layer: Layer, shape: StepShape) -> StepWork:
         # latent experts (Kimi K3) take the token at their own width: the down projection runs before dispatch
         width = layer.ffn.expert_hidden_size or hidden
         work.transfers += dispatch_combine(group_tokens, width, layer.ffn.top_k, par, ctx.fmt.activation_bytes,
-                                           ctx.system)
+                                           ctx.system, relayed=shape.alone and ctx.system.vendor == "nvidia")
     return work
 
 
@@ -237,11 +237,12 @@ def prefill_work(ctx: PoolContext, stage: int, seqs: float, new_tokens: float) -
 
 
 def midfill_work(ctx: PoolContext, stage: int, seqs: float, new_tokens: float, cached: float,
-                 fetch: tuple[tuple[CacheTier, float], ...] = (), active_ranks: float | None = None) -> StepWork:
+                 fetch: tuple[tuple[CacheTier, float], ...] = (), active_ranks: float | None = None,
+                 alone: bool = False) -> StepWork:
     """Midfill: new tokens appended to `cached` tokens of context, of which `fetch` gives the tokens per
     sequence fetched first from each slower tier (the rest is in HBM); `active_ranks` attention-DP ranks
-    hold sequences (None: all)."""
-    work = stage_work(ctx, stage, StepShape("fill", seqs, new_tokens, cached, active_ranks))
+    hold sequences (None: all); `alone`: no decode tokens share the step (`StepShape.alone`)."""
+    work = stage_work(ctx, stage, StepShape("fill", seqs, new_tokens, cached, active_ranks, alone))
     if not fetch:
         return work
     fetched = [t for tier, tokens in fetch for t in cache_fetch(ctx, stage, seqs * tokens, tier, cached)]

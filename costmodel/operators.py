@@ -86,6 +86,9 @@ class StepShape(NamedTuple):
     # Attention-DP ranks that hold sequences (None: all dp). A prefill pool whose batch is below dp runs one
     # request on each of `batch` ranks; the others join only the expert layers, with no tokens.
     active_ranks: float | None = None
+    # A fill step with no decode tokens beside it (a prefill or midfill pool's, or a prefill-first engine's
+    # prompt batch): engines run their prefill all-to-all kernels for it (`collectives.dispatch_combine`).
+    alone: bool = False
 
     @property
     def tokens(self) -> float:

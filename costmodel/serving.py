@@ -338,7 +338,8 @@ def plan_pool(ctx: PoolContext, pool: Pool, workload: Workload, tiers: TierPlan 
     if pool.role in ("prefill", "midfill"):
         total = max(seqs * request.new, 1.0)  # the mean per rank: a rank done early pulls the next prompt
         chunk = min(float(ENGINE_STEP_TOKENS), total)
-        fill = _stages(ctx, lambda s: midfill_work(ctx, s, chunk / new, new, request.cached, request.fetch, active))
+        fill = _stages(ctx, lambda s: midfill_work(ctx, s, chunk / new, new, request.cached, request.fetch, active,
+                                                   alone=True))
         fill_chunks = total / chunk
     context = request.slowest_context(seqs / ctx.par.pp, active)  # the rank with the most KV to read
     if pool.role in ("mixed", "decode"):
@@ -358,7 +359,8 @@ def plan_pool(ctx: PoolContext, pool: Pool, workload: Workload, tiers: TierPlan 
             per_seq = tokens / new / micro_batches
 
             def prompt(s: int) -> StepWork:
-                return midfill_work(ctx, s, per_seq, new, request.cached, request.fetch, ranks)
+                return midfill_work(ctx, s, per_seq, new, request.cached, request.fetch, ranks,
+                                    alone=ctx.prefill_first)
             return _stages(ctx, prompt if ctx.prefill_first else lambda s: merged_work(decodes[s], prompt(s)))
 
         mixed = carrying(chunk, ctx.par.pp)  # a round's prompt tokens: every micro-batch carries its share

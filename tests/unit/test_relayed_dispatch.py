@@ -1,0 +1,78 @@
+"""Prompt steps' expert all-to-all across scale-up domains, one NIC copy per remote domain (DeepEP's normal
+kernels: `costmodel.collectives.dispatch_combine`, `relayed`), by hand."""
+
+from __future__ import annotations
+
+import pytest
+
+from costmodel.collectives import dispatch_combine
+from costmodel.hardware import load_system
+from costmodel.operators import Parallel
+from costmodel.work import Transfer
+
+H200 = load_system("h200-sxm")  # 8 GPUs per NVLink domain
+
+
+def _bytes(transfers: list[Transfer], name: str, tier: str) -> float:
+    return sum(t.bytes for t in transfers if t.name == name and t.tier == tier)
+
+
+def test_a_token_crosses_the_nic_once_per_remote_domain_it_reaches() -> None:
+    """EP 32 on four 8-GPU nodes, top-8, 4,096 tokens per GPU, fp8 dispatch and bf16 combine."""
+    tokens, hidden = 4096, 7168
+    found = dispatch_combine(tokens * 32, hidden, 8, Parallel(dp=32, moe_ep=32), 1.0, H200, relayed=True)
+    remote_domains = 3 * (1 - (3 / 4) ** 8)  # each of the 3 other nodes holds one of 8 experts w.p. 1 - (3/4)^8
+    remote_ranks = 32 * (1 - (31 / 32) ** 8) * 31 / 32  # every destination gets its copy over NVLink
+    assert _bytes(found, "moe_dispatch", "nic") == pytest.approx(tokens * remote_domains * hidden)
+    assert _bytes(found, "moe_combine", "nic") == pytest.approx(tokens * remote_domains * hidden * 2)
+    assert _bytes(found, "moe_dispatch", "scaleup") == pytest.approx(tokens * remote_ranks * hidden)
+    per_rank = dispatch_combine(tokens * 32, hidden, 8, Parallel(dp=32, moe_ep=32), 1.0, H200)
+    assert _bytes(found, "moe_dispatch", "nic") < 0.55 * _bytes(per_rank, "moe_dispatch", "nic")
+
+
+@pytest.mark.parametrize("ep", [16, 32, 64, 128])
+@pytest.mark.parametrize("top_k", [1, 2, 4, 8])
+def test_relaying_never_sends_more_over_the_nic_than_a_copy_per_remote_rank(ep: int, top_k: int) -> None:
+    """At most one copy per remote-domain rank a token reaches, (ep - 8) x P(a rank is reached); exactly that with
+    one expert per token (one destination: one copy either way)."""
+    found = dispatch_combine(ep, 1, top_k, Parallel(dp=ep, moe_ep=ep), 1.0, H200, relayed=True)
+    reached = (ep - 8) * (1 - (1 - 1 / ep) ** top_k)
+    nic = _bytes(found, "moe_dispatch", "nic")
+    assert nic <= reached * (1 + 1e-12)
+    if top_k == 1:
+        assert nic == pytest.approx(reached)
+
+
+def test_within_one_domain_the_sends_are_per_rank_either_way() -> None:
+    one_node = Parallel(dp=8, moe_ep=8)
+    assert (dispatch_combine(8 * 512, 7168, 8, one_node, 1.0, H200, relayed=True)
+            == dispatch_combine(8 * 512, 7168, 8, one_node, 1.0, H200))
+
+
+def _nic_share(engine: str, role: str) -> float:
+    """NIC over NVLink bytes of the expert dispatch in a prompt-carrying step of qwen3-30b (128 experts, top-8)
+    at attention DP 16 and EP 16 over two 8-GPU H200 nodes."""
+    from costmodel.evaluate import plan_layout
+    from costmodel.layout import Layout
+    from planner.scenario import scenario_from_data
+
+    resolved = scenario_from_data({
+        "schema_version": 1, "name": "relay", "model": "qwen3-30b", "engine": engine,
+        "cluster": {"system": "h200-sxm", "gpus": 16}, "workload": {"input_tokens": 4096, "output_tokens": 256}})
+    pools = [{"role": role, "tp": 1, "dp_attention": 16, "moe_ep": 16, "batch": 64}]
+    if role == "prefill":
+        pools.append({"role": "decode", "tp": 1, "dp_attention": 16, "moe_ep": 16, "batch": 64})
+    layout = Layout.model_validate({"schema_version": 1, "serving": "aggregated" if role == "mixed"
+                                    else "disaggregated", "pools": pools})
+    plan = plan_layout(resolved, layout).pools[0]
+    step = (plan.fill if role == "prefill" else plan.mixed)[0]
+    return _bytes(step.transfers, "moe_dispatch", "nic") / _bytes(step.transfers, "moe_dispatch", "scaleup")
+
+
+def test_steps_without_decode_tokens_relay_and_piggyback_mixed_steps_send_per_rank() -> None:
+    relayed = (1 - 0.5 ** 8) / (16 * (1 - (15 / 16) ** 8) * 15 / 16)  # one remote node over all destinations
+    assert _nic_share("vllm", "prefill") == pytest.approx(relayed)
+    assert _nic_share("sglang", "mixed") == pytest.approx(relayed)  # prefill first: its prompt batches run alone
+    # vLLM's mixed step carries the decode tokens' and the prompt chunk's sends alike: per rank, half of the
+    # destinations on the other node
+    assert _nic_share("vllm", "mixed") == pytest.approx(1.0)
