@@ -9,7 +9,7 @@ Repeats whose figures are identical (the CSV's copies of one run under other ids
 A second floor, for TTFT: aggregated runs of one engine build alike in everything but their output length.
 In the cost model's steady state a request's first token hardly depends on how many tokens follow it (its
 TTFTs for such pairs differ only through the round's share of prompt work and its KV reservation: a median
-0.07% with the bundled calibration, session 33), so how far the measured TTFTs differ is what the model does
+0.06% with the bundled calibration, session 33), so how far the measured TTFTs differ is what the model does
 not capture: prompts queueing behind each other more often when outputs are short, and variation no column
 of the rows records (a benchmark's run length and warm-up, admission limits). Copies of a run count once.
 """

@@ -63,8 +63,8 @@ def dispatch_combine(group_tokens: float, hidden: int, top_k: int, par: Parallel
     `relayed` (prompt steps with no decode tokens beside them, on NVIDIA GPUs): an expert-parallel group
     wider than a scale-up domain sends each token once per remote domain over the NIC, to one GPU there that
     forwards it over NVLink to the ranks holding its experts, and combine reduces there before the one
-    return trip: DeepEP's normal (prefill) kernels
-    (K01: 43-58 GB/s of RDMA per H800 at EP16-64, near CX7's 50 GB/s, counting those deduplicated bytes).
+    return trip: DeepEP's normal (prefill) kernels (K01: 43-58 GB/s of RDMA per H800 at EP16-64, near CX7's
+    50 GB/s, counting those deduplicated bytes).
     Assumption: prefill pools and prefill-first engines' prompt batches run such kernels wherever the group
     spans domains (SGLang's DeepEP `auto` mode does for its prefill batches; vLLM's prefill instances take
     `deepep_high_throughput`); a piggyback engine's mixed steps carry decode tokens and keep per-rank sends.
