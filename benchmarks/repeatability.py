@@ -88,15 +88,13 @@ class OutputPairs:
 
 def output_pairs(rows: Sequence[Measurement]) -> OutputPairs:
     """Every pair of aggregated rows of one configuration but for output length (`configuration`, by version)."""
-    groups: dict[str, list[int]] = defaultdict(list)
-    for i, row in enumerate(rows):
-        if row.serving != "aggregated":
-            continue
-        members = groups[configuration(row, by_version=True, any_output=True)]
-        if not any(rows[j].osl == row.osl and _same_figures(rows[j], row) for j in members):
-            members.append(i)  # a copy of a run already there counts once
-    pairs = [(a, b) for members in groups.values() for a in members for b in members
-             if rows[a].osl < rows[b].osl]
+    groups: dict[str, list[Measurement]] = defaultdict(list)
+    for row in rows:
+        if row.serving == "aggregated":
+            groups[configuration(row, by_version=True, any_output=True)].append(row)
+    index = {id(row): i for i, row in enumerate(rows)}
+    kept = [[index[id(run)] for run in distinct_runs(members)] for members in groups.values()]  # copies once
+    pairs = [(a, b) for members in kept for a in members for b in members if rows[a].osl < rows[b].osl]
     return OutputPairs(pairs, _spread(np.array([[rows[a].ttft_ms, rows[b].ttft_ms] for a, b in pairs])))
 
 
