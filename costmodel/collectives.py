@@ -1,8 +1,11 @@
 """Bytes each GPU moves in the collectives of one layer, on the link tier they really cross.
 
 Tier rule: a group of n GPUs whose placement keeps it inside one scale-up domain of D GPUs talks over
-NVLink/xGMI; a larger group spans ceil(n/D) domains and the share 1 - D/n of its peers sits across the
-NIC. The planner places groups inside domains whenever they fit; this module assumes that placement.
+NVLink/xGMI; a larger group spans ceil(n/D) domains. An all-to-all's bytes go to the n - 1 other GPUs
+evenly, n - D of them across the NIC: the share (n - D)/(n - 1). A ring all-reduce across domains keeps
+the share 1 - D/n (its hops, a rough rule: NCCL's rings and trees per NIC are not modelled).
+Assumption: domains are equal; a group that is not a whole number of domains is priced as if it were.
+The planner places groups inside domains whenever they fit; this module assumes that placement.
 Both tiers' times are added (a conservative choice: engines overlap them only partly).
 """
 
@@ -24,7 +27,7 @@ def split_by_tier(name: str, kind: CollectiveKind, group: int, bytes_per_gpu: fl
     domain = system.scaleup_domain_gpus
     if group <= domain:
         return [Transfer(name, "scaleup", bytes_per_gpu, calls, kind, ranks)]
-    remote = 1.0 - domain / group
+    remote = (group - domain) / (group - 1) if kind == "alltoall" else 1.0 - domain / group
     return [
         Transfer(name, "scaleup", bytes_per_gpu * (1.0 - remote), calls, kind),
         Transfer(name, "nic", bytes_per_gpu * remote, calls, kind),
