@@ -14,8 +14,8 @@ speculative decoding and of nothing else an engine switches: TPOT 1.2-1.8x lower
 assumption the model over-predicts these 64 rows' TPOT (median log error +0.19 on 1.1.0rc2.post2, +0.35 on
 1.2.0rc6.post3), while the sweep's rows (model_path DeepSeek-V3, the same architecture) at 1.1.0rc2.post2 and
 at 1.2.0rc6.post2 sat at -0.27 and -0.16, the fit bending TRT-LLM's factors between the two; with it both the
-fit and the held-out figures improve (README, session 15), and those four groups sit at -0.14, -0.02, -0.23
-and -0.08.
+fit and the held-out figures improve (docs/calibration-log.md, session 15), and those four groups sit at -0.14,
+-0.02, -0.23 and -0.08.
 
 Draft depth and acceptance: DeepSeek-V3/R1 ship one MTP module (`num_nextn_predict_layers: 1`), and the
 DeepSeek-V3 technical report (arXiv 2412.19437, section 5.4.3) measures the second token's acceptance at

@@ -254,6 +254,9 @@ class Ffn(BaseModel):
     e_score_correction_bias, and a Qwen shared-expert gate (hidden x 1) where the model has one.
     `expert_hidden_size` (Kimi K3 latent experts): routed experts work in a smaller hidden space,
     reached through a per-layer down projection (hidden -> latent) with a norm and back up.
+    `expert_groups` / `groups_per_token` (DeepSeek-V3's n_group / topk_group): the routed experts form equal
+    groups of consecutive ids, and a token's top_k experts come from its best `groups_per_token` groups
+    (node-limited routing); 1 / 0: no such limit.
     """
 
     model_config = _FROZEN
@@ -269,6 +272,8 @@ class Ffn(BaseModel):
     expert_hidden_size: int | None = Field(default=None, gt=0)
     router_params: int = Field(default=0, ge=0)
     expert_bias: bool = False  # gpt-oss: biases on the expert projections
+    expert_groups: int = Field(default=1, ge=1)
+    groups_per_token: int = Field(default=0, ge=0)  # 0: every group
 
     @model_validator(mode="after")
     def _check_kind(self) -> Ffn:
@@ -278,7 +283,15 @@ class Ffn(BaseModel):
             raise ValueError("a MoE FFN needs 0 < top_k <= num_experts")
         if self.kind == "moe" and self.expert_intermediate_size <= 0:
             raise ValueError("a MoE FFN needs expert_intermediate_size > 0")
+        if self.expert_groups > 1 and (self.num_experts % self.expert_groups
+                                       or self.groups_per_token > self.expert_groups):
+            raise ValueError("expert groups must split the routed experts evenly; a token uses at most all of them")
         return self
+
+    @property
+    def group_limited(self) -> bool:
+        """A token's experts come from some of the expert groups only (DeepSeek-V3: 4 of 8)."""
+        return self.kind == "moe" and self.expert_groups > 1 and 0 < self.groups_per_token < self.expert_groups
 
     def routed_expert_params(self) -> int:
         """Weights of one routed expert (0 for a dense FFN)."""

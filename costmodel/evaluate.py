@@ -21,6 +21,7 @@ from costmodel.operators import Formats, Parallel
 from costmodel.precision import Dtype, bytes_per_element
 from costmodel.pricing import DirectPricer, Pricer
 from costmodel.resolve import ResolvedScenario, check_session_pools, compute_dtype, layout_warnings
+from costmodel.routing import placement_domains
 from costmodel.scenario import Scenario, Workload
 from costmodel.serving import (
     PhaseTime,
@@ -133,10 +134,21 @@ def pool_context(resolved: ResolvedScenario, pool: Pool) -> PoolContext:
         offload_bytes=pool.cpu_offload_gb * GIB,
         prefill_batch_tokens=prefill_batch_tokens(scenario, system),
         holds_prompts=scenario.attention_dp_balance,
+        expert_domains=expert_domains(resolved, pool, system),
     )
     if ctx.offload_bytes > 0:
         _check_offload(ctx, pool, scenario.workload.speculative.method == "mtp")
     return ctx
+
+
+def expert_domains(resolved: ResolvedScenario, pool: Pool, system: SystemSpec) -> int:
+    """Scale-up domains the pool's experts are placed over group by group (`costmodel.routing.placement_domains`;
+    the planner's expert banks follow it: `planner.experts`)."""
+    moe = next((layer.ffn for layer in resolved.architecture.layers if layer.ffn.kind == "moe"), None)
+    if moe is None:
+        return 1
+    return placement_domains(moe.expert_groups, moe.groups_per_token, pool.role, pool.moe_ep, pool.moe_tp,
+                             system.scaleup_domain_gpus, resolved.scenario.search.redundant_experts, system.vendor)
 
 
 def prefill_batch_tokens(scenario: Scenario, system: SystemSpec) -> float | None:

@@ -18,6 +18,8 @@ MEANINGS: dict[str, str] = {
     "intermediate_size": "the width of the dense (or expert) MLP",
     "moe_intermediate_size": "the width of one routed expert's MLP",
     "num_experts_per_tok": "how many routed experts each token uses (top-k)",
+    "n_group": "how many equal groups the routed experts form (DeepSeek-V3's group-limited routing)",
+    "topk_group": "from how many expert groups a token's experts come",
     "kv_lora_rank": "the MLA compressed KV latent width",
     "qk_nope_head_dim": "the MLA per-head q/k dimension without RoPE",
     "qk_rope_head_dim": "the MLA per-head q/k dimension carrying RoPE",

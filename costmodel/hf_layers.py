@@ -309,7 +309,23 @@ def _moe(cfg: ConfigReader, hidden: int, experts: int, mtype: str, notes: list[s
         expert_hidden_size=latent,
         router_params=_router_params(cfg, hidden, experts, mtype, shared_gate),
         expert_bias=mtype == "gpt_oss",
+        **_expert_groups(cfg, experts),
     )
+
+
+def _expert_groups(cfg: ConfigReader, experts: int) -> dict[str, int]:
+    """DeepSeek-V3's group-limited routing (n_group groups of consecutive experts, a token's experts from its
+    best topk_group of them); none where either is absent or 1."""
+    groups, chosen = cfg.opt_int("n_group", 1), cfg.opt_int("topk_group", 1)
+    if groups is None or chosen is None or groups == 1:
+        return {}
+    if experts % groups:
+        raise ConfigError(f"{cfg.path('n_group')} is {groups}, which does not split the {experts} routed experts "
+                          "into equal groups; use a divisor of the expert count", cfg.path("n_group"))
+    if chosen > groups:
+        raise ConfigError(f"{cfg.path('topk_group')} is {chosen}, more than the {groups} expert groups; use at most "
+                          f"{groups}", cfg.path("topk_group"))
+    return {"expert_groups": groups, "groups_per_token": chosen}
 
 
 def _shared_experts(cfg: ConfigReader, expert_width: int, mtype: str) -> tuple[int, int, bool]:

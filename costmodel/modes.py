@@ -62,6 +62,9 @@ class PoolContext:
     prefill_batch_tokens: float | None = None
     # the engine holds prompts back under attention DP (`Scenario.attention_dp_balance`, TRT-LLM only)
     holds_prompts: bool = False
+    # scale-up domains EPLB's hierarchical policy places the experts over, whole groups on each
+    # (`costmodel.routing.placement_domains`); 1: placed globally
+    expert_domains: int = 1
 
     @property
     def prefill_first(self) -> bool:
@@ -169,13 +172,16 @@ def layer_work(ctx: PoolContext, layer: Layer, shape: StepShape) -> StepWork:
         work.moe_layers = 1
         work.weight_only_layers = int(ctx.fmt.weight_only_experts is not None)
         group_tokens = shape.group_tokens(par.dp)
+        by_domain = ctx.expert_domains > 1
+        groups = (layer.ffn.expert_groups, layer.ffn.groups_per_token) if by_domain else (1, 0)
         imbalance = load_imbalance(layer.ffn.num_experts, layer.ffn.top_k, par.moe_ep, group_tokens,
-                                   ctx.skew, ctx.redundant_experts)
+                                   ctx.skew, ctx.redundant_experts, ctx.expert_domains, groups[0])
         work.ops += routed_expert_ops(layer.ffn, group_tokens, par, ctx.fmt, imbalance, ctx.redundant_experts)
         # latent experts (Kimi K3) take the token at their own width: the down projection runs before dispatch
         width = layer.ffn.expert_hidden_size or hidden
         work.transfers += dispatch_combine(group_tokens, width, layer.ffn.top_k, par, ctx.fmt.activation_bytes,
-                                           ctx.system, relayed=shape.alone and ctx.system.vendor == "nvidia")
+                                           ctx.system, relayed=shape.alone and ctx.system.vendor == "nvidia",
+                                           groups=groups)
     return work
 
 

@@ -18,7 +18,7 @@ TTFT floors at low load are 25-365 ms where the kernels take 20-60 ms: context-p
 graphs, per-request setup, host synchronisations, the first token's trip through the server), paid once
 per request and overlapped with other sequences' steps, so it lengthens TTFT but not the round (TPOT,
 (round - TTFT) / (osl - 1), then leaves it out of the decode share; a form with the latency inside every
-prefill-carrying step, in the round, fitted the calibration rows worse: README, "Calibration and accuracy").
+prefill-carrying step, in the round, fitted the calibration rows worse: docs/calibration-log.md, session 9).
 A prefill pool's fill pays it as well. An engine that balances context requests across attention-DP ranks
 (TRT-LLM: `costmodel.calibration.HOLDS_PROMPTS_UNDER_DP`) holds a prompt back for its fitted `dp_wait_steps`
 decode steps in a mixed pool with attention DP; the request and its slot wait, so TTFT and the round grow
@@ -513,7 +513,7 @@ def time_pool(plan: PoolPlan, pricer: Pricer) -> PoolTiming:
     steps = request.output / request.accepted
     # Closed loop: a request arrives as its predecessor's last token leaves, while the next step, scheduled
     # during the last one, is already under way without it; it waits out that decode step (its slot idles
-    # for it, so the wait is in the round too). Measured on the calibration rows (README, session 10).
+    # for it, so the wait is in the round too). Measured on the calibration rows (docs/calibration-log.md, session 10).
     k = engine.cohort_fraction
     seqs = seqs_per_rank(plan.in_service, plan.ctx.par.dp)
     units = seqs * plan.own_steps  # a rank's staggered prompt steps per round

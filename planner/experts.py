@@ -19,6 +19,10 @@ from typing import Any
 
 import numpy as np
 
+from costmodel.evaluate import expert_domains
+from costmodel.layout import Pool
+from costmodel.resolve import ResolvedScenario
+from costmodel.routing import domain_experts, grouped_loads, zipf_loads
 from planner.formulation.linear import LinearModel
 from planner.solvers import LazyBackend
 from planner.solvers.base import Backend, SolveOptions, SolveReport, SolveStatus
@@ -56,17 +60,106 @@ class ExpertPlacement:
         }
 
 
+def bank_name(ep: int, domains: int) -> str:
+    """Key of a pool's expert banks (`expert_banks` of the JSON, `placement.pools[].experts.banks`): its
+    expert-parallel degree, and the domains where they are placed group by group (`place_experts`)."""
+    return str(ep) if domains <= 1 else f"{ep}-over-{domains}-domains"
+
+
+def pool_bank(resolved: ResolvedScenario, pool: Pool) -> tuple[int, int]:
+    """(expert-parallel degree, domains placed over) of a pool's banks, as the cost model prices them
+    (`costmodel.evaluate.expert_domains`)."""
+    group = resolved.group_named(pool.group)
+    system = (group or resolved.groups[0]).system
+    return pool.moe_ep, expert_domains(resolved, pool, system)
+
+
+def expert_groups(resolved: ResolvedScenario) -> int:
+    """Expert groups of the model's routed experts (1: none)."""
+    return next((layer.ffn.expert_groups for layer in resolved.architecture.layers if layer.ffn.kind == "moe"), 1)
+
+
 def place_experts(experts: int, ep: int, skew: float, redundant: int, backend_name: str = "cpsat",
-                  time_limit_s: float = 2.0, seed: int = 0) -> ExpertPlacement:
-    """Place `experts` experts plus `redundant` hot replicas on `ep` GPUs, minimising the busiest GPU."""
+                  time_limit_s: float = 2.0, seed: int = 0, domains: int = 1, groups: int = 1) -> ExpertPlacement:
+    """Place `experts` experts plus `redundant` hot replicas on `ep` GPUs, minimising the busiest GPU.
+
+    `domains` > 1 (`costmodel.routing.placement_domains`): EPLB's hierarchical policy. Whole expert groups
+    (`groups` of consecutive ids) go to each of the `domains` scale-up domains first (`domain_experts`), then
+    each domain's experts and its share of the replicas are placed on its ep / domains GPUs as above. The GPUs
+    are then listed domain by domain (rank order: GPU i sits in domain i // (ep / domains)), busiest first
+    within each, and the bound is over placements that keep the same groups on each domain."""
     if experts < 1 or ep < 1 or redundant < 0:
         raise ValueError(f"need experts >= 1, ep >= 1, redundant >= 0 (got {experts}, {ep}, {redundant})")
     solver = LazyBackend(backend_name)  # an unknown name fails here; the package loads only if the model runs
-    popularity = (np.arange(1, experts + 1, dtype=float)) ** (-skew)  # computed as routing.py does
-    popularity /= popularity.sum()
+    options = SolveOptions(time_limit_s, threads=1, seed=seed, deterministic=True)  # reproducible banks
+    slots = math.ceil((experts + redundant) / ep)
+    if domains <= 1:
+        packed = _pack(zipf_loads(experts, skew), ep, redundant, slots, solver, options)
+        return packed.placement()
+    loads = grouped_loads(experts, skew, groups)
+    held = domain_experts(loads, groups, domains)
+    parts = [_pack(loads[ids], ep // domains, redundant // domains, slots, solver, options) for ids in held]
+    return _Packed.combine(held, parts, experts)
+
+
+@dataclass(frozen=True)
+class _Packed:
+    """One packing of some experts (local ids 0..n-1) on some GPUs; `bound` on its busiest GPU as a multiple of
+    its `mean` GPU load."""
+
+    shares: list[float]  # per-replica load of each expert
+    replicas: list[int]
+    packing: Packing
+    greedy_max: float
+    max_load: float
+    mean: float
+    bound: float
+    status: SolveStatus
+
+    def placement(self) -> ExpertPlacement:
+        """The placement of this packing alone."""
+        imbalance = self.max_load / self.mean
+        gap = max(0.0, 1.0 - self.bound / imbalance)
+        return ExpertPlacement(
+            replicas=tuple(self.replicas), gpu_experts=_ordered(self.packing, self.shares), max_load=self.max_load,
+            mean_load=self.mean, imbalance=imbalance, greedy_imbalance=self.greedy_max / self.mean,
+            lower_bound_imbalance=min(self.bound, imbalance), status=_status(self.status, gap).value, gap=gap)
+
+    @staticmethod
+    def combine(held: list[list[int]], parts: list[_Packed], experts: int) -> ExpertPlacement:
+        """Domain packings as one placement over all GPUs, domain by domain, with global expert ids."""
+        replicas = [0] * experts
+        gpus: list[tuple[int, ...]] = []
+        total = 0.0
+        for ids, part in zip(held, parts, strict=True):
+            for local, expert in enumerate(ids):
+                replicas[expert] = part.replicas[local]
+            gpus += [tuple(sorted(ids[e] for e in experts_on)) for experts_on in _ordered(part.packing, part.shares)]
+            total += part.mean * len(part.packing)
+        mean = total / len(gpus)
+        top, greedy = max(p.max_load for p in parts), max(p.greedy_max for p in parts)
+        bound = max(p.bound * p.mean for p in parts)  # the busiest domain's bound, as a load
+        gap = max(0.0, 1.0 - bound / top)
+        worst = SolveStatus.ERROR if any(p.status == SolveStatus.ERROR for p in parts) else SolveStatus.FEASIBLE
+        return ExpertPlacement(
+            replicas=tuple(replicas), gpu_experts=tuple(gpus), max_load=top, mean_load=mean, imbalance=top / mean,
+            greedy_imbalance=greedy / mean, lower_bound_imbalance=min(bound, top) / mean,
+            status=_status(worst, gap).value, gap=gap)
+
+
+def _status(status: SolveStatus, gap: float) -> SolveStatus:
+    if status == SolveStatus.ERROR:
+        return status
+    return SolveStatus.OPTIMAL if gap <= OPTIMAL_GAP else SolveStatus.FEASIBLE
+
+
+def _pack(popularity: np.ndarray[Any, np.dtype[np.float64]], ep: int, redundant: int, slots: int,
+          solver: Backend, options: SolveOptions) -> _Packed:
+    """Replicate-then-pack greedy, improved by steepest descent and the integer model where it falls short of
+    the bound."""
+    experts = len(popularity)
     replicas = _replica_counts(popularity, redundant)
     shares = [float(popularity[e] / replicas[e]) for e in range(experts)]
-    slots = math.ceil((experts + redundant) / ep)
     greedy = _lpt(shares, replicas, ep, slots)
     greedy_max, mean = _max_and_mean(greedy, shares, ep)
     weights = [round(share / mean / UNIT) for share in shares]  # integer loads of the model
@@ -77,21 +170,12 @@ def place_experts(experts: int, ep: int, skew: float, redundant: int, backend_na
     best_max, _ = _max_and_mean(best, shares, ep)
     status = SolveStatus.FEASIBLE
     if best_max / mean > bound * (1.0 + OPTIMAL_GAP) and experts * ep < MAX_VARIABLES:
-        limits = SolveOptions(time_limit_s, threads=1, seed=seed, deterministic=True)  # reproducible banks
-        model_packing, model_bound, status = _solve(weights, replicas, slots, floor, best, solver, limits)
+        model_packing, model_bound, status = _solve(weights, replicas, slots, floor, best, solver, options)
         bound = max(bound, model_bound)
         if model_packing is not None and _max_and_mean(model_packing, shares, ep)[0] < best_max:
             best = model_packing
             best_max, _ = _max_and_mean(best, shares, ep)
-    gap = max(0.0, 1.0 - bound / (best_max / mean))
-    if status != SolveStatus.ERROR:
-        status = SolveStatus.OPTIMAL if gap <= OPTIMAL_GAP else SolveStatus.FEASIBLE
-    return ExpertPlacement(
-        replicas=tuple(replicas), gpu_experts=_ordered(best, shares), max_load=best_max, mean_load=mean,
-        imbalance=best_max / mean, greedy_imbalance=greedy_max / mean,
-        lower_bound_imbalance=min(bound, best_max / mean),
-        status=status.value, gap=gap,
-    )
+    return _Packed(shares, replicas, best, greedy_max, best_max, mean, bound, status)
 
 
 def _replica_counts(popularity: np.ndarray[Any, np.dtype[np.float64]], redundant: int) -> list[int]:

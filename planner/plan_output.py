@@ -22,7 +22,7 @@ from costmodel.layout import Layout
 from costmodel.resolve import ResolvedScenario
 from planner import economics_report, report_html
 from planner.binding import binding
-from planner.experts import ExpertPlacement
+from planner.experts import ExpertPlacement, bank_name, pool_bank
 from planner.finite import dumps
 from planner.midfill import midfill_choice
 from planner.out_dir import OutputFolder
@@ -110,7 +110,7 @@ def placement(result: SolveResult, point: SolvedPoint) -> dict[str, Any]:
 
 
 def layout_placement(resolved: ResolvedScenario, layout: Layout,
-                     experts: dict[int, ExpertPlacement] | None = None) -> dict[str, Any]:
+                     experts: dict[str, ExpertPlacement] | None = None) -> dict[str, Any]:
     """`placement` of any layout that fits (ValueError if it does not)."""
     gpus = layout_gpus(resolved, layout)
     pools: list[dict[str, Any]] = []
@@ -125,9 +125,10 @@ def layout_placement(resolved: ResolvedScenario, layout: Layout,
             instances.append({"gpus": [group.gpu_id(g) for g in placed]})
         entry: dict[str, Any] = {"role": pool.role, "group": group.name, "gpus_per_instance": pool.gpus_per_instance,
                                  "instances": instances, "stages": stage_entries(resolved, pool)}
-        if experts and pool.moe_ep in experts:
-            banks = experts[pool.moe_ep]
-            entry["experts"] = {"moe_ep": pool.moe_ep, "imbalance": banks.imbalance,
+        name = bank_name(*pool_bank(resolved, pool))
+        if experts and name in experts:
+            banks = experts[name]
+            entry["experts"] = {"moe_ep": pool.moe_ep, "banks": name, "imbalance": banks.imbalance,
                                 "greedy_imbalance": banks.greedy_imbalance,
                                 "lower_bound_imbalance": banks.lower_bound_imbalance, "status": banks.status,
                                 "gap": banks.gap}
@@ -139,10 +140,15 @@ def layout_placement(resolved: ResolvedScenario, layout: Layout,
             "groups": groups, "pools": pools}
 
 
-def expert_banks(result: SolveResult, degrees: set[int] | None = None) -> dict[str, Any]:
-    """Experts per GPU (busiest first) and hot-expert replicas, per expert-parallel degree."""
-    return {str(ep): banks.to_dict() for ep, banks in sorted(result.experts.items())
-            if degrees is None or ep in degrees}
+def expert_banks(result: SolveResult, names: set[str] | None = None) -> dict[str, Any]:
+    """Experts per GPU and hot-expert replicas, per expert-parallel degree (busiest GPU first) and, for pools
+    placed group by group, per degree and domains (domain by domain: `planner.experts.place_experts`)."""
+    ordered = sorted(result.experts.items(), key=lambda item: _bank_order(item[0]))
+    return {name: banks.to_dict() for name, banks in ordered if names is None or name in names}
+
+
+def _bank_order(name: str) -> tuple[int, str]:
+    return int(name.split("-", 1)[0]), name
 
 
 def kv_tiers(result: SolveResult, point: SolvedPoint) -> dict[str, Any] | None:
@@ -256,9 +262,9 @@ def plan_yaml(result: SolveResult, index: int, point: SolvedPoint, data: dict[st
     figures = {k: data[k] for k in ("ttft_ms", "tpot_ms", "tokens_per_s_per_gpu", "tokens_per_s_per_gpu_used",
                                     "tokens_per_s_per_cluster_gpu", "tokens_per_s_per_user", "gpus", "idle_gpus",
                                     "usd_per_million_tokens", "tokens_per_s_per_mw", "status", "gap")}
-    degrees = {pool.moe_ep for pool in point.point.layout.pools}
+    names = {bank_name(*pool_bank(result.resolved, pool)) for pool in point.point.layout.pools}
     body = {"figures": figures, "binding": data["binding"], "layout": data["layout"], "placement": data["placement"],
-            "expert_banks": expert_banks(result, degrees)}
+            "expert_banks": expert_banks(result, names)}
     body.update({key: data[key] for key in ("kv_tiers", "midfill") if key in data})  # multi-turn sessions
     if result.calibration is not None:  # `plan export` prices a composite plan's deployments with it again
         body["calibration"] = fingerprint(result.calibration)

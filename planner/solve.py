@@ -24,7 +24,7 @@ from costmodel.scenario import Search
 from planner import diagnose
 from planner.batches import BatchCoverage, BatchSearch, InventorySearch, batch_search
 from planner.errors import InputError, InputProblem, NoSolutionInTimeError
-from planner.experts import ExpertPlacement, place_experts
+from planner.experts import ExpertPlacement, bank_name, expert_groups, place_experts, pool_bank
 from planner.formulation.model import build_model
 from planner.formulation.options import DeploymentOptions, deployment_options
 from planner.solvers import LazyBackend, SolveStatus
@@ -108,7 +108,7 @@ class SolveResult:
     sweep: SweepResult
     time_s: float
     candidates: dict[str, int] = field(default_factory=dict)
-    experts: dict[int, ExpertPlacement] = field(default_factory=dict)  # by expert-parallel degree
+    experts: dict[str, ExpertPlacement] = field(default_factory=dict)  # by `planner.experts.bank_name`
     options: DeploymentOptions | None = None
     prepare_s: float = 0.0  # candidates and options, before the first MILP
     batches: BatchCoverage = field(default_factory=lambda: BatchCoverage(certified=False))
@@ -301,19 +301,22 @@ def _with_batch_bound(solved: SolvedPoint, batches: BatchCoverage, outside: Outs
 
 
 def _expert_placements(resolved: ResolvedScenario, front: list[SolvedPoint],
-                       settings: SolveSettings) -> dict[int, ExpertPlacement]:
+                       settings: SolveSettings) -> dict[str, ExpertPlacement]:
     experts = resolved.architecture.num_experts
     if experts is None:
         return {}
-    degrees = sorted({pool.moe_ep for p in front for pool in p.point.layout.pools if pool.moe_ep > 1})
+    banks = sorted({pool_bank(resolved, pool) for p in front for pool in p.point.layout.pools if pool.moe_ep > 1})
     workload, search = resolved.scenario.workload, resolved.scenario.search
+    groups = expert_groups(resolved)
     # CP-SAT with a deterministic time limit: the same banks on every run (the other backends have no
     # deterministic limit)
-    return {ep: _place(experts, ep, workload.routing_skew, search.redundant_experts, "cpsat", settings.seed)
-            for ep in degrees}
+    return {bank_name(ep, domains): _place(experts, ep, workload.routing_skew, search.redundant_experts, "cpsat",
+                                           settings.seed, domains, groups if domains > 1 else 1)
+            for ep, domains in banks}
 
 
 @lru_cache(maxsize=256)
-def _place(experts: int, ep: int, skew: float, redundant: int, backend_name: str, seed: int) -> ExpertPlacement:
-    return place_experts(experts, ep, skew, redundant, backend_name, EXPERT_TIME_S, seed)
+def _place(experts: int, ep: int, skew: float, redundant: int, backend_name: str, seed: int, domains: int,
+           groups: int) -> ExpertPlacement:
+    return place_experts(experts, ep, skew, redundant, backend_name, EXPERT_TIME_S, seed, domains, groups)
 

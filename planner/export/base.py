@@ -169,12 +169,18 @@ def read_plan(path: Path, data: Any, resolved: ResolvedScenario) -> Plan:
                                                        "batch")}
             out.append(Pool(index=index, role=str(pool["role"]), gpus_per_instance=gpus,
                             nodes_per_instance=math.ceil(gpus / per_node), gpus_per_node=min(gpus, per_node),
-                            banks=banks.get(str(numbers["moe_ep"])), stages=list(place.get("stages") or []),
+                            banks=banks.get(_bank_of(place, numbers["moe_ep"])), stages=list(place.get("stages") or []),
                             cpu_offload_gb=float(pool.get("cpu_offload_gb") or 0.0),
                             hbm_bytes=system.hbm_capacity_bytes, **numbers))
         except (KeyError, TypeError, ValueError) as exc:
             raise InputError.single(path, None, f"layout.pools.{index}", f"missing or bad field: {exc}") from None
     return Plan(path=path, data=data, resolved=resolved, pools=tuple(out))
+
+
+def _bank_of(place: dict[str, Any], moe_ep: int) -> str:
+    """The pool's key under `expert_banks`: named in its placement (plans since session 34), else its degree."""
+    named = (place.get("experts") or {}).get("banks") if isinstance(place.get("experts"), dict) else None
+    return str(named) if named is not None else str(moe_ep)
 
 
 def _list(path: Path, data: Any, name: str) -> list[dict[str, Any]]:

@@ -136,7 +136,8 @@
       const placed = point.placement.pools[p];
       const shape = point.placement.groups[placed.group];
       const nodesPerDomain = shape.domain_gpus / shape.gpus_per_node;
-      const banks = D.expert_banks[String(pool.moe_ep)];
+      // the pool's banks: named in its placement (by domain where placed group by group), else its degree
+      const banks = D.expert_banks[(placed.experts && placed.experts.banks) || String(pool.moe_ep)];
       placed.instances.forEach((inst, instance) => {
         inst.gpus.forEach((id, offset) => {
           const [, rack, node, g] = id.match(/\/r(\d+)\/n(\d+)\/g(\d+)$/).map(Number);

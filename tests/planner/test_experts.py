@@ -10,7 +10,7 @@ import math
 import numpy as np
 import pytest
 
-from costmodel.routing import static_imbalance
+from costmodel.routing import grouped_loads, static_imbalance
 from planner.experts import UNIT, ExpertPlacement, _lpt, _replica_counts, _solve, place_experts
 from planner.solvers import BACKENDS, backend
 from planner.solvers.base import SolveOptions
@@ -131,3 +131,45 @@ def test_bad_arguments() -> None:
         place_experts(0, 4, 1.0, 0)
     with pytest.raises(ValueError, match="unknown solver"):
         place_experts(4, 2, 1.0, 0, backend_name="gurobi")
+
+
+@pytest.mark.parametrize(("experts", "ep", "skew", "redundant", "domains", "groups"), [
+    (256, 16, 0.0, 0, 2, 8), (256, 32, 0.5, 0, 4, 8), (256, 32, 0.8, 32, 4, 8), (256, 64, 0.5, 64, 8, 8),
+    (64, 8, 1.0, 8, 2, 4),
+])
+def test_placed_by_domain_each_domain_holds_whole_groups(experts: int, ep: int, skew: float, redundant: int,
+                                                         domains: int, groups: int) -> None:
+    """EPLB's hierarchical policy: every domain's GPUs (listed domain by domain) hold whole expert groups, the
+    same number each, with an even share of the replicas; its greedy is routing.py's; the bound, the balance and
+    the accounting hold as for a global placement."""
+    p = place_experts(experts, ep, skew, redundant, time_limit_s=0.2, domains=domains, groups=groups)
+    size, per_domain = experts // groups, ep // domains
+    seen: set[int] = set()
+    for d in range(domains):
+        held = {e for gpu in p.gpu_experts[d * per_domain:(d + 1) * per_domain] for e in gpu}
+        assert len({e // size for e in held}) == groups // domains and len(held) == experts // domains
+        assert held == {e for e in range(experts) if e // size in {e // size for e in held}}  # whole groups
+        assert not held & seen
+        seen |= held
+        assert sum(len(gpu) for gpu in p.gpu_experts[d * per_domain:(d + 1) * per_domain]) == \
+            (experts + redundant) // domains
+    assert sum(p.replicas) == experts + redundant and len(p.gpu_experts) == ep
+    assert all(len(gpu) <= math.ceil((experts + redundant) / ep) for gpu in p.gpu_experts)
+    load = grouped_loads(experts, skew, groups)
+    share = [load[e] / p.replicas[e] for e in range(experts)]
+    gpu_loads = [sum(share[e] for e in gpu) for gpu in p.gpu_experts]
+    assert sum(gpu_loads) == pytest.approx(1.0) and p.mean_load == pytest.approx(1.0 / ep)
+    assert p.max_load == pytest.approx(max(gpu_loads))
+    assert p.greedy_imbalance == pytest.approx(static_imbalance(experts, ep, skew, redundant, domains, groups),
+                                               rel=1e-12)
+    assert p.lower_bound_imbalance <= p.imbalance <= p.greedy_imbalance * (1 + 1e-12)
+    assert p.gap == pytest.approx(1.0 - p.lower_bound_imbalance / p.imbalance, abs=1e-12)
+    if skew == 0.0:
+        assert p.imbalance == pytest.approx(1.0) and p.status == "optimal"
+
+
+def test_grouped_loads_deal_the_zipf_ranks_over_the_groups() -> None:
+    """Rank r is expert (r mod G) E/G + r div G: every group holds one of each G consecutive ranks."""
+    loads = grouped_loads(8, 1.0, 2)
+    zipf = np.arange(1, 9, dtype=float) ** -1.0 / sum(1 / k for k in range(1, 9))
+    assert list(loads) == pytest.approx([zipf[0], zipf[2], zipf[4], zipf[6], zipf[1], zipf[3], zipf[5], zipf[7]])

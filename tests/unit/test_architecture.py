@@ -216,6 +216,8 @@ def test_architecture_rejects_gaps_between_groups() -> None:
         (_moe_config(layer_types=["full_attention", "mystery"]), "layer_types"),
         (_moe_config(text_config=[1]), "text_config"),
         (_moe_config(torch_dtype="int3"), "torch_dtype"),
+        (_moe_config(n_group=3, topk_group=1), "n_group"),
+        (_moe_config(n_group=2, topk_group=3), "topk_group"),
     ],
 )
 def test_parser_errors_name_the_field(config: dict[str, Any], field: str) -> None:
@@ -223,6 +225,14 @@ def test_parser_errors_name_the_field(config: dict[str, Any], field: str) -> Non
         parse_hf_config(config, "bad")
     assert info.value.field == field
     assert field in str(info.value)
+
+
+def test_group_limited_routing_is_read_from_n_group_and_topk_group() -> None:
+    """DeepSeek-V3's n_group / topk_group (a token's experts from 4 of 8 groups); absent or 1: no limit."""
+    ffn = parse_hf_config(_moe_config(n_group=2, topk_group=1), "grouped").layers[0].ffn
+    assert (ffn.expert_groups, ffn.groups_per_token, ffn.group_limited) == (2, 1, True)
+    for extra in ({}, {"n_group": 1, "topk_group": 1}, {"n_group": 2, "topk_group": 2}):
+        assert not parse_hf_config(_moe_config(**extra), "free").layers[0].ffn.group_limited
 
 
 def test_missing_field_message_says_what_it_means() -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from costmodel.collectives import dispatch_combine
+from costmodel.collectives import dispatch_combine, expected_remote_domains
 from costmodel.hardware import load_system
 from costmodel.operators import Parallel
 from costmodel.work import Transfer
@@ -94,3 +94,67 @@ def test_steps_without_decode_tokens_relay_and_piggyback_mixed_steps_send_per_ra
     # vLLM's mixed step carries the decode tokens' and the prompt chunk's sends alike: per rank, 8 of the 15
     # other GPUs on the other node
     assert _nic_share("vllm", "mixed") == pytest.approx(8 / 7)
+
+
+@pytest.mark.parametrize(("domains", "expected"), [
+    (2, 1 - 1 / 70),  # the other node's 4 groups all missed: C(4, 4) / C(8, 4)
+    (4, 3 * (1 - 15 / 70)),  # each other node's 2 groups missed: C(6, 4) / C(8, 4)
+    (8, 7 * 4 / 8),  # one group a node, 4 of 8 chosen
+])
+def test_node_limited_routing_reaches_the_domains_of_the_chosen_groups(domains: int, expected: float) -> None:
+    """DeepSeek-V3 (8 groups, a token's top-8 from 4 of them), whole groups on each domain, by hand."""
+    assert expected_remote_domains(domains, 8, 8, 4) == pytest.approx(expected)
+    assert expected_remote_domains(domains, 8, 8, 4) < expected_remote_domains(domains, 8)
+
+
+def test_node_limited_routing_needs_whole_groups_per_domain_and_caps_at_uniform() -> None:
+    assert expected_remote_domains(16, 8, 8, 4) == expected_remote_domains(16, 8)  # groups span domains
+    assert expected_remote_domains(3, 8, 8, 4) == expected_remote_domains(3, 8)  # 8 groups on 3 domains
+    assert expected_remote_domains(8, 8, 8, 8) == expected_remote_domains(8, 8)  # every group allowed
+    # two experts reach at most two domains, whichever groups they come from
+    assert expected_remote_domains(8, 2, 8, 4) == expected_remote_domains(8, 2)
+
+
+def _deepseek_pools(roles: tuple[str, str], ep: int, system: str = "h200-sxm", redundant: int = 0) -> list[int]:
+    """`expert_domains` of each pool of a DeepSeek-V3 layout at attention DP and EP `ep`."""
+    from costmodel.evaluate import pool_context
+    from costmodel.layout import Layout
+    from planner.scenario import scenario_from_data
+
+    resolved = scenario_from_data({
+        "schema_version": 1, "name": "groups", "model": "deepseek-v3", "engine": "sglang",
+        "cluster": {"system": system, "gpus": 2 * ep}, "workload": {"input_tokens": 4096, "output_tokens": 256},
+        "search": {"redundant_experts": redundant}})
+    layout = Layout.model_validate({"schema_version": 1, "serving": "disaggregated", "pools": [
+        {"role": role, "tp": 1, "dp_attention": ep, "moe_ep": ep, "batch": ep} for role in roles]})
+    return [pool_context(resolved, pool).expert_domains for pool in layout.pools]
+
+
+def test_prefill_pools_place_experts_by_domain_as_eplb_does() -> None:
+    """EPLB's hierarchical policy where the nodes divide the groups, in prefill; the global one in decode."""
+    assert _deepseek_pools(("prefill", "decode"), 64) == [8, 1]
+    assert _deepseek_pools(("prefill", "decode"), 32) == [4, 1]
+    assert _deepseek_pools(("prefill", "decode"), 48) == [1, 1]  # 6 nodes do not divide 8 groups
+    assert _deepseek_pools(("prefill", "decode"), 128) == [1, 1]  # 16 nodes: groups span nodes
+    assert _deepseek_pools(("prefill", "decode"), 32, redundant=2) == [1, 1]  # 2 replicas over 4 nodes
+    assert _deepseek_pools(("prefill", "decode"), 32, redundant=32) == [4, 1]
+    assert _deepseek_pools(("prefill", "decode"), 64, system="mi300x") == [1, 1]  # no relay: not priced
+    assert _deepseek_pools(("prefill", "decode"), 64, system="gb200-nvl72") == [1, 1]  # one domain
+
+
+def test_a_prefill_step_sends_the_node_limited_copies() -> None:
+    """DeepSeek-V3's prefill pool at EP 64 on eight H200 nodes: 3.5 remote nodes a token, not 4.6."""
+    from costmodel.evaluate import plan_layout
+    from costmodel.layout import Layout
+    from planner.scenario import scenario_from_data
+
+    resolved = scenario_from_data({
+        "schema_version": 1, "name": "groups", "model": "deepseek-v3", "engine": "sglang",
+        "cluster": {"system": "h200-sxm", "gpus": 128}, "workload": {"input_tokens": 4096, "output_tokens": 256}})
+    pools = [{"role": role, "tp": 1, "dp_attention": 64, "moe_ep": 64, "batch": 64} for role in ("prefill", "decode")]
+    plan = plan_layout(resolved, Layout.model_validate({"schema_version": 1, "serving": "disaggregated",
+                                                        "pools": pools})).pools[0]
+    step = plan.fill[0]
+    nic, scaleup = _bytes(step.transfers, "moe_dispatch", "nic"), _bytes(step.transfers, "moe_dispatch", "scaleup")
+    remote_ranks = 64 * (1 - (63 / 64) ** 8) * 63 / 64  # every destination's copy over NVLink
+    assert nic / scaleup == pytest.approx(3.5 / remote_ranks)
