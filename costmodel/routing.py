@@ -22,8 +22,8 @@ import math
 
 import numpy as np
 
-# Roles whose pools EPLB's hierarchical policy places (DeepSeek's EPLB: "the hierarchical load balancing policy
-# ... in the prefilling stage with a smaller expert-parallel size"; the global policy in decode).
+# Roles whose pools EPLB's hierarchical policy places (DeepSeek's EPLB README: the hierarchical policy for the
+# prefilling stage, with its smaller expert-parallel size; the global policy for decoding, with its larger one).
 HIERARCHICAL_ROLES = frozenset({"prefill", "midfill"})
 
 
@@ -32,7 +32,7 @@ def placement_domains(groups: int, groups_per_token: int, role: str, ep: int, mo
     """Scale-up domains over which a pool's experts are placed group by group (1: placed globally).
 
     EPLB's hierarchical policy, which harnesses group-limited routing (a token's experts from `groups_per_token`
-    of `groups` groups), applies "when the number of server nodes divides the number of expert groups"; here,
+    of `groups` groups), applies where the number of nodes divides the number of expert groups (EPLB README); here,
     in prefill and midfill pools of NVIDIA GPUs (where prompt steps relay their all-to-all per domain:
     `costmodel.collectives.dispatch_combine`) whose expert-parallel group fills whole domains, with the
     redundant slots split evenly over them (EPLB asserts that too). Anything else: the global policy."""
