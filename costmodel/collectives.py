@@ -1,11 +1,14 @@
 """Bytes each GPU moves in the collectives of one layer, on the link tier they really cross.
 
 Tier rule: a group of n GPUs whose placement keeps it inside one scale-up domain of D GPUs talks over
-NVLink/xGMI; a larger group spans ceil(n/D) domains. An all-to-all's bytes go to the n - 1 other GPUs
-evenly, n - D of them across the NIC: the share (n - D)/(n - 1). A ring all-reduce across domains keeps
-the share 1 - D/n (its hops, a rough rule: NCCL's rings and trees per NIC are not modelled).
-Assumption: domains are equal; a group that is not a whole number of domains is priced as if it were.
-The planner places groups inside domains whenever they fit; this module assumes that placement.
+NVLink/xGMI; a larger group spans ceil(n/D) domains, whole ones first (the planner's first-fit placement)
+and the remainder r = n mod D in one more. An all-to-all's bytes go to the n - 1 other GPUs evenly; the
+ranks step together, so the GPUs with the most peers across the NIC set the pace: those of the smallest
+domain part, with the share (n - r)/(n - 1) (r = D for whole domains: (n - D)/(n - 1); 128 GPUs over
+72-GPU racks, 72 + 56: 72/127). A ring all-reduce across domains keeps the share 1 - D/n (its hops, a
+rough rule: NCCL's rings and trees per NIC are not modelled). Relayed sends (`dispatch_combine`) count
+ceil(n/D) domains as equal. The planner places groups inside domains whenever they fit; this module
+assumes that placement.
 Both tiers' times are added (a conservative choice: engines overlap them only partly).
 """
 
@@ -27,7 +30,8 @@ def split_by_tier(name: str, kind: CollectiveKind, group: int, bytes_per_gpu: fl
     domain = system.scaleup_domain_gpus
     if group <= domain:
         return [Transfer(name, "scaleup", bytes_per_gpu, calls, kind, ranks)]
-    remote = (group - domain) / (group - 1) if kind == "alltoall" else 1.0 - domain / group
+    smallest = group % domain or domain  # GPUs of the group's last, partial domain (if any)
+    remote = (group - smallest) / (group - 1) if kind == "alltoall" else 1.0 - domain / group
     return [
         Transfer(name, "scaleup", bytes_per_gpu * (1.0 - remote), calls, kind),
         Transfer(name, "nic", bytes_per_gpu * remote, calls, kind),

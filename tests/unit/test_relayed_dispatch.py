@@ -182,3 +182,17 @@ def test_node_limited_domains_bound_deepseeks_own_routing(domains: int) -> None:
     simulated = float((reached.sum(axis=1) - reached[np.arange(tokens), sender]).mean())
     formula = expected_remote_domains(domains, top_k, groups, chosen)
     assert simulated <= formula * 1.005 and formula <= simulated * 1.02
+
+
+@pytest.mark.parametrize(("system", "ep", "smallest"), [
+    ("h200-sxm", 16, 8), ("h200-sxm", 12, 4), ("h200-sxm", 24, 8), ("gb200-nvl72", 128, 56), ("gb200-nvl72", 144, 72),
+    ("gb200-nvl72", 256, 40),
+])
+def test_per_rank_sends_are_paced_by_the_smallest_domain_part(system: str, ep: int, smallest: int) -> None:
+    """A group that is not a whole number of domains (128 GPUs over 72-GPU racks: 72 + 56): the GPUs of the
+    partial domain have n - r of their n - 1 peers across the NIC, and every rank waits for them."""
+    spec = load_system(system)
+    sends = dispatch_combine(ep * 64, 1, 8, Parallel(dp=ep, moe_ep=ep), 1.0, spec)
+    nic, scaleup = _bytes(sends, "moe_dispatch", "nic"), _bytes(sends, "moe_dispatch", "scaleup")
+    assert nic / (nic + scaleup) == pytest.approx((ep - smallest) / (ep - 1))
+    assert nic / (nic + scaleup) >= (ep - spec.scaleup_domain_gpus) / (ep - 1)  # never below whole domains'
