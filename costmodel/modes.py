@@ -172,10 +172,10 @@ def layer_work(ctx: PoolContext, layer: Layer, shape: StepShape) -> StepWork:
         work.moe_layers = 1
         work.weight_only_layers = int(ctx.fmt.weight_only_experts is not None)
         group_tokens = shape.group_tokens(par.dp)
-        by_domain = ctx.expert_domains > 1
+        by_domain = ctx.expert_domains > 1 and layer.ffn.group_limited
         groups = (layer.ffn.expert_groups, layer.ffn.groups_per_token) if by_domain else (1, 0)
         imbalance = load_imbalance(layer.ffn.num_experts, layer.ffn.top_k, par.moe_ep, group_tokens,
-                                   ctx.skew, ctx.redundant_experts, ctx.expert_domains, groups[0])
+                                   ctx.skew, ctx.redundant_experts, ctx.expert_domains if by_domain else 1, groups[0])
         work.ops += routed_expert_ops(layer.ffn, group_tokens, par, ctx.fmt, imbalance, ctx.redundant_experts)
         # latent experts (Kimi K3) take the token at their own width: the down projection runs before dispatch
         width = layer.ffn.expert_hidden_size or hidden

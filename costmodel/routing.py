@@ -52,8 +52,9 @@ def zipf_loads(experts: int, skew: float) -> np.ndarray:
 def grouped_loads(experts: int, skew: float, groups: int) -> np.ndarray:
     """Loads by expert id of a model whose experts form `groups` groups of consecutive ids: the Zipf ranks dealt
     over the groups in turn (rank r is expert (r mod G) E/G + r div G). Assumption: the routing's balancing
-    (DeepSeek-V3's auxiliary-loss-free bias) keeps groups about evenly loaded; the Zipf law says how skewed
-    experts are, not where the hot ones sit."""
+    (DeepSeek-V3's auxiliary-loss-free bias) spreads the hot experts over the groups; the Zipf law says how
+    skewed experts are, not where the hot ones sit. Dealt so, the groups are as even as one expert per tier
+    allows: the group holding rank 0 carries 1.15x the mean group's load at skew 0.5, 1.93x at 1.0."""
     size = experts // groups
     ids = np.arange(experts)
     return np.asarray(zipf_loads(experts, skew)[(ids % size) * groups + ids // size])

@@ -37,12 +37,12 @@ Packing = list[list[int]]  # expert ids per GPU, one entry per replica
 @dataclass(frozen=True)
 class ExpertPlacement:
     replicas: tuple[int, ...]  # replicas per expert (>= 1)
-    gpu_experts: tuple[tuple[int, ...], ...]  # expert ids held by each GPU, busiest GPU first
+    gpu_experts: tuple[tuple[int, ...], ...]  # expert ids held by each GPU, busiest first (by domain: per domain)
     max_load: float
     mean_load: float
     imbalance: float  # max_load / mean_load
     greedy_imbalance: float  # of the LPT greedy, equal to costmodel.routing.static_imbalance
-    lower_bound_imbalance: float  # proven: no placement of these replicas does better
+    lower_bound_imbalance: float  # proven: no placement of these replicas (by domain: of these groups) does better
     status: str  # SolveStatus value
     gap: float  # (max_load - lower bound) / max_load
 
@@ -90,6 +90,10 @@ def place_experts(experts: int, ep: int, skew: float, redundant: int, backend_na
     within each, and the bound is over placements that keep the same groups on each domain."""
     if experts < 1 or ep < 1 or redundant < 0:
         raise ValueError(f"need experts >= 1, ep >= 1, redundant >= 0 (got {experts}, {ep}, {redundant})")
+    if domains > 1 and (experts % groups or groups % domains or ep % domains or redundant % domains):
+        raise ValueError(f"placing by domain needs groups splitting the experts, and domains splitting the groups, "
+                         f"GPUs and replicas (got {experts} experts, {groups} groups, {domains} domains, ep {ep}, "
+                         f"{redundant} replicas)")
     solver = LazyBackend(backend_name)  # an unknown name fails here; the package loads only if the model runs
     options = SolveOptions(time_limit_s, threads=1, seed=seed, deterministic=True)  # reproducible banks
     slots = math.ceil((experts + redundant) / ep)
@@ -98,6 +102,8 @@ def place_experts(experts: int, ep: int, skew: float, redundant: int, backend_na
         return packed.placement()
     loads = grouped_loads(experts, skew, groups)
     held = domain_experts(loads, groups, domains)
+    # the time limit shared among the domains' models, as one placement's
+    options = SolveOptions(time_limit_s / domains, threads=1, seed=seed, deterministic=True)
     parts = [_pack(loads[ids], ep // domains, redundant // domains, slots, solver, options) for ids in held]
     return _Packed.combine(held, parts, experts)
 

@@ -5,11 +5,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
+from costmodel.calibration import default_calibration
+from costmodel.evaluate import pool_context
 from costmodel.layout import Layout
 from planner.experts import bank_name, expert_groups, place_experts, pool_bank
 from planner.export.base import read_plan
 from planner.plan_output import layout_placement
 from planner.scenario import scenario_from_data
+from planner.templates import generate
 
 SCENARIO = {"schema_version": 1, "name": "banks", "model": "deepseek-v3", "engine": "sglang",
             "cluster": {"system": "h200-sxm", "gpus": 64}, "workload": {"input_tokens": 4096, "output_tokens": 256}}
@@ -46,3 +51,20 @@ def test_plans_without_named_banks_read_the_degrees() -> None:
     data = {"layout": layout.model_dump(mode="json"), "placement": placement,
             "expert_banks": {"32": banks.to_dict()}}
     assert all(pool.banks is not None for pool in read_plan(Path("plan.yaml"), data, resolved).pools)
+
+
+@pytest.mark.parametrize("serving", [["aggregated", "disaggregated"], ["disaggregated"]])
+def test_candidates_are_priced_with_their_own_roles_placement(serving: list[str]) -> None:
+    """The planner shares a pool context among a layout's candidates; a prefill pool's experts are placed by
+    domain and a decode or mixed pool's globally, so each candidate's context is the one `plan evaluate` builds
+    for it. Failed when the cache ignored the role: whichever kind came first set every role's placement."""
+    resolved = scenario_from_data({**SCENARIO, "search": {"serving": serving, "tp": [1], "dp_attention": [16, 32, 64],
+                                                          "pp": [1]}})
+    candidates = generate(resolved, default_calibration())
+    domains = {}
+    for kind, found in candidates.by_role.items():
+        for candidate in found:
+            own = candidate.timing.plan.ctx.expert_domains
+            assert own == pool_context(resolved, candidate.pool).expert_domains, (kind, candidate.pool)
+            domains.setdefault(kind, set()).add(own)
+    assert {2, 4, 8} <= domains["prefill"] and domains["decode"] == {1}  # prefill: by domain (or expert TP)

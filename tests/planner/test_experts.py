@@ -131,6 +131,9 @@ def test_bad_arguments() -> None:
         place_experts(0, 4, 1.0, 0)
     with pytest.raises(ValueError, match="unknown solver"):
         place_experts(4, 2, 1.0, 0, backend_name="gurobi")
+    for domains, groups, ep, redundant in [(3, 8, 24, 0), (2, 8, 15, 0), (4, 8, 32, 2), (2, 6, 16, 0)]:
+        with pytest.raises(ValueError, match="placing by domain"):
+            place_experts(256, ep, 0.5, redundant, domains=domains, groups=groups)
 
 
 @pytest.mark.parametrize(("experts", "ep", "skew", "redundant", "domains", "groups"), [
