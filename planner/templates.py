@@ -27,7 +27,6 @@ from costmodel.layout import Pool, PoolRole
 from costmodel.modes import PoolContext
 from costmodel.pricing import TablePricer, WorkTable
 from costmodel.resolve import ResolvedScenario
-from costmodel.routing import HIERARCHICAL_ROLES
 from costmodel.scenario import MAX_BATCH, KvStore
 from costmodel.serving import (
     ENGINE_STEP_TOKENS,
@@ -40,6 +39,7 @@ from costmodel.serving import (
     turn_share,
     with_session_tiers,
 )
+from planner.experts import pool_bank
 
 POWERS_OF_TWO = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
 BATCH_PER_RANK = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
@@ -377,12 +377,12 @@ def planned(resolved: ResolvedScenario, pools: list[Pool], turns: Turns, result:
 
 def _context(resolved: ResolvedScenario, pool: Pool, result: CandidateSet) -> PoolContext:
     """The pool's context, shared by every batch of its layout: it depends on the scenario and the pool's
-    parallel layout (and inventory group) only, not on its batch or tiers, and on its role only through
-    whether the role's experts may be placed by domain (`costmodel.routing.HIERARCHICAL_ROLES`: prefill and
-    midfill pools). Sharing it lets what the context caches per layout (its stages' layer counts) serve every
-    batch."""
+    parallel layout (and inventory group) only, not on its batch or tiers, and on its role only through the
+    domains its experts are placed over (`planner.experts.pool_bank`: prefill and midfill pools may place
+    them by domain). Sharing it lets what the context caches per layout (its stages' layer counts and step
+    work) serve every batch and every role placed alike."""
     key = (*layout_key(pool), getattr(pool, "group", None), getattr(pool, "cpu_offload_gb", 0.0),
-           pool.role in HIERARCHICAL_ROLES)
+           pool_bank(resolved, pool)[1])
     cached = result.contexts.get(key)
     if cached is None or cached[0] is not resolved:
         cached = result.contexts[key] = (resolved, pool_context(resolved, pool))
