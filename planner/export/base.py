@@ -179,7 +179,8 @@ def read_plan(path: Path, data: Any, resolved: ResolvedScenario) -> Plan:
 
 def _bank_of(place: dict[str, Any], moe_ep: int) -> str:
     """The pool's key under `expert_banks`: named in its placement (plans since session 34), else its degree."""
-    named = (place.get("experts") or {}).get("banks") if isinstance(place.get("experts"), dict) else None
+    experts = place.get("experts")
+    named = experts.get("banks") if isinstance(experts, dict) else None
     return str(named) if named is not None else str(moe_ep)
 
 
