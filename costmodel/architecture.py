@@ -458,6 +458,13 @@ class Architecture(BaseModel):
         return max(counts) if counts else None
 
     @property
+    def expert_routing(self) -> tuple[int, int]:
+        """(expert groups, groups a token's experts come from) of the MoE layers (DeepSeek-V3: (8, 4));
+        (1, 0) for a dense model or routing without groups."""
+        ffn = next((layer.ffn for layer in self.layers if layer.ffn.kind == "moe"), None)
+        return (ffn.expert_groups, ffn.groups_per_token) if ffn is not None else (1, 0)
+
+    @property
     def top_k(self) -> int | None:
         counts = [layer.ffn.top_k for layer in self.layers if layer.ffn.kind == "moe"]
         return max(counts) if counts else None

@@ -64,8 +64,8 @@ def expected_remote_domains(domains: int, top_k: int, groups: int = 1, groups_pe
     experts' scores, so a chosen group's best expert nearly always makes the top_k: its gate simulated with
     i.i.d. scores puts an expert in 3.97 of the 4, and reaches 3.47 remote domains of 7 where this gives 3.5,
     `tests/unit/test_relayed_dispatch.py`); never more than the uniform figure (a top_k below g cannot reach
-    every chosen group). DeepSeek-V3 (G 8, g 4, top-8) over 8 domains:
-    3.5 remote domains a token, against 4.6 under uniform routing; over 4: 2.4 against 2.7."""
+    every chosen group). DeepSeek-V3 (G 8, g 4, top-8) over 8 domains: 3.5 remote domains a token, against
+    4.6 under uniform routing; over 4: 2.4 against 2.7."""
     if domains <= 1:
         return 0.0
     uniform = (domains - 1) * (1.0 - (1.0 - 1.0 / domains) ** top_k)

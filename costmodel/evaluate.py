@@ -144,11 +144,9 @@ def pool_context(resolved: ResolvedScenario, pool: Pool) -> PoolContext:
 def expert_domains(resolved: ResolvedScenario, pool: Pool, system: SystemSpec) -> int:
     """Scale-up domains the pool's experts are placed over group by group (`costmodel.routing.placement_domains`;
     the planner's expert banks follow it: `planner.experts`)."""
-    moe = next((layer.ffn for layer in resolved.architecture.layers if layer.ffn.kind == "moe"), None)
-    if moe is None:
-        return 1
-    return placement_domains(moe.expert_groups, moe.groups_per_token, pool.role, pool.moe_ep, pool.moe_tp,
-                             system.scaleup_domain_gpus, resolved.scenario.search.redundant_experts, system.vendor)
+    groups, chosen = resolved.architecture.expert_routing
+    return placement_domains(groups, chosen, pool.role, pool.moe_ep, pool.moe_tp, system.scaleup_domain_gpus,
+                             resolved.scenario.search.redundant_experts, system.vendor)
 
 
 def prefill_batch_tokens(scenario: Scenario, system: SystemSpec) -> float | None:

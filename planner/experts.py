@@ -74,11 +74,6 @@ def pool_bank(resolved: ResolvedScenario, pool: Pool) -> tuple[int, int]:
     return pool.moe_ep, expert_domains(resolved, pool, system)
 
 
-def expert_groups(resolved: ResolvedScenario) -> int:
-    """Expert groups of the model's routed experts (1: none)."""
-    return next((layer.ffn.expert_groups for layer in resolved.architecture.layers if layer.ffn.kind == "moe"), 1)
-
-
 def place_experts(experts: int, ep: int, skew: float, redundant: int, backend_name: str = "cpsat",
                   time_limit_s: float = 2.0, seed: int = 0, domains: int = 1, groups: int = 1) -> ExpertPlacement:
     """Place `experts` experts plus `redundant` hot replicas on `ep` GPUs, minimising the busiest GPU.

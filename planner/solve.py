@@ -24,7 +24,7 @@ from costmodel.scenario import Search
 from planner import diagnose
 from planner.batches import BatchCoverage, BatchSearch, InventorySearch, batch_search
 from planner.errors import InputError, InputProblem, NoSolutionInTimeError
-from planner.experts import ExpertPlacement, bank_name, expert_groups, place_experts, pool_bank
+from planner.experts import ExpertPlacement, bank_name, place_experts, pool_bank
 from planner.formulation.model import build_model
 from planner.formulation.options import DeploymentOptions, deployment_options
 from planner.solvers import LazyBackend, SolveStatus
@@ -307,7 +307,7 @@ def _expert_placements(resolved: ResolvedScenario, front: list[SolvedPoint],
         return {}
     banks = sorted({pool_bank(resolved, pool) for p in front for pool in p.point.layout.pools if pool.moe_ep > 1})
     workload, search = resolved.scenario.workload, resolved.scenario.search
-    groups = expert_groups(resolved)
+    groups = resolved.architecture.expert_routing[0]
     # CP-SAT with a deterministic time limit: the same banks on every run (the other backends have no
     # deterministic limit)
     return {bank_name(ep, domains): _place(experts, ep, workload.routing_skew, search.redundant_experts, "cpsat",

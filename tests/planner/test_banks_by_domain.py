@@ -10,7 +10,7 @@ import pytest
 from costmodel.calibration import default_calibration
 from costmodel.evaluate import pool_context
 from costmodel.layout import Layout
-from planner.experts import bank_name, expert_groups, place_experts, pool_bank
+from planner.experts import bank_name, place_experts, pool_bank
 from planner.export.base import read_plan
 from planner.plan_output import layout_placement
 from planner.scenario import scenario_from_data
@@ -26,7 +26,7 @@ def test_a_prefill_pool_gets_banks_by_domain_and_the_export_reads_them() -> None
     resolved = scenario_from_data(SCENARIO)
     layout = Layout.model_validate({"schema_version": 1, "serving": "disaggregated", "pools": POOLS})
     banks = {pool_bank(resolved, pool) for pool in layout.pools}
-    assert banks == {(32, 4), (32, 1)} and expert_groups(resolved) == 8
+    assert banks == {(32, 4), (32, 1)} and resolved.architecture.expert_routing[0] == 8
     experts = {bank_name(ep, d): place_experts(256, ep, 0.0, 0, domains=d, groups=8 if d > 1 else 1)
                for ep, d in banks}
     placement = layout_placement(resolved, layout, experts)
