@@ -146,6 +146,25 @@ PREFILL_EXECUTION: dict[str, Literal["compiled", "eager"]] = {
     "vllm": "compiled", "sglang": "eager", "trtllm": "eager",
 }
 
+# The activations each engine pairs with microscaled experts (`ResolvedScenario.microscaled_experts`: MXFP4,
+# gpt-oss and Kimi K3) by default on NVIDIA GPUs with fp4 tensor cores. Their grouped GEMMs then run at that
+# format's rate: tcgen05.mma's kind::f8f6f4 takes e2m1 beside e4m3 at the fp8 rate; only kind::mxf4, with both
+# operands fp4, doubles it (PTX ISA, tcgen05.mma kinds).
+# - vllm: bf16. vLLM 0.34 `fused_moe/oracle/mxfp4.py`: gpt-oss names no activation format, so only the bf16
+#   backends are kept, FlashInfer's TRT-LLM-gen MXFP4 x BF16 MoE first on SM100 (`--moe-backend
+#   flashinfer_trtllm_afp8` selects MXFP8).
+# - sglang: fp8. SGLang 0.5.23 runs the `flashinfer_mxfp4` runner on SM100, whose
+#   `--flashinfer-mxfp4-moe-precision default` quantises activations to MXFP8 (`bf16` keeps them).
+# - trtllm: fp8, an assumption (W4A8_MXFP4_MXFP8 for its TRTLLM MoE backend on Blackwell): its wheel could not be
+#   read here.
+# Read for gpt-oss. Kimi K3's compressed-tensors MXFP4 experts take the same MoE method in SGLang 0.5.23
+# (`compressed_tensors.py`: `Mxfp4MoEMethod` off NPUs); assumption: alike in vLLM.
+# The cost model still prices these experts at the fp4 rate: priced at these formats, refitted, the
+# calibration's gpt-oss rows fit worse (held out by model TTFT 24.2% -> 27.2%, TPOT 12.1% -> 13.2%; session 35,
+# docs/calibration-log.md). `costmodel.expected_error` names the gap in the error it quotes.
+MX_EXPERT_ACTIVATIONS: dict[str, Dtype] = {"vllm": Dtype.BF16, "sglang": Dtype.FP8, "trtllm": Dtype.FP8}
+MX_EXPERT_ACTIVATIONS_ASSUMED = frozenset({"trtllm"})  # not read in the engine's source
+
 
 class Calibration(_Frozen):
     schema_version: Literal[1] = 1

@@ -27,17 +27,25 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from importlib import resources
 from typing import Any
 
 import yaml
 
 from costmodel.architecture import Architecture
-from costmodel.calibration import Calibration, default_calibration, fingerprint, generation_of
+from costmodel.calibration import (
+    MX_EXPERT_ACTIVATIONS,
+    MX_EXPERT_ACTIVATIONS_ASSUMED,
+    Calibration,
+    default_calibration,
+    fingerprint,
+    generation_of,
+)
 from costmodel.errors import CostModelError
 from costmodel.hardware import SystemSpec, load_system, system_names
 from costmodel.models import load_model
+from costmodel.precision import Dtype
 from costmodel.resolve import ResolvedScenario
 
 KEYS = ("model", "system", "engine")  # what a scenario may bring that the calibration's rows lack
@@ -114,13 +122,39 @@ def _system_name(system: SystemSpec) -> str:
 def expected_error(resolved: ResolvedScenario, calibration: Calibration | None = None,
                    systems: Sequence[SystemSpec] | None = None) -> ExpectedError:
     """The held-out error that applies to `resolved` priced with `calibration` (the bundled one if None), on
-    `systems`: those a deployment's pools run on (every system of the cluster if None)."""
+    `systems`: those a deployment's pools run on (every system of the cluster if None); its basis names what
+    the figure does not cover (`microscaled_note`)."""
+    systems = list(systems) if systems else [group.system for group in resolved.groups]
+    trust = _held_out_error(resolved, calibration, systems)
+    note = microscaled_note(resolved, systems)
+    return replace(trust, basis=f"{trust.basis}; {note}") if note else trust
+
+
+def microscaled_note(resolved: ResolvedScenario, systems: Sequence[SystemSpec]) -> str:
+    """Where MXFP4 experts run on NVIDIA fp4 tensor cores: the cost model prices them at the fp4 rate, which
+    the engines do not run them at (`costmodel.calibration.MX_EXPERT_ACTIVATIONS`); empty elsewhere."""
+    fp4 = [s for s in systems if s.vendor == "nvidia" and Dtype.FP4 in s.peak_flops_per_s]
+    if not resolved.microscaled_experts or not fp4:
+        return ""
+    engine = resolved.scenario.engine
+    known = MX_EXPERT_ACTIVATIONS.get(engine)
+    formats = [known] if known else sorted(set(MX_EXPERT_ACTIVATIONS.values()))
+    slower = max(s.peak_flops_per_s[Dtype.FP4] / s.peak_flops_per_s[f] for s in fp4 for f in formats)
+    assumed = " (assumed)" if engine in MX_EXPERT_ACTIVATIONS_ASSUMED else ""
+    how = (f"{engine} computes them with {known} activations{assumed}" if known else
+           "engines compute them with fp8 (SGLang; TRT-LLM, assumed) or bf16 (vLLM) activations")
+    return (f"the routed experts are MXFP4, priced at the fp4 tensor-core rate (the calibration's gpt-oss rows fit "
+            f"it best), while {how}, at up to {slower:.3g}x fewer FLOP/s: TTFT and throughput where prefill "
+            "dominates may be optimistic")
+
+
+def _held_out_error(resolved: ResolvedScenario, calibration: Calibration | None,
+                    systems: list[SystemSpec]) -> ExpectedError:
     data = bundled_figures()
     if calibration is not None and calibration != default_calibration() \
             and fingerprint(calibration)["sha256"] != data["calibration_sha256"]:
         return ExpectedError((), {}, None, "a calibration other than the bundled one; `plan calibrate` prints its "
                                            "cross-validated error and writes it in the calibration's header")
-    systems = list(systems) if systems else [group.system for group in resolved.groups]
     unmeasured = sorted({generation_of(system) for system in systems} - set(data["generations"]))
     if unmeasured:
         return ExpectedError((), {}, None, f"the calibration's rows have no GPU of the {', '.join(unmeasured)} "

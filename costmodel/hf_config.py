@@ -16,7 +16,7 @@ from costmodel.architecture import Architecture, Layer, group_layers
 from costmodel.errors import ConfigError
 from costmodel.hf_fields import ConfigReader
 from costmodel.hf_layers import attention_layers, ffn_layers, model_type
-from costmodel.precision import Dtype, scaled_bytes
+from costmodel.precision import MXFP4_BYTES, Dtype, scaled_bytes
 
 _TORCH_DTYPES = {"bfloat16": Dtype.BF16, "float16": Dtype.BF16, "float32": Dtype.BF16}
 _CONTEXT_KEYS = ("max_position_embeddings", "model_max_length")
@@ -93,10 +93,6 @@ def _mtp_modules(cfg: ConfigReader, notes: list[str]) -> int:
     return count
 
 
-# MXFP4 (OCP Microscaling): 4-bit e2m1 elements, one 8-bit e8m0 scale per 32 (gpt-oss's `quant_method: mxfp4`).
-MXFP4_GROUP = 32
-
-
 def native_formats(root: ConfigReader, cfg: ConfigReader,
                    notes: list[str]) -> tuple[Dtype, Dtype, float | None]:
     """(non-expert weights, routed experts) formats of the published checkpoint, and the experts' bytes per
@@ -109,7 +105,7 @@ def native_formats(root: ConfigReader, cfg: ConfigReader,
     if method == "fp8":  # DeepSeek-style 128x128 block fp8 on all linear layers
         return Dtype.FP8, Dtype.FP8, None
     if method == "mxfp4":  # gpt-oss: experts only; attention, router, embeddings stay bf16
-        return base, Dtype.FP4, scaled_bytes(4, MXFP4_GROUP, 1.0)
+        return base, Dtype.FP4, MXFP4_BYTES  # OCP MXFP4: 4-bit e2m1, one e8m0 scale per 32
     if method == "compressed-tensors":
         return (base, *_compressed_tensors_experts(quant, notes))
     notes.append(f"quantization method {method!r} not modelled: assumed {base} weights")

@@ -33,6 +33,12 @@ def scaled_bytes(bits: int, group_size: int, scale_bytes: float) -> float:
     return bits / 8.0 + scale_bytes / group_size
 
 
+# OCP MXFP4 (gpt-oss's `quant_method: mxfp4`, Kimi K3's compressed-tensors float4 with uint8 scales): one e8m0
+# scale per 32 elements. Stored so, experts are "microscaled": engines compute them with MXFP8 or bf16
+# activations, never fp4 ones (`costmodel.calibration.MX_EXPERT_ACTIVATIONS`).
+MXFP4_GROUP = 32
+MXFP4_BYTES = scaled_bytes(4, MXFP4_GROUP, 1.0)
+
 BYTES_PER_ELEMENT: dict[Dtype, float] = {
     Dtype.BF16: 2.0,
     Dtype.FP8: 1.0,

@@ -14,7 +14,7 @@ from costmodel.hardware import SystemSpec, load_system, with_overrides
 from costmodel.inventory import ClusterGroup, GpuIndex, parse_unavailable_id, uplink_bytes_per_s
 from costmodel.layout import Layout, Pool
 from costmodel.models import load_model
-from costmodel.precision import Dtype, bytes_per_element
+from costmodel.precision import MXFP4_BYTES, Dtype, bytes_per_element
 from costmodel.scenario import MAX_GPUS, Cluster, Scenario
 
 
@@ -40,6 +40,12 @@ class ResolvedScenario:
         native = self.architecture.native_expert_bytes
         return native if native is not None and self.experts is self.architecture.native_experts else \
             bytes_per_element(self.experts)
+
+    @property
+    def microscaled_experts(self) -> bool:
+        """The routed experts stay in their checkpoint's MXFP4 (gpt-oss, Kimi K3), whose e8m0 scales per 32
+        elements no engine pairs with fp4 activations (`costmodel.calibration.MX_EXPERT_ACTIVATIONS`)."""
+        return self.experts is Dtype.FP4 and self.expert_bytes == MXFP4_BYTES
 
     @property
     def system(self) -> SystemSpec:

@@ -3,7 +3,11 @@
 SGLang's `--tp-size` is the GPU count of one pipeline stage; attention data parallelism splits it into
 `--dp-size` groups (`--enable-dp-attention`), experts into `--ep-size` banks (expert TP is what is left).
 The initial expert location is `{"physical_to_logical_map": [[expert of each slot] per layer]}`, slots
-rank by rank, `ep_num_redundant_experts` the slots beyond the logical experts.
+rank by rank, `ep_num_redundant_experts` the slots beyond the logical experts. SGLang takes such a map as
+given (sglang 0.5.23 eplb/expert_location.py) and, with a location other than "trivial", dispatches tokens
+to the replicas (srt/arg_groups/parallel_hook.py; without one, redundant slots get no tokens). Run-time
+rebalancing (`--enable-eplb`) is off by default and not set here, so `--eplb-algorithm auto` (hierarchical
+wherever --nnodes divides n_group, for every role) never replaces the plan's banks.
 """
 
 from __future__ import annotations

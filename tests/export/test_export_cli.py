@@ -87,6 +87,24 @@ def test_a_tp_beyond_the_heads_is_said_to_stop_vllm_and_sglang() -> None:
         assert any("tp 256 exceeds the model's 128 attention heads" in note for note in engine.unexpressed(plan, wide))
 
 
+def test_vllm_is_said_to_run_mxfp4_experts_below_the_fp4_rate_on_fp4_tensor_cores() -> None:
+    """vLLM 0.34 pairs MXFP4 experts with bf16 activations on Blackwell; the plan priced the fp4 rate."""
+    import dataclasses
+
+    from planner.export import vllm
+
+    gpt_oss, hopper = load_plan(PLANS / "gpt-oss-120b-8xb200-plan-24.yaml"), load_plan(AGGREGATED)  # B200; H200
+    assert gpt_oss.pools[0].fp4_tensor_cores and not hopper.pools[0].fp4_tensor_cores
+    assert any("MXFP4 experts with bf16 activations" in note for note in vllm.unexpressed(gpt_oss, gpt_oss.pools[0]))
+    weight_only = dataclasses.replace(gpt_oss.pools[0], fp4_tensor_cores=False)  # Hopper: priced as it runs
+    assert not any("MXFP4" in note for note in vllm.unexpressed(gpt_oss, weight_only))
+    kimi_k3 = load_plan(PLANS / "kimi-k3-16xb200-plan-6.yaml")  # compressed-tensors MXFP4
+    assert any("MXFP4" in note for note in vllm.unexpressed(kimi_k3, kimi_k3.pools[0]))
+    kimi_k2 = load_plan(DISAGGREGATED)  # int4 experts on GB200
+    assert kimi_k2.pools[0].fp4_tensor_cores
+    assert not any("MXFP4" in note for note in vllm.unexpressed(kimi_k2, kimi_k2.pools[0]))
+
+
 def test_what_an_engine_cannot_express_is_a_comment() -> None:
     exported = export_plan(load_plan(ATTENTION_TP_AND_DP), "trtllm")
     assert exported.unexpressed and "attention TP 2 inside each of 4 attention-DP ranks" in exported.unexpressed[0]

@@ -112,6 +112,29 @@ def test_a_model_file_equal_to_a_catalog_model_of_the_rows_is_that_model(tmp_pat
     assert expected_error(_resolved(model=str(copy))).held_out_by == ("model",)
 
 
+@pytest.mark.parametrize(("engine", "system", "slower"), [
+    ("vllm", "b200-sxm", "4x"),  # bf16 activations: 2.25 PFLOP/s against fp4's 9
+    ("sglang", "b200-sxm", "2x"),  # MXFP8: 4.5
+    ("sglang", "b300-sxm", "3.11x"),  # fp4 14 PFLOP/s
+    ("generic", "gb200-nvl72", "4x"),  # the slowest of the engines'
+])
+def test_mxfp4_experts_on_fp4_tensor_cores_say_the_engines_run_them_slower_than_priced(
+        engine: str, system: str, slower: str) -> None:
+    basis = expected_error(_resolved(model="openai/gpt-oss-120b", system=system, engine=engine)).basis
+    assert "routed experts are MXFP4" in basis and f"up to {slower} fewer FLOP/s" in basis
+
+
+def test_the_mxfp4_note_is_only_where_the_fp4_rate_is_priced_and_not_run() -> None:
+    assert "assumed" in expected_error(_resolved(model="openai/gpt-oss-120b", engine="trtllm")).basis
+    hopper = expected_error(_resolved(model="openai/gpt-oss-120b", system="h200-sxm", engine="vllm"))
+    assert "MXFP4" not in hopper.basis  # no fp4 tensor cores: priced as the weight-only kernel it runs
+    nvfp4 = _resolved(model="deepseek-v3", engine="vllm").scenario.model_dump(mode="json") | {
+        "precision": {"experts": "fp4"}}
+    requantised = resolve(Scenario.model_validate(nvfp4))
+    assert requantised.experts == "fp4" and not requantised.microscaled_experts  # NVFP4: W4A4, as priced
+    assert "MXFP4" not in expected_error(_resolved(model="moonshotai/Kimi-K2.5", engine="sglang")).basis  # int4
+
+
 def test_a_gpu_generation_without_rows_has_no_figure() -> None:
     trust = expected_error(_resolved(system="mi300x", engine="vllm"))
     assert trust.figures is None and "cdna3" in trust.basis
