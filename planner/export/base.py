@@ -250,7 +250,9 @@ def pool_comments(plan: Plan, pool: Pool, operator: bool = False) -> list[str]:
                      "(multinode.nodeCount)")
     elif pool.nodes_per_instance > 1:
         lines.append(f"one instance spans {pool.nodes_per_instance} nodes of {pool.gpus_per_node} GPUs: run the "
-                     "command on each, NODE_RANK 0..n-1, HEAD_ADDR the address of node 0")
+                     "command on each, NODE_RANK 0..n-1 in the order the plan lists the instance's GPUs "
+                     f"(placement.pools[{pool.index}].instances: ranks, expert banks and pipeline stages follow it), "
+                     "HEAD_ADDR the address of node 0")
     if pool.role == "midfill":
         lines.append("midfill pool: serves the turns that follow a gap; no engine routes by turn, so the router "
                      "must send those turns here (not expressible as an engine flag)")

@@ -53,6 +53,8 @@ def test_multinode_commands_carry_node_placeholders() -> None:
     script = sglang.files["launch-sglang.sh"]
     assert '--node-rank "${NODE_RANK}"' in script  # quoted so the shell expands it
     assert '--dist-init-addr "${HEAD_ADDR}:5000"' in script
+    # node ranks follow the plan's GPU order, as the banks laid out rank by rank do
+    assert "NODE_RANK 0..n-1 in the order the plan lists the instance's GPUs (placement.pools[1].instances" in script
     vllm = export_plan(plan, "vllm").commands["decode"]
     assert len(vllm) == 2 and "--headless" in vllm[1].args and "--headless" not in vllm[0].args
 
