@@ -7,6 +7,7 @@ solver (front quality and time against a baseline), scaling (time and memory aga
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -33,6 +34,8 @@ def main(argv: list[str] | None = None) -> int:
     accuracy_parser = commands.add_parser("accuracy", help="leave-group-out error of TTFT and TPOT")
     accuracy_parser.add_argument("--json", type=Path, help="also write the figures as JSON here")
     accuracy_parser.add_argument("--markdown", action="store_true", help="also print markdown tables")
+    accuracy_parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1,
+                                 help="processes the folds' fits share (default: every CPU; same figures)")
     accuracy_parser.add_argument("--keys", nargs="+", choices=GROUP_KEYS, default=list(accuracy.KEYS),
                                  help="what is held out in turn (default: model, system, engine, serving)")
     ceiling_parser = commands.add_parser("ceiling", help="held-out error with the engines' own values of some factors")
@@ -92,7 +95,7 @@ def main(argv: list[str] | None = None) -> int:
         return expected_error.main(write=args.write)
     if args.command == "fit":
         return fit.main(write=args.write)
-    return accuracy.main(json_out=args.json, markdown=args.markdown, keys=tuple(args.keys))
+    return accuracy.main(json_out=args.json, markdown=args.markdown, keys=tuple(args.keys), jobs=args.jobs)
 
 
 if __name__ == "__main__":

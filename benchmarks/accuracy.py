@@ -54,24 +54,26 @@ class FastModel:
         return float(ttft), float(tpot)
 
 
-def run(path: Path | None = None, keys: Sequence[str] = KEYS) -> dict[str, Any]:
+def run(path: Path | None = None, keys: Sequence[str] = KEYS, jobs: int = 1) -> dict[str, Any]:
+    """The report's figures; `jobs`: processes the folds' fits share (the figures do not depend on it)."""
     rows = load_measurements(path or default_measurements_path())
     known = [m for m in rows if not layout_was_guessed(m)]
     guessed = [m for m in rows if layout_was_guessed(m)]
     model = FastModel.build(known)
     report: dict[str, Any] = {"rows": len(known), "guessed_rows": len(guessed), "held_out": {}, "tables": {}}
     for key in keys:
-        predictions = leave_group_out(known, key, model.fit, model.predict)
+        predictions = leave_group_out(known, key, model.fit, model.predict, jobs)
         table = error_table(predictions, (key,))
         report["held_out"][key] = _rows_json(table)
         # the same fold's rows pooled by engine: what `expected_error` quotes for a scenario of that engine
         report.setdefault("held_out_by_engine", {})[key] = _rows_json(error_table(predictions, ("engine",)))
         report["tables"][key] = format_table(table, f"held out by {key}")
         report.setdefault("markdown", {})[key] = to_markdown(table)
-    fitted = in_sample(known, model.fit, model.predict)
+    calibration = model.fit(known)  # one fit on every row: the in-sample figures and the guessed rows'
+    fitted = in_sample(known, lambda _: calibration, model.predict)
     report["tables"]["in_sample"] = format_table(error_table(fitted, ("serving",)), "in sample (fit on all rows)")
     report["in_sample"] = _rows_json(error_table(fitted, ("serving",)))
-    report["tables"]["guessed"] = _guessed_table(guessed, model.fit(known))
+    report["tables"]["guessed"] = _guessed_table(guessed, calibration)
     return report
 
 
@@ -88,8 +90,8 @@ def _rows_json(rows: Sequence[Any]) -> list[dict[str, Any]]:
              "p90_ape_pct": r.p90_ape_pct, "infeasible": r.n_infeasible} for r in rows]
 
 
-def main(json_out: Path | None = None, markdown: bool = False, keys: Sequence[str] = KEYS) -> int:
-    report = run(keys=keys)
+def main(json_out: Path | None = None, markdown: bool = False, keys: Sequence[str] = KEYS, jobs: int = 1) -> int:
+    report = run(keys=keys, jobs=jobs)
     for table in report["tables"].values():
         print(table, end="\n\n")
     if markdown:

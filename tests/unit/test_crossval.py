@@ -4,6 +4,7 @@ percentiles are computed as documented, and infeasible (nan) predictions are cou
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Sequence
 
 import numpy as np
@@ -13,6 +14,7 @@ from benchmarks.crossval import (
     ErrorRow,
     HeldOutPrediction,
     error_table,
+    fit_each,
     format_table,
     in_sample,
     leave_group_out,
@@ -57,6 +59,22 @@ def test_held_out_fold_never_sees_its_rows() -> None:
     assert [(p.measurement.id, p.fold_key, p.fold_value) for p in predictions] == [
         ("a1", "model", "A"), ("a2", "model", "A"), ("b1", "model", "B"), ("c1", "model", "C")]
     assert [p.tpot_pred_ms for p in predictions] == [30.0, 30.0, 80.0 / 3.0, 20.0]
+
+
+def test_folds_fitted_in_forked_processes_give_the_same_predictions() -> None:
+    """A closure as the fit (never pickled: the forked processes inherit it) and each fold's own process."""
+    offset = 1.5
+
+    def fit(rows: Sequence[Measurement]) -> tuple[float, int]:
+        return _mean_tpot(rows) + offset, os.getpid()
+
+    def predict(params: tuple[float, int], m: Measurement) -> tuple[float, float]:
+        return params[0], params[0]
+
+    serial = leave_group_out(ROWS, "model", fit, predict)
+    forked = leave_group_out(ROWS, "model", fit, predict, jobs=2)
+    assert [(p.measurement.id, p.tpot_pred_ms) for p in forked] == [(p.measurement.id, p.tpot_pred_ms) for p in serial]
+    assert {pid for _, pid in fit_each(fit, [ROWS[:2], ROWS[2:]], jobs=2)} != {os.getpid()}  # fitted elsewhere
 
 
 def test_in_sample_fits_on_everything() -> None:
