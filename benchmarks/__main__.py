@@ -7,7 +7,6 @@ solver (front quality and time against a baseline), scaling (time and memory aga
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from pathlib import Path
 
@@ -23,6 +22,7 @@ from benchmarks import (
     solver,
     speed,
 )
+from benchmarks.crossval import usable_cpus
 from benchmarks.measurements import GROUP_KEYS
 
 
@@ -34,7 +34,7 @@ def main(argv: list[str] | None = None) -> int:
     accuracy_parser = commands.add_parser("accuracy", help="leave-group-out error of TTFT and TPOT")
     accuracy_parser.add_argument("--json", type=Path, help="also write the figures as JSON here")
     accuracy_parser.add_argument("--markdown", action="store_true", help="also print markdown tables")
-    accuracy_parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1,
+    accuracy_parser.add_argument("--jobs", type=int, default=usable_cpus(),
                                  help="processes the folds' fits share (default: every CPU; same figures)")
     accuracy_parser.add_argument("--keys", nargs="+", choices=GROUP_KEYS, default=list(accuracy.KEYS),
                                  help="what is held out in turn (default: model, system, engine, serving)")

@@ -12,10 +12,12 @@ Everything is deterministic: groups are visited in sorted order, and there is no
 from __future__ import annotations
 
 import math
+import os
+import sys
 from collections.abc import Callable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
-from multiprocessing import get_context
+from multiprocessing import get_all_start_methods, get_context
 from typing import Any, Final, TypeVar
 
 import numpy as np
@@ -96,26 +98,39 @@ def leave_group_out(
     return predictions
 
 
-# What forked fitting processes read: (fit, training sets), set by the parent just before it forks. A fork
-# copies it with the parent's memory, so neither the fit (often a closure) nor the rows are pickled.
+# What a forked fitting process reads: (fit, training sets), set in each worker by its initializer. Under fork
+# the initializer's arguments reach the worker with the parent's memory, so neither the fit (often a closure)
+# nor the rows are pickled, and the parent's own value never changes (a fit may call `fit_each` itself).
 _FORKED: tuple[Fit[Any], list[list[Measurement]]] | None = None
 
 
 def fit_each(fit: Fit[P], trains: list[list[Measurement]], jobs: int = 1) -> list[P]:
-    """`fit` on each training set, in order; in up to `jobs` forked processes (each result is pickled back)."""
-    global _FORKED
-    if jobs <= 1 or len(trains) <= 1:
+    """`fit` on each training set, in order; in up to `jobs` forked processes (each result is pickled back),
+    where the platform forks safely (not on Windows, which cannot, nor macOS, where system libraries may not
+    survive a fork), else in this process."""
+    if jobs <= 1 or len(trains) <= 1 or not can_fork():
         return [fit(train) for train in trains]
+    with ProcessPoolExecutor(max_workers=min(jobs, len(trains)), mp_context=get_context("fork"),
+                             initializer=_set_forked, initargs=(fit, trains)) as pool:
+        return list(pool.map(_fit_forked, range(len(trains))))
+
+
+def can_fork() -> bool:
+    return "fork" in get_all_start_methods() and sys.platform != "darwin"
+
+
+def usable_cpus() -> int:
+    """CPUs this process may run on (its affinity, where the platform says; containers often limit it)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def _set_forked(fit: Fit[Any], trains: list[list[Measurement]]) -> None:
+    global _FORKED
     _FORKED = (fit, trains)
-    try:
-        with ProcessPoolExecutor(max_workers=min(jobs, len(trains)), mp_context=get_context("fork")) as pool:
-            return list(pool.map(_fit_forked, range(len(trains))))
-    finally:
-        _FORKED = None
 
 
 def _fit_forked(index: int) -> Any:
-    assert _FORKED is not None  # set by fit_each before the fork
+    assert _FORKED is not None  # set by the worker's initializer
     fit, trains = _FORKED
     return fit(trains[index])
 

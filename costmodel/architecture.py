@@ -421,6 +421,9 @@ class Architecture(BaseModel):
     # bytes per element of the published experts where their block scales differ from the format's default
     # (`costmodel.precision`: MXFP4's one byte per 32 elements against NVFP4's per 16); None: the default
     native_expert_bytes: float | None = Field(default=None, gt=0)
+    # the published experts are in OCP MX format (MXFP4, an e8m0 scale per 32 elements: gpt-oss, Kimi K3), which
+    # NVIDIA engines compute with MXFP8 or bf16 activations (`costmodel.calibration.MX_EXPERT_ACTIVATIONS`)
+    native_experts_microscaled: bool = False
     notes: tuple[str, ...] = ()  # assumptions made while parsing
 
     @model_validator(mode="after")

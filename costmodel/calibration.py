@@ -149,7 +149,8 @@ PREFILL_EXECUTION: dict[str, Literal["compiled", "eager"]] = {
 # The activations each engine pairs with microscaled experts (`ResolvedScenario.microscaled_experts`: MXFP4,
 # gpt-oss and Kimi K3) by default on NVIDIA GPUs with fp4 tensor cores. Their grouped GEMMs then run at that
 # format's rate: tcgen05.mma's kind::f8f6f4 takes e2m1 beside e4m3 at the fp8 rate; only kind::mxf4, with both
-# operands fp4, doubles it (PTX ISA, tcgen05.mma kinds).
+# operands fp4, doubles it (PTX ISA, tcgen05.mma kinds); MXFP4 x BF16 kernels dequantise the weights to bf16 and
+# run kind::f16, the bf16 rate.
 # - vllm: bf16. vLLM 0.34 `fused_moe/oracle/mxfp4.py`: gpt-oss names no activation format, so only the bf16
 #   backends are kept, FlashInfer's TRT-LLM-gen MXFP4 x BF16 MoE first on SM100 (`--moe-backend
 #   flashinfer_trtllm_afp8` selects MXFP8).
@@ -164,6 +165,19 @@ PREFILL_EXECUTION: dict[str, Literal["compiled", "eager"]] = {
 # docs/calibration-log.md). `costmodel.expected_error` names the gap in the error it quotes.
 MX_EXPERT_ACTIVATIONS: dict[str, Dtype] = {"vllm": Dtype.BF16, "sglang": Dtype.FP8, "trtllm": Dtype.FP8}
 MX_EXPERT_ACTIVATIONS_ASSUMED = frozenset({"trtllm"})  # not read in the engine's source
+
+
+def mx_rate_gap(system: SystemSpec, engine: str) -> float | None:
+    """How many times the fp4 rate at which the cost model prices MXFP4 experts on `system` exceeds the rate
+    `engine` computes them at by default (`MX_EXPERT_ACTIVATIONS`; an engine not in it: the slowest of
+    theirs); None where there is no such gap: GPUs without fp4 tensor cores (Hopper runs the experts
+    weight-only, and is priced so) and AMD's (assumption: CDNA4 pairs MXFP4 with MXFP4 activations natively).
+    A format without tensor cores of its own on the GPU runs at bf16's rate."""
+    peaks = system.peak_flops_per_s
+    if system.vendor != "nvidia" or Dtype.FP4 not in peaks:
+        return None
+    formats = [MX_EXPERT_ACTIVATIONS[engine]] if engine in MX_EXPERT_ACTIVATIONS else MX_EXPERT_ACTIVATIONS.values()
+    return max(peaks[Dtype.FP4] / peaks.get(dtype, peaks[Dtype.BF16]) for dtype in formats)
 
 
 class Calibration(_Frozen):

@@ -41,11 +41,11 @@ from costmodel.calibration import (
     default_calibration,
     fingerprint,
     generation_of,
+    mx_rate_gap,
 )
 from costmodel.errors import CostModelError
 from costmodel.hardware import SystemSpec, load_system, system_names
 from costmodel.models import load_model
-from costmodel.precision import Dtype
 from costmodel.resolve import ResolvedScenario
 
 KEYS = ("model", "system", "engine")  # what a scenario may bring that the calibration's rows lack
@@ -122,34 +122,40 @@ def _system_name(system: SystemSpec) -> str:
 def expected_error(resolved: ResolvedScenario, calibration: Calibration | None = None,
                    systems: Sequence[SystemSpec] | None = None) -> ExpectedError:
     """The held-out error that applies to `resolved` priced with `calibration` (the bundled one if None), on
-    `systems`: those a deployment's pools run on (every system of the cluster if None); its basis names what
-    the figure does not cover (`microscaled_note`)."""
+    `systems`: those a deployment's pools run on (every system of the cluster if None); its basis also names
+    what the figure does not cover (`noted`)."""
     systems = list(systems) if systems else [group.system for group in resolved.groups]
-    trust = _held_out_error(resolved, calibration, systems)
+    return noted(held_out_error(resolved, calibration, systems), resolved, systems)
+
+
+def noted(trust: ExpectedError, resolved: ResolvedScenario, systems: Sequence[SystemSpec]) -> ExpectedError:
+    """`trust` with its basis followed by what the held-out figures cannot show on `systems`: MXFP4 experts
+    priced faster than the engines run them (`microscaled_note`)."""
     note = microscaled_note(resolved, systems)
-    return replace(trust, basis=f"{trust.basis}; {note}") if note else trust
+    return replace(trust, basis=f"{trust.basis}. Also: {note}") if note else trust
 
 
 def microscaled_note(resolved: ResolvedScenario, systems: Sequence[SystemSpec]) -> str:
-    """Where MXFP4 experts run on NVIDIA fp4 tensor cores: the cost model prices them at the fp4 rate, which
-    the engines do not run them at (`costmodel.calibration.MX_EXPERT_ACTIVATIONS`); empty elsewhere."""
-    fp4 = [s for s in systems if s.vendor == "nvidia" and Dtype.FP4 in s.peak_flops_per_s]
-    if not resolved.microscaled_experts or not fp4:
-        return ""
+    """Where MXFP4 experts run on NVIDIA fp4 tensor cores, the rate the engine computes them at against the fp4
+    rate the cost model prices (`costmodel.calibration.mx_rate_gap`); empty elsewhere."""
     engine = resolved.scenario.engine
-    known = MX_EXPERT_ACTIVATIONS.get(engine)
-    formats = [known] if known else sorted(set(MX_EXPERT_ACTIVATIONS.values()))
-    slower = max(s.peak_flops_per_s[Dtype.FP4] / s.peak_flops_per_s[f] for s in fp4 for f in formats)
-    assumed = " (assumed)" if engine in MX_EXPERT_ACTIVATIONS_ASSUMED else ""
-    how = (f"{engine} computes them with {known} activations{assumed}" if known else
-           "engines compute them with fp8 (SGLang; TRT-LLM, assumed) or bf16 (vLLM) activations")
-    return (f"the routed experts are MXFP4, priced at the fp4 tensor-core rate (the calibration's gpt-oss rows fit "
-            f"it best), while {how}, at up to {slower:.3g}x fewer FLOP/s: TTFT and throughput where prefill "
-            "dominates may be optimistic")
+    gaps = [gap for gap in (mx_rate_gap(system, engine) for system in systems) if gap is not None]
+    if not resolved.microscaled_experts or not gaps:
+        return ""
+    if engine in MX_EXPERT_ACTIVATIONS:
+        assumed = ", assumed" if engine in MX_EXPERT_ACTIVATIONS_ASSUMED else ""
+        how = f"{engine} computes such experts with {MX_EXPERT_ACTIVATIONS[engine]} activations by default{assumed}"
+    else:
+        how = "the engines compute such experts with " + ", ".join(
+            f"{dtype} ({name})" for name, dtype in MX_EXPERT_ACTIVATIONS.items()) + " activations by default"
+    return (f"the routed experts are MXFP4, priced at the fp4 tensor-core rate, which the bundled calibration's "
+            f"gpt-oss rows (older engine builds) fit best; {how}, and the fp4 rate is up to {max(gaps):.3g}x "
+            "theirs: TTFT and throughput where prefill dominates may be optimistic")
 
 
-def _held_out_error(resolved: ResolvedScenario, calibration: Calibration | None,
-                    systems: list[SystemSpec]) -> ExpectedError:
+def held_out_error(resolved: ResolvedScenario, calibration: Calibration | None,
+                   systems: Sequence[SystemSpec]) -> ExpectedError:
+    """The accuracy benchmark's held-out figures that apply (`expected_error` without its notes)."""
     data = bundled_figures()
     if calibration is not None and calibration != default_calibration() \
             and fingerprint(calibration)["sha256"] != data["calibration_sha256"]:

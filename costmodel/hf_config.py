@@ -8,7 +8,7 @@ key that the architecture needs raises `ConfigError` naming the dotted key.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 from pydantic import ValidationError
 
@@ -16,7 +16,7 @@ from costmodel.architecture import Architecture, Layer, group_layers
 from costmodel.errors import ConfigError
 from costmodel.hf_fields import ConfigReader
 from costmodel.hf_layers import attention_layers, ffn_layers, model_type
-from costmodel.precision import MXFP4_BYTES, Dtype, scaled_bytes
+from costmodel.precision import MXFP4_BYTES, MXFP4_GROUP, Dtype, scaled_bytes
 
 _TORCH_DTYPES = {"bfloat16": Dtype.BF16, "float16": Dtype.BF16, "float32": Dtype.BF16}
 _CONTEXT_KEYS = ("max_position_embeddings", "model_max_length")
@@ -41,7 +41,7 @@ def parse_hf_config(config: Mapping[str, Any], name: str) -> Architecture:
         ffns = ffn_layers(cfg, hidden, n, mtype, notes)
         layers = [Layer(attention=a, ffn=f) for a, f in zip(attentions, ffns, strict=True)]
         mtp = _mtp_modules(cfg, notes)
-        weights, experts, expert_bytes = native_formats(root, cfg, notes)
+        formats = native_formats(root, cfg, notes)
         return Architecture(
             name=name,
             model_type=mtype,
@@ -52,9 +52,10 @@ def parse_hf_config(config: Mapping[str, Any], name: str) -> Architecture:
             mtp_layers=mtp,
             mtp_layer=layers[-1] if mtp else None,
             max_position_embeddings=_context(cfg, notes),
-            native_weights=weights,
-            native_experts=experts,
-            native_expert_bytes=expert_bytes,
+            native_weights=formats.weights,
+            native_experts=formats.experts,
+            native_expert_bytes=formats.expert_bytes,
+            native_experts_microscaled=formats.microscaled,
             notes=tuple(dict.fromkeys(notes)),
         )
     except ValidationError as exc:
@@ -93,43 +94,53 @@ def _mtp_modules(cfg: ConfigReader, notes: list[str]) -> int:
     return count
 
 
-def native_formats(root: ConfigReader, cfg: ConfigReader,
-                   notes: list[str]) -> tuple[Dtype, Dtype, float | None]:
-    """(non-expert weights, routed experts) formats of the published checkpoint, and the experts' bytes per
-    element where their block scales differ from the format's default (`costmodel.precision`)."""
+class NativeFormats(NamedTuple):
+    """Formats of a published checkpoint: non-expert weights, routed experts, the experts' bytes per element
+    where their block scales differ from the format's default (`costmodel.precision`), and whether the experts
+    are in OCP MX format (MXFP4: an e8m0 scale per 32 elements)."""
+
+    weights: Dtype
+    experts: Dtype
+    expert_bytes: float | None = None
+    microscaled: bool = False
+
+
+def native_formats(root: ConfigReader, cfg: ConfigReader, notes: list[str]) -> NativeFormats:
     quant = cfg.sub("quantization_config") or root.sub("quantization_config")
     base = _torch_dtype(root, cfg, notes)
     if quant is None:
-        return base, base, None
+        return NativeFormats(base, base)
     method = quant.str_or("quant_method", "")
     if method == "fp8":  # DeepSeek-style 128x128 block fp8 on all linear layers
-        return Dtype.FP8, Dtype.FP8, None
+        return NativeFormats(Dtype.FP8, Dtype.FP8)
     if method == "mxfp4":  # gpt-oss: experts only; attention, router, embeddings stay bf16
-        return base, Dtype.FP4, MXFP4_BYTES  # OCP MXFP4: 4-bit e2m1, one e8m0 scale per 32
+        return NativeFormats(base, Dtype.FP4, MXFP4_BYTES, microscaled=True)
     if method == "compressed-tensors":
-        return (base, *_compressed_tensors_experts(quant, notes))
+        return _compressed_tensors_experts(base, quant, notes)
     notes.append(f"quantization method {method!r} not modelled: assumed {base} weights")
-    return base, base, None
+    return NativeFormats(base, base)
 
 
-def _compressed_tensors_experts(quant: ConfigReader, notes: list[str]) -> tuple[Dtype, float | None]:
+def _compressed_tensors_experts(base: Dtype, quant: ConfigReader, notes: list[str]) -> NativeFormats:
     """Kimi K2.5 (int4, one bf16 scale per 32) and K3 (mxfp4: float, one uint8 scale per 32): 4-bit routed
     experts with their bytes per element; the ignore list keeps attention, shared experts, dense MLPs and the lm
     head in bf16. Scales are 2 bytes (compressed-tensors' fp16/bf16 default) unless `scale_dtype` names a byte
-    type."""
+    type; float elements in groups of 32 with uint8 (e8m0) scales, or an `mxfp4` format, are MXFP4."""
     groups = quant.sub("config_groups")
     members = [groups.sub(key) for key in groups.data] if groups is not None else []
-    for member in members:
-        spec = member.sub("weights") if member is not None else None
+    for member in (m for m in members if m is not None):
+        spec = member.sub("weights")
         if spec is None or spec.int_or("num_bits", 16) != 4:
             continue
         notes.append("compressed-tensors 4-bit weights read as routed experts only")
         dtype = Dtype.FP4 if spec.str_or("type", "int") == "float" else Dtype.INT4
-        group = spec.int_or("group_size", 0)
-        scale = 1.0 if any(t in spec.str_or("scale_dtype", "") for t in ("int8", "float8")) else 2.0
-        return dtype, (scaled_bytes(4, group, scale) if group > 0 else None)
+        group, scale_dtype = spec.int_or("group_size", 0), spec.str_or("scale_dtype", "")
+        scale = 1.0 if any(t in scale_dtype for t in ("int8", "float8")) else 2.0
+        mx = dtype is Dtype.FP4 and ("mxfp4" in (member.str_or("format", "") + quant.str_or("format", ""))
+                                     or (group == MXFP4_GROUP and "uint8" in scale_dtype))
+        return NativeFormats(base, dtype, scaled_bytes(4, group, scale) if group > 0 else None, mx)
     notes.append("compressed-tensors config without 4-bit weight groups: assumed bf16 experts")
-    return Dtype.BF16, None
+    return NativeFormats(base, Dtype.BF16)
 
 
 def _torch_dtype(root: ConfigReader, cfg: ConfigReader, notes: list[str]) -> Dtype:

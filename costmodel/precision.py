@@ -34,8 +34,8 @@ def scaled_bytes(bits: int, group_size: int, scale_bytes: float) -> float:
 
 
 # OCP MXFP4 (gpt-oss's `quant_method: mxfp4`, Kimi K3's compressed-tensors float4 with uint8 scales): one e8m0
-# scale per 32 elements. Stored so, experts are "microscaled": engines compute them with MXFP8 or bf16
-# activations, never fp4 ones (`costmodel.calibration.MX_EXPERT_ACTIVATIONS`).
+# scale per 32 elements (`Architecture.native_experts_microscaled`; on NVIDIA GPUs the engines compute such
+# experts with MXFP8 or bf16 activations by default: `costmodel.calibration.MX_EXPERT_ACTIVATIONS`).
 MXFP4_GROUP = 32
 MXFP4_BYTES = scaled_bytes(4, MXFP4_GROUP, 1.0)
 

@@ -14,7 +14,7 @@ from costmodel.hardware import SystemSpec, load_system, with_overrides
 from costmodel.inventory import ClusterGroup, GpuIndex, parse_unavailable_id, uplink_bytes_per_s
 from costmodel.layout import Layout, Pool
 from costmodel.models import load_model
-from costmodel.precision import MXFP4_BYTES, Dtype, bytes_per_element
+from costmodel.precision import Dtype, bytes_per_element
 from costmodel.scenario import MAX_GPUS, Cluster, Scenario
 
 
@@ -43,9 +43,9 @@ class ResolvedScenario:
 
     @property
     def microscaled_experts(self) -> bool:
-        """The routed experts stay in their checkpoint's MXFP4 (gpt-oss, Kimi K3), whose e8m0 scales per 32
-        elements no engine pairs with fp4 activations (`costmodel.calibration.MX_EXPERT_ACTIVATIONS`)."""
-        return self.experts is Dtype.FP4 and self.expert_bytes == MXFP4_BYTES
+        """The routed experts stay in their checkpoint's MXFP4 (gpt-oss, Kimi K3), which NVIDIA engines
+        compute with MXFP8 or bf16 activations by default (`costmodel.calibration.MX_EXPERT_ACTIVATIONS`)."""
+        return self.architecture.native_experts_microscaled and self.experts is self.architecture.native_experts
 
     @property
     def system(self) -> SystemSpec:

@@ -16,7 +16,8 @@ import yaml
 
 from costmodel.calibration import default_calibration, fingerprint
 from costmodel.evaluate import evaluate, layout_systems
-from costmodel.expected_error import ExpectedError, expected_error
+from costmodel.expected_error import ExpectedError, expected_error, held_out_error, noted
+from costmodel.hardware import SystemSpec
 from costmodel.kv_tiers import FETCHED_TIERS, TIERS
 from costmodel.layout import Layout
 from costmodel.resolve import ResolvedScenario
@@ -208,14 +209,17 @@ def front_expected_error(result: SolveResult) -> ExpectedError:
     systems the calibration's rows lack, or on several at once), `plan evaluate` giving each point's own."""
     resolved, calibration = result.resolved, result.calibration
     by_systems: dict[tuple[str, ...], ExpectedError] = {}
+    on_front: dict[str, SystemSpec] = {}
     for solved in result.front:
         systems = layout_systems(resolved, solved.point.layout)
+        on_front |= {system.name: system for system in systems}
         key = tuple(system.name for system in systems)
         if key not in by_systems:
-            by_systems[key] = expected_error(resolved, calibration, systems)
+            by_systems[key] = held_out_error(resolved, calibration, systems)
     if not by_systems:
         return expected_error(resolved, calibration)
-    return max(by_systems.values(), key=lambda e: (e.figures is None, (e.figures or {}).get("ttft_median_pct", 0.0)))
+    least = max(by_systems.values(), key=lambda e: (e.figures is None, (e.figures or {}).get("ttft_median_pct", 0.0)))
+    return noted(least, resolved, list(on_front.values()))  # what any point's systems leave uncovered
 
 
 def pools_summary(layout: Layout) -> str:

@@ -16,7 +16,7 @@ from typing import Any
 
 import yaml
 
-from costmodel.precision import Dtype
+from costmodel.hardware import SystemSpec
 from costmodel.resolve import ResolvedScenario
 from planner.errors import InputError
 
@@ -56,7 +56,7 @@ class Pool:
     stages: list[dict[str, Any]]
     cpu_offload_gb: float = 0.0  # weights each GPU keeps in host DRAM, GiB (`costmodel.layout.Pool`)
     hbm_bytes: float = 0.0  # usable HBM of one of the pool's GPUs (the cost model's, `SystemSpec`)
-    fp4_tensor_cores: bool = False  # NVIDIA fp4 tensor cores: MXFP4 experts priced at their rate (`microscaled_note`)
+    system: SystemSpec | None = None  # the GPUs of the pool's inventory group
 
     @property
     def gpus_per_stage(self) -> int:
@@ -173,9 +173,7 @@ def read_plan(path: Path, data: Any, resolved: ResolvedScenario) -> Plan:
                             nodes_per_instance=math.ceil(gpus / per_node), gpus_per_node=min(gpus, per_node),
                             banks=banks.get(_bank_of(place, numbers["moe_ep"])), stages=list(place.get("stages") or []),
                             cpu_offload_gb=float(pool.get("cpu_offload_gb") or 0.0),
-                            hbm_bytes=system.hbm_capacity_bytes,
-                            fp4_tensor_cores=system.vendor == "nvidia" and Dtype.FP4 in system.peak_flops_per_s,
-                            **numbers))
+                            hbm_bytes=system.hbm_capacity_bytes, system=system, **numbers))
         except (KeyError, TypeError, ValueError) as exc:
             raise InputError.single(path, None, f"layout.pools.{index}", f"missing or bad field: {exc}") from None
     return Plan(path=path, data=data, resolved=resolved, pools=tuple(out))

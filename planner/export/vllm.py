@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 
+from costmodel.calibration import mx_rate_gap
 from planner.export.base import (
     FILL_CHUNK_TOKENS,
     HOST,
@@ -128,11 +129,12 @@ def unexpressed(plan: Plan, pool: Pool) -> list[str]:
     if pool.moe_ep > 1 and pool.moe_ep != pool.tp * pool.dp_attention:
         notes.append(f"expert TP {pool.moe_tp} x EP {pool.moe_ep}: vLLM's expert parallelism spans all "
                      f"{pool.tp * pool.dp_attention} GPUs of a stage (EP {pool.tp * pool.dp_attention}, no expert TP)")
-    if plan.resolved.microscaled_experts and pool.fp4_tensor_cores:
-        notes.append("vLLM computes MXFP4 experts with bf16 activations on these GPUs (0.34: FlashInfer's MXFP4 x "
-                     "BF16 MoE), below the fp4 rate the plan priced (the expected error's basis says how far); "
-                     "`--moe-backend flashinfer_trtllm_afp8` (vLLM 0.34) runs them with MXFP8 activations, twice as "
-                     "fast, as SGLang does by default")
+    gap = mx_rate_gap(pool.system, "vllm") if pool.system is not None else None
+    if plan.resolved.microscaled_experts and gap is not None:
+        notes.append(f"vLLM computes MXFP4 experts with bf16 activations on these GPUs by default (0.34: FlashInfer's "
+                     f"MXFP4 x BF16 MoE), whose tensor-core rate the fp4 rate the plan priced is {gap:.3g}x; "
+                     "`--moe-backend flashinfer_trtllm_afp8` (vLLM 0.34) runs them with MXFP8 activations, at twice "
+                     "the bf16 peak, as SGLang does by default")
     if pool.banks is not None and pool.moe_ep > 1:
         notes.append("the plan's expert banks: vLLM loads no initial placement (EPLB rebalances from measured "
                      "loads); the banks are in the plan file")

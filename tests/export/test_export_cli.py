@@ -93,17 +93,17 @@ def test_vllm_is_said_to_run_mxfp4_experts_below_the_fp4_rate_on_fp4_tensor_core
     """vLLM 0.34 pairs MXFP4 experts with bf16 activations on Blackwell; the plan priced the fp4 rate."""
     import dataclasses
 
+    from costmodel.hardware import load_system
     from planner.export import vllm
 
-    gpt_oss, hopper = load_plan(PLANS / "gpt-oss-120b-8xb200-plan-24.yaml"), load_plan(AGGREGATED)  # B200; H200
-    assert gpt_oss.pools[0].fp4_tensor_cores and not hopper.pools[0].fp4_tensor_cores
-    assert any("MXFP4 experts with bf16 activations" in note for note in vllm.unexpressed(gpt_oss, gpt_oss.pools[0]))
-    weight_only = dataclasses.replace(gpt_oss.pools[0], fp4_tensor_cores=False)  # Hopper: priced as it runs
-    assert not any("MXFP4" in note for note in vllm.unexpressed(gpt_oss, weight_only))
+    gpt_oss = load_plan(PLANS / "gpt-oss-120b-8xb200-plan-24.yaml")  # B200: fp4 9 PFLOP/s, bf16 2.25
+    assert any("MXFP4 experts with bf16 activations" in note and "is 4x" in note
+               for note in vllm.unexpressed(gpt_oss, gpt_oss.pools[0]))
+    on_hopper = dataclasses.replace(gpt_oss.pools[0], system=load_system("h200-sxm"))  # weight-only, as priced
+    assert not any("MXFP4" in note for note in vllm.unexpressed(gpt_oss, on_hopper))
     kimi_k3 = load_plan(PLANS / "kimi-k3-16xb200-plan-6.yaml")  # compressed-tensors MXFP4
     assert any("MXFP4" in note for note in vllm.unexpressed(kimi_k3, kimi_k3.pools[0]))
     kimi_k2 = load_plan(DISAGGREGATED)  # int4 experts on GB200
-    assert kimi_k2.pools[0].fp4_tensor_cores
     assert not any("MXFP4" in note for note in vllm.unexpressed(kimi_k2, kimi_k2.pools[0]))
 
 

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 import numpy as np
 import pytest
 
+from benchmarks import crossval
 from benchmarks.crossval import (
     ErrorRow,
     HeldOutPrediction,
@@ -75,6 +76,24 @@ def test_folds_fitted_in_forked_processes_give_the_same_predictions() -> None:
     forked = leave_group_out(ROWS, "model", fit, predict, jobs=2)
     assert [(p.measurement.id, p.tpot_pred_ms) for p in forked] == [(p.measurement.id, p.tpot_pred_ms) for p in serial]
     assert {pid for _, pid in fit_each(fit, [ROWS[:2], ROWS[2:]], jobs=2)} != {os.getpid()}  # fitted elsewhere
+
+
+def test_a_fit_may_fit_in_processes_itself_and_its_errors_reach_the_caller() -> None:
+    def inner(rows: Sequence[Measurement]) -> float:
+        return _mean_tpot(rows)
+
+    def outer(rows: Sequence[Measurement]) -> float:
+        return sum(fit_each(inner, [list(rows[:1]), list(rows[1:])], jobs=2))
+
+    trains = [ROWS[:2], ROWS[1:], ROWS[:3], ROWS]
+    assert fit_each(outer, trains, jobs=2) == fit_each(outer, trains)
+    assert crossval._FORKED is None  # the parent's state is the workers' initializers' alone
+
+    def broken(rows: Sequence[Measurement]) -> float:
+        raise ValueError(f"no fit for {len(rows)} rows")
+
+    with pytest.raises(ValueError, match="no fit for 2 rows"):
+        fit_each(broken, [ROWS[:2], ROWS[:2]], jobs=2)
 
 
 def test_in_sample_fits_on_everything() -> None:

@@ -116,23 +116,38 @@ def test_a_model_file_equal_to_a_catalog_model_of_the_rows_is_that_model(tmp_pat
     ("vllm", "b200-sxm", "4x"),  # bf16 activations: 2.25 PFLOP/s against fp4's 9
     ("sglang", "b200-sxm", "2x"),  # MXFP8: 4.5
     ("sglang", "b300-sxm", "3.11x"),  # fp4 14 PFLOP/s
-    ("generic", "gb200-nvl72", "4x"),  # the slowest of the engines'
+    ("generic", "gb200-nvl72", "4x"),  # the slowest of the engines': bf16
+    ("generic", "b300-sxm", "6.22x"),
 ])
 def test_mxfp4_experts_on_fp4_tensor_cores_say_the_engines_run_them_slower_than_priced(
         engine: str, system: str, slower: str) -> None:
     basis = expected_error(_resolved(model="openai/gpt-oss-120b", system=system, engine=engine)).basis
-    assert "routed experts are MXFP4" in basis and f"up to {slower} fewer FLOP/s" in basis
+    assert ". Also: the routed experts are MXFP4" in basis and f"the fp4 rate is up to {slower} theirs" in basis
 
 
 def test_the_mxfp4_note_is_only_where_the_fp4_rate_is_priced_and_not_run() -> None:
     assert "assumed" in expected_error(_resolved(model="openai/gpt-oss-120b", engine="trtllm")).basis
     hopper = expected_error(_resolved(model="openai/gpt-oss-120b", system="h200-sxm", engine="vllm"))
     assert "MXFP4" not in hopper.basis  # no fp4 tensor cores: priced as the weight-only kernel it runs
+    amd = expected_error(_resolved(model="openai/gpt-oss-120b", system="mi355x", engine="vllm"))
+    assert amd.figures is None and "MXFP4" not in amd.basis  # CDNA4 pairs MXFP4 with MXFP4 (assumption)
     nvfp4 = _resolved(model="deepseek-v3", engine="vllm").scenario.model_dump(mode="json") | {
         "precision": {"experts": "fp4"}}
     requantised = resolve(Scenario.model_validate(nvfp4))
     assert requantised.experts == "fp4" and not requantised.microscaled_experts  # NVFP4: W4A4, as priced
     assert "MXFP4" not in expected_error(_resolved(model="moonshotai/Kimi-K2.5", engine="sglang")).basis  # int4
+    assert _resolved(model="moonshotai/Kimi-K3").microscaled_experts  # compressed-tensors MXFP4
+
+
+def test_the_mxfp4_note_follows_every_basis_and_any_system_of_the_deployment() -> None:
+    own = default_calibration().model_copy(update={"nic_efficiency": 0.5})
+    mixed = {"inventory": [{"name": "hopper", "system": "h200-sxm", "nodes": 1},
+                           {"name": "blackwell", "system": "b200-sxm", "nodes": 1}]}
+    resolved = _resolved(model="openai/gpt-oss-120b", engine="sglang", cluster=mixed)
+    for trust in (expected_error(resolved, own), expected_error(resolved)):
+        assert trust.basis.endswith("may be optimistic") and ". Also: the routed experts are MXFP4" in trust.basis
+    hopper_only = [group.system for group in resolved.groups if group.name == "hopper"]
+    assert "MXFP4" not in expected_error(resolved, systems=hopper_only).basis
 
 
 def test_a_gpu_generation_without_rows_has_no_figure() -> None:
