@@ -35,7 +35,8 @@ def main(argv: list[str] | None = None) -> int:
     accuracy_parser.add_argument("--json", type=Path, help="also write the figures as JSON here")
     accuracy_parser.add_argument("--markdown", action="store_true", help="also print markdown tables")
     accuracy_parser.add_argument("--jobs", type=int, default=usable_cpus(),
-                                 help="processes the folds' fits share (default: every CPU; same figures)")
+                                 help="processes the folds' fits share (default: the CPUs this process may run "
+                                      "on; the same figures)")
     accuracy_parser.add_argument("--keys", nargs="+", choices=GROUP_KEYS, default=list(accuracy.KEYS),
                                  help="what is held out in turn (default: model, system, engine, serving)")
     ceiling_parser = commands.add_parser("ceiling", help="held-out error with the engines' own values of some factors")

@@ -120,7 +120,7 @@ def can_fork() -> bool:
 
 
 def usable_cpus() -> int:
-    """CPUs this process may run on (its affinity, where the platform says; containers often limit it)."""
+    """CPUs this process may run on (its affinity, where the platform says; a cgroup CPU quota is not seen)."""
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 

@@ -19,7 +19,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from costmodel.precision import BYTES_PER_ELEMENT, STATE_BYTES_PER_ELEMENT, Dtype
+from costmodel.precision import BYTES_PER_ELEMENT, MXFP4_BYTES, STATE_BYTES_PER_ELEMENT, Dtype
 
 _FROZEN = ConfigDict(frozen=True, extra="forbid")
 
@@ -425,6 +425,16 @@ class Architecture(BaseModel):
     # NVIDIA engines compute with MXFP8 or bf16 activations (`costmodel.calibration.MX_EXPERT_ACTIVATIONS`)
     native_experts_microscaled: bool = False
     notes: tuple[str, ...] = ()  # assumptions made while parsing
+
+    @model_validator(mode="before")
+    @classmethod
+    def _microscaled_by_size(cls, data: Any) -> Any:
+        """Model files written before the flag existed: fp4 experts at MXFP4's size (an e8m0 scale per 32)
+        are MXFP4, the only 4-bit float format read at that size then."""
+        if isinstance(data, dict) and "native_experts_microscaled" not in data:
+            mx = data.get("native_experts") == Dtype.FP4 and data.get("native_expert_bytes") == MXFP4_BYTES
+            return {**data, "native_experts_microscaled": mx}
+        return data
 
     @model_validator(mode="after")
     def _check_structure(self) -> Architecture:

@@ -46,6 +46,7 @@ from costmodel.calibration import (
 from costmodel.errors import CostModelError
 from costmodel.hardware import SystemSpec, load_system, system_names
 from costmodel.models import load_model
+from costmodel.precision import Dtype
 from costmodel.resolve import ResolvedScenario
 
 KEYS = ("model", "system", "engine")  # what a scenario may bring that the calibration's rows lack
@@ -142,15 +143,16 @@ def microscaled_note(resolved: ResolvedScenario, systems: Sequence[SystemSpec]) 
     gaps = [gap for gap in (mx_rate_gap(system, engine) for system in systems) if gap is not None]
     if not resolved.microscaled_experts or not gaps:
         return ""
-    if engine in MX_EXPERT_ACTIVATIONS:
-        assumed = ", assumed" if engine in MX_EXPERT_ACTIVATIONS_ASSUMED else ""
-        how = f"{engine} computes such experts with {MX_EXPERT_ACTIVATIONS[engine]} activations by default{assumed}"
-    else:
-        how = "the engines compute such experts with " + ", ".join(
-            f"{dtype} ({name})" for name, dtype in MX_EXPERT_ACTIVATIONS.items()) + " activations by default"
+    how = "; ".join(f"{name} computes such experts with {_ACTIVATION_NAMES[dtype]} activations by default"
+                    + (" (assumed)" if name in MX_EXPERT_ACTIVATIONS_ASSUMED else "")
+                    for name, dtype in MX_EXPERT_ACTIVATIONS.items() if name == engine or engine not in
+                    MX_EXPERT_ACTIVATIONS)
     return (f"the routed experts are MXFP4, priced at the fp4 tensor-core rate, which the bundled calibration's "
-            f"gpt-oss rows (older engine builds) fit best; {how}, and the fp4 rate is up to {max(gaps):.3g}x "
-            "theirs: TTFT and throughput where prefill dominates may be optimistic")
+            f"gpt-oss rows (older engine builds) fit best; {how}; the fp4 rate is up to {max(gaps):.3g}x "
+            "theirs: figures where those GEMMs are compute-bound (prefill above all) may be optimistic")
+
+
+_ACTIVATION_NAMES = {Dtype.FP8: "MXFP8", Dtype.BF16: "bf16"}  # the activations MX_EXPERT_ACTIVATIONS names
 
 
 def held_out_error(resolved: ResolvedScenario, calibration: Calibration | None,

@@ -135,9 +135,9 @@ def _compressed_tensors_experts(base: Dtype, quant: ConfigReader, notes: list[st
         notes.append("compressed-tensors 4-bit weights read as routed experts only")
         dtype = Dtype.FP4 if spec.str_or("type", "int") == "float" else Dtype.INT4
         group, scale_dtype = spec.int_or("group_size", 0), spec.str_or("scale_dtype", "")
-        scale = 1.0 if any(t in scale_dtype for t in ("int8", "float8")) else 2.0
         mx = dtype is Dtype.FP4 and ("mxfp4" in (member.str_or("format", "") + quant.str_or("format", ""))
                                      or (group == MXFP4_GROUP and "uint8" in scale_dtype))
+        scale = 1.0 if mx or any(t in scale_dtype for t in ("int8", "float8")) else 2.0  # MX scales: e8m0 bytes
         return NativeFormats(base, dtype, scaled_bytes(4, group, scale) if group > 0 else None, mx)
     notes.append("compressed-tensors config without 4-bit weight groups: assumed bf16 experts")
     return NativeFormats(base, Dtype.BF16)

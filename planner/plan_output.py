@@ -209,17 +209,17 @@ def front_expected_error(result: SolveResult) -> ExpectedError:
     systems the calibration's rows lack, or on several at once), `plan evaluate` giving each point's own."""
     resolved, calibration = result.resolved, result.calibration
     by_systems: dict[tuple[str, ...], ExpectedError] = {}
-    on_front: dict[str, SystemSpec] = {}
+    on_front: list[SystemSpec] = []
     for solved in result.front:
         systems = layout_systems(resolved, solved.point.layout)
-        on_front |= {system.name: system for system in systems}
+        on_front += [system for system in systems if system not in on_front]
         key = tuple(system.name for system in systems)
         if key not in by_systems:
             by_systems[key] = held_out_error(resolved, calibration, systems)
     if not by_systems:
         return expected_error(resolved, calibration)
     least = max(by_systems.values(), key=lambda e: (e.figures is None, (e.figures or {}).get("ttft_median_pct", 0.0)))
-    return noted(least, resolved, list(on_front.values()))  # what any point's systems leave uncovered
+    return noted(least, resolved, on_front)  # what any point's systems leave uncovered
 
 
 def pools_summary(layout: Layout) -> str:

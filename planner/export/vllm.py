@@ -132,9 +132,9 @@ def unexpressed(plan: Plan, pool: Pool) -> list[str]:
     gap = mx_rate_gap(pool.system, "vllm") if pool.system is not None else None
     if plan.resolved.microscaled_experts and gap is not None:
         notes.append(f"vLLM computes MXFP4 experts with bf16 activations on these GPUs by default (0.34: FlashInfer's "
-                     f"MXFP4 x BF16 MoE), whose tensor-core rate the fp4 rate the plan priced is {gap:.3g}x; "
-                     "`--moe-backend flashinfer_trtllm_afp8` (vLLM 0.34) runs them with MXFP8 activations, at twice "
-                     "the bf16 peak, as SGLang does by default")
+                     f"MXFP4 x BF16 MoE); the plan priced them at the fp4 rate, {gap:.3g}x bf16's tensor-core rate "
+                     "here; `--moe-backend flashinfer_trtllm_afp8` (vLLM 0.34) runs them with MXFP8 activations, at "
+                     "twice the bf16 peak, as SGLang does by default")
     if pool.banks is not None and pool.moe_ep > 1:
         notes.append("the plan's expert banks: vLLM loads no initial placement (EPLB rebalances from measured "
                      "loads); the banks are in the plan file")

@@ -97,7 +97,7 @@ def test_vllm_is_said_to_run_mxfp4_experts_below_the_fp4_rate_on_fp4_tensor_core
     from planner.export import vllm
 
     gpt_oss = load_plan(PLANS / "gpt-oss-120b-8xb200-plan-24.yaml")  # B200: fp4 9 PFLOP/s, bf16 2.25
-    assert any("MXFP4 experts with bf16 activations" in note and "is 4x" in note
+    assert any("MXFP4 experts with bf16 activations" in note and "fp4 rate, 4x bf16's" in note
                for note in vllm.unexpressed(gpt_oss, gpt_oss.pools[0]))
     on_hopper = dataclasses.replace(gpt_oss.pools[0], system=load_system("h200-sxm"))  # weight-only, as priced
     assert not any("MXFP4" in note for note in vllm.unexpressed(gpt_oss, on_hopper))

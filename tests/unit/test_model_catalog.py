@@ -267,6 +267,16 @@ def test_native_formats() -> None:
         assert (arch.native_weights, arch.native_experts) == formats, alias
 
 
+def test_mxfp4_experts_are_read_from_the_config_and_from_model_files_older_than_the_flag() -> None:
+    for alias, mx in {"gpt-oss-120b": True, "kimi-k3": True, "kimi-k2.5": False, "deepseek-v3": False}.items():
+        arch = load_model(alias)
+        assert arch.native_experts_microscaled is mx, alias
+        older = arch.model_dump(mode="json")
+        del older["native_experts_microscaled"]  # a model file written before the flag: inferred from the size
+        assert Architecture.model_validate(older) == arch, alias
+    assert load_model("kimi-k3").native_expert_bytes == 0.53125  # e8m0 scales: one byte per 32
+
+
 def test_mtp_modules() -> None:
     counts = {"deepseek-v3": 1, "glm-4.5": 1, "glm-5": 1, "qwen3.5": 1, "minimax-m2.5": 3, "kimi-k2": 0}
     for alias, count in counts.items():
