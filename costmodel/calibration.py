@@ -176,8 +176,12 @@ def mx_rate_gap(system: SystemSpec, engine: str) -> float | None:
     peaks = system.peak_flops_per_s
     if system.vendor != "nvidia" or Dtype.FP4 not in peaks:
         return None
-    formats = [MX_EXPERT_ACTIVATIONS[engine]] if engine in MX_EXPERT_ACTIVATIONS else MX_EXPERT_ACTIVATIONS.values()
-    return max(peaks[Dtype.FP4] / peaks.get(dtype, peaks[Dtype.BF16]) for dtype in formats)
+    return max(peaks[Dtype.FP4] / peaks.get(dtype, peaks[Dtype.BF16]) for dtype in mx_activations(engine).values())
+
+
+def mx_activations(engine: str) -> dict[str, Dtype]:
+    """`engine`'s entry of `MX_EXPERT_ACTIVATIONS`; every engine's for one not in it (`generic`)."""
+    return {engine: MX_EXPERT_ACTIVATIONS[engine]} if engine in MX_EXPERT_ACTIVATIONS else dict(MX_EXPERT_ACTIVATIONS)
 
 
 class Calibration(_Frozen):

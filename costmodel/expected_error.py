@@ -35,12 +35,12 @@ import yaml
 
 from costmodel.architecture import Architecture
 from costmodel.calibration import (
-    MX_EXPERT_ACTIVATIONS,
     MX_EXPERT_ACTIVATIONS_ASSUMED,
     Calibration,
     default_calibration,
     fingerprint,
     generation_of,
+    mx_activations,
     mx_rate_gap,
 )
 from costmodel.errors import CostModelError
@@ -136,6 +136,9 @@ def noted(trust: ExpectedError, resolved: ResolvedScenario, systems: Sequence[Sy
     return replace(trust, basis=f"{trust.basis}. Also: {note}") if note else trust
 
 
+_ACTIVATION_NAMES = {Dtype.FP8: "MXFP8", Dtype.BF16: "bf16"}  # the activations MX_EXPERT_ACTIVATIONS names
+
+
 def microscaled_note(resolved: ResolvedScenario, systems: Sequence[SystemSpec]) -> str:
     """Where MXFP4 experts run on NVIDIA fp4 tensor cores, the rate the engine computes them at against the fp4
     rate the cost model prices (`costmodel.calibration.mx_rate_gap`); empty elsewhere."""
@@ -145,14 +148,10 @@ def microscaled_note(resolved: ResolvedScenario, systems: Sequence[SystemSpec]) 
         return ""
     how = "; ".join(f"{name} computes such experts with {_ACTIVATION_NAMES[dtype]} activations by default"
                     + (" (assumed)" if name in MX_EXPERT_ACTIVATIONS_ASSUMED else "")
-                    for name, dtype in MX_EXPERT_ACTIVATIONS.items() if name == engine or engine not in
-                    MX_EXPERT_ACTIVATIONS)
+                    for name, dtype in mx_activations(engine).items())
     return (f"the routed experts are MXFP4, priced at the fp4 tensor-core rate, which the bundled calibration's "
             f"gpt-oss rows (older engine builds) fit best; {how}; the fp4 rate is up to {max(gaps):.3g}x "
             "theirs: figures where those GEMMs are compute-bound (prefill above all) may be optimistic")
-
-
-_ACTIVATION_NAMES = {Dtype.FP8: "MXFP8", Dtype.BF16: "bf16"}  # the activations MX_EXPERT_ACTIVATIONS names
 
 
 def held_out_error(resolved: ResolvedScenario, calibration: Calibration | None,

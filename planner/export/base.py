@@ -54,9 +54,13 @@ class Pool:
     gpus_per_node: int  # GPUs of one instance on each node it spans
     banks: dict[str, Any] | None  # expert banks of this pool's expert-parallel degree, None when absent
     stages: list[dict[str, Any]]
+    system: SystemSpec  # the GPUs of the pool's inventory group
     cpu_offload_gb: float = 0.0  # weights each GPU keeps in host DRAM, GiB (`costmodel.layout.Pool`)
-    hbm_bytes: float = 0.0  # usable HBM of one of the pool's GPUs (the cost model's, `SystemSpec`)
-    system: SystemSpec | None = None  # the GPUs of the pool's inventory group
+
+    @property
+    def hbm_bytes(self) -> float:
+        """Usable HBM of one of the pool's GPUs (the cost model's)."""
+        return self.system.hbm_capacity_bytes
 
     @property
     def gpus_per_stage(self) -> int:
@@ -172,8 +176,7 @@ def read_plan(path: Path, data: Any, resolved: ResolvedScenario) -> Plan:
             out.append(Pool(index=index, role=str(pool["role"]), gpus_per_instance=gpus,
                             nodes_per_instance=math.ceil(gpus / per_node), gpus_per_node=min(gpus, per_node),
                             banks=banks.get(_bank_of(place, numbers["moe_ep"])), stages=list(place.get("stages") or []),
-                            cpu_offload_gb=float(pool.get("cpu_offload_gb") or 0.0),
-                            hbm_bytes=system.hbm_capacity_bytes, system=system, **numbers))
+                            cpu_offload_gb=float(pool.get("cpu_offload_gb") or 0.0), system=system, **numbers))
         except (KeyError, TypeError, ValueError) as exc:
             raise InputError.single(path, None, f"layout.pools.{index}", f"missing or bad field: {exc}") from None
     return Plan(path=path, data=data, resolved=resolved, pools=tuple(out))

@@ -129,7 +129,7 @@ def unexpressed(plan: Plan, pool: Pool) -> list[str]:
     if pool.moe_ep > 1 and pool.moe_ep != pool.tp * pool.dp_attention:
         notes.append(f"expert TP {pool.moe_tp} x EP {pool.moe_ep}: vLLM's expert parallelism spans all "
                      f"{pool.tp * pool.dp_attention} GPUs of a stage (EP {pool.tp * pool.dp_attention}, no expert TP)")
-    gap = mx_rate_gap(pool.system, "vllm") if pool.system is not None else None
+    gap = mx_rate_gap(pool.system, "vllm")
     if plan.resolved.microscaled_experts and gap is not None:
         notes.append(f"vLLM computes MXFP4 experts with bf16 activations on these GPUs by default (0.34: FlashInfer's "
                      f"MXFP4 x BF16 MoE); the plan priced them at the fp4 rate, {gap:.3g}x bf16's tensor-core rate "
