@@ -152,8 +152,9 @@ PREFILL_EXECUTION: dict[str, Literal["compiled", "eager"]] = {
 # operands fp4, doubles it (PTX ISA, tcgen05.mma kinds); MXFP4 x BF16 kernels dequantise the weights to bf16 and
 # run kind::f16, the bf16 rate.
 # - vllm: bf16. vLLM 0.34 `fused_moe/oracle/mxfp4.py`: gpt-oss names no activation format, so only the bf16
-#   backends are kept, FlashInfer's TRT-LLM-gen MXFP4 x BF16 MoE first on SM100 (`--moe-backend
-#   flashinfer_trtllm_afp8` selects MXFP8).
+#   backends are kept, FlashInfer's TRT-LLM-gen MXFP4 x BF16 MoE first on SM100. `--quantization-config
+#   '{"moe": {"activation": "mxfp8"}}'` requests MXFP8 (`_resolve_activation_key`, 0.31 and 0.34 alike; the oracle's
+#   `flashinfer_trtllm_afp8` alias is not among `--moe-backend`'s choices, `config/kernel.py` MoEBackend).
 # - sglang: fp8. SGLang 0.5.23 runs the `flashinfer_mxfp4` runner on SM100, whose
 #   `--flashinfer-mxfp4-moe-precision default` quantises activations to MXFP8 (`bf16` keeps them).
 # - trtllm: fp8, an assumption (W4A8_MXFP4_MXFP8 for its TRTLLM MoE backend on Blackwell): its wheel could not be
@@ -165,6 +166,8 @@ PREFILL_EXECUTION: dict[str, Literal["compiled", "eager"]] = {
 # docs/calibration-log.md). `costmodel.expected_error` names the gap in the error it quotes.
 MX_EXPERT_ACTIVATIONS: dict[str, Dtype] = {"vllm": Dtype.BF16, "sglang": Dtype.FP8, "trtllm": Dtype.FP8}
 MX_EXPERT_ACTIVATIONS_ASSUMED = frozenset({"trtllm"})  # not read in the engine's source
+# How activations of MXFP4 experts are named (the scales go with the format: MX blocks of 32).
+MX_ACTIVATION_NAMES: dict[Dtype, str] = {Dtype.FP4: "MXFP4", Dtype.FP8: "MXFP8", Dtype.BF16: "bf16"}
 
 
 def mx_rate_gap(system: SystemSpec, engine: str) -> float | None:

@@ -20,7 +20,13 @@ from costmodel.modes import PoolContext, split_stages
 from costmodel.operators import Formats, Parallel
 from costmodel.precision import Dtype, bytes_per_element
 from costmodel.pricing import DirectPricer, Pricer
-from costmodel.resolve import ResolvedScenario, check_session_pools, compute_dtype, layout_warnings
+from costmodel.resolve import (
+    ResolvedScenario,
+    check_session_pools,
+    compute_dtype,
+    expert_compute_dtype,
+    layout_warnings,
+)
 from costmodel.routing import placement_domains
 from costmodel.scenario import Scenario, Workload
 from costmodel.serving import (
@@ -119,7 +125,7 @@ def pool_context(resolved: ResolvedScenario, pool: Pool) -> PoolContext:
         kv_dtype=resolved.kv_cache,
         activation_bytes=bytes_per_element(Dtype(scenario.precision.activations)),
         weight_compute=compute_dtype(resolved.weights, system),
-        expert_compute=compute_dtype(resolved.experts, system),
+        expert_compute=expert_compute_dtype(resolved, system),
         peaks=dict(system.peak_flops_per_s),
         expert_tile_rows=EXPERT_TILE_ROWS[generation_of(system)],
         expert_storage=resolved.experts,

@@ -35,6 +35,7 @@ import yaml
 
 from costmodel.architecture import Architecture
 from costmodel.calibration import (
+    MX_ACTIVATION_NAMES,
     MX_EXPERT_ACTIVATIONS_ASSUMED,
     Calibration,
     default_calibration,
@@ -136,9 +137,6 @@ def noted(trust: ExpectedError, resolved: ResolvedScenario, systems: Sequence[Sy
     return replace(trust, basis=f"{trust.basis}. Also: {note}") if note else trust
 
 
-_ACTIVATION_NAMES = {Dtype.FP8: "MXFP8", Dtype.BF16: "bf16"}  # the activations MX_EXPERT_ACTIVATIONS names
-
-
 def microscaled_note(resolved: ResolvedScenario, systems: Sequence[SystemSpec]) -> str:
     """Where MXFP4 experts run on NVIDIA fp4 tensor cores, the rate the engine computes them at against the fp4
     rate the cost model prices (`costmodel.calibration.mx_rate_gap`); empty elsewhere."""
@@ -146,9 +144,14 @@ def microscaled_note(resolved: ResolvedScenario, systems: Sequence[SystemSpec]) 
     gaps = [gap for gap in (mx_rate_gap(system, engine) for system in systems) if gap is not None]
     if not resolved.microscaled_experts or not gaps:
         return ""
-    how = "; ".join(f"{name} computes such experts with {_ACTIVATION_NAMES[dtype]} activations by default"
+    how = "; ".join(f"{name} computes such experts with {MX_ACTIVATION_NAMES[dtype]} activations by default"
                     + (" (assumed)" if name in MX_EXPERT_ACTIVATIONS_ASSUMED else "")
                     for name, dtype in mx_activations(engine).items())
+    chosen = resolved.scenario.precision.expert_activations
+    if chosen is not None:
+        return (f"the routed experts are MXFP4, priced with {MX_ACTIVATION_NAMES[Dtype(chosen)]} activations as "
+                f"precision.expert_activations sets; {how}; the bundled calibration's gpt-oss rows (older engine "
+                "builds) fit the fp4 rate best")
     return (f"the routed experts are MXFP4, priced at the fp4 tensor-core rate, which the bundled calibration's "
             f"gpt-oss rows (older engine builds) fit best; {how}; the fp4 rate is up to {max(gaps):.3g}x "
             "theirs: figures where those GEMMs are compute-bound (prefill above all) may be optimistic")

@@ -68,8 +68,10 @@ class Formats:
     def weight_only_experts(self) -> Dtype | None:
         """The experts' storage format where the GPU cannot compute in it, so that a weight-only kernel
         dequantises them to `expert_compute` (MXFP4 gpt-oss experts on Hopper through Marlin or Triton
-        kernels); None where the tensor cores take them as stored."""
-        return self.expert_storage if self.expert_storage not in (None, self.expert_compute) else None
+        kernels); None where the tensor cores take them as stored, with activations of their own format or a
+        wider one (`costmodel.resolve.expert_compute_dtype`)."""
+        storage = self.expert_storage
+        return storage if storage is not None and storage not in self.peaks else None
 
     def peak(self, dtype: Dtype) -> float:
         return self.peaks[dtype]

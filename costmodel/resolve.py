@@ -99,6 +99,7 @@ def resolve(scenario: Scenario, base_dir: Path | None = None) -> ResolvedScenari
         kv_cache=Dtype(scenario.precision.kv_cache),
     )
     check_engine_hardware(resolved)
+    check_expert_activations(resolved)
     check_context(resolved)
     check_session_context(resolved)
     check_speculative(resolved)
@@ -201,6 +202,36 @@ def compute_dtype(storage: Dtype, system: SystemSpec) -> Dtype:
     bf16; int4 AWQ/GPTQ likewise). Memory traffic still uses the storage format.
     """
     return storage if storage in system.peak_flops_per_s else Dtype.BF16
+
+
+def expert_compute_dtype(resolved: ResolvedScenario, system: SystemSpec) -> Dtype:
+    """Format the routed experts' GEMMs compute in on `system`: their storage format's (`compute_dtype`), or
+    `precision.expert_activations` where that is wider and the tensor cores take the experts as stored: a
+    mixed-input kernel (W4A8, W4A16) runs at the wider operand's rate (tcgen05 kind::f8f6f4 pairs e2m1 with
+    e4m3 at the fp8 rate; MXFP4 x BF16 MoE kernels dequantise to bf16 and run kind::f16)."""
+    storage, chosen = resolved.experts, resolved.scenario.precision.expert_activations
+    if chosen is None or storage not in system.peak_flops_per_s:
+        return compute_dtype(storage, system)
+    activation = Dtype(chosen)
+    wider = bytes_per_element(activation) > bytes_per_element(storage) and activation in system.peak_flops_per_s
+    return activation if wider else storage
+
+
+def check_expert_activations(resolved: ResolvedScenario) -> None:
+    """`precision.expert_activations` changes some group's pricing: else it says something the plan ignores."""
+    chosen = resolved.scenario.precision.expert_activations
+    if chosen is None:
+        return
+    storage = resolved.experts
+    if bytes_per_element(Dtype(chosen)) <= bytes_per_element(storage):
+        raise ScenarioError(f"the routed experts are stored in {storage.value}, so {chosen} activations are not "
+                            f"wider and change nothing: remove it, or store the experts narrower "
+                            "(precision.experts)", "precision.expert_activations")
+    if all(storage not in group.system.peak_flops_per_s for group in resolved.groups):
+        names = ", ".join(sorted({group.system.name for group in resolved.groups}))
+        raise ScenarioError(f"no GPU of this cluster ({names}) computes {storage.value} experts as stored: they are "
+                            "priced weight-only at bf16's rate whatever the activations (SGLang's MXFP4 x FP8 path on "
+                            "Hopper is not modelled); remove it", "precision.expert_activations")
 
 
 def check_context(resolved: ResolvedScenario) -> None:

@@ -91,6 +91,14 @@ class Precision(StrictModel):
         description="Format of activations sent in all-to-all dispatch and pipeline hops "
         "(fp8 dispatch as in DeepEP; combine stays bf16).",
     )
+    expert_activations: Literal["bf16", "fp8"] | None = Field(
+        None,
+        description="Format the routed experts' GEMMs take their activations in, where it is wider than the "
+        "experts' storage and the GPU's tensor cores take the experts as stored: they then compute at that "
+        "format's rate (W4A8: MXFP8 activations, SGLang's default for MXFP4 experts on Blackwell; W4A16: bf16, "
+        "vLLM's). Default: the experts' own format (W4A4 at the fp4 rate, which the bundled calibration fits). "
+        "Experts a GPU cannot compute as stored run weight-only in bf16 either way.",
+    )
 
 
 class KvStore(StrictModel):

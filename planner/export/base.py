@@ -16,8 +16,10 @@ from typing import Any
 
 import yaml
 
+from costmodel.calibration import mx_rate_gap
 from costmodel.hardware import SystemSpec
-from costmodel.resolve import ResolvedScenario
+from costmodel.precision import Dtype
+from costmodel.resolve import ResolvedScenario, expert_compute_dtype
 from planner.errors import InputError
 
 # Engine versions the exports are written for: those ai-dynamo 1.6.1 is released against (its `sglang`,
@@ -269,6 +271,15 @@ def pool_comments(plan: Plan, pool: Pool, operator: bool = False) -> list[str]:
 # NextN/MTP model code for the same (`srt/models/deepseek_nextn.py`, `glm4_moe_nextn.py`, `qwen3_next_mtp.py`,
 # `qwen3_5_mtp.py`). MiniMax-M2's MTP modules have none in either: an MTP plan of it cannot be launched there.
 MTP_MODEL_TYPES = frozenset({"deepseek_v3", "deepseek_v32", "glm_moe_dsa", "glm4_moe", "qwen3_next", "qwen3_5_moe"})
+
+
+def mx_priced_activations(plan: Plan, pool: Pool) -> Dtype | None:
+    """What the plan priced this pool's MXFP4 experts with where NVIDIA fp4 tensor cores take them
+    (`costmodel.calibration.mx_rate_gap`): FP4 by default, FP8 or BF16 as `precision.expert_activations` sets;
+    None elsewhere (no MXFP4 experts, or GPUs that run them weight-only or pair them natively)."""
+    if not plan.resolved.microscaled_experts or mx_rate_gap(pool.system, "generic") is None:
+        return None
+    return expert_compute_dtype(plan.resolved, pool.system)
 
 
 def mtp_notes(plan: Plan, pool: Pool, engine: str) -> list[str]:

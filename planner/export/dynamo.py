@@ -108,7 +108,7 @@ def manifest(plan: Plan, backend: str) -> tuple[list[dict[str, Any]], list[str]]
 
 def _unexpressed(plan: Plan, pool: Pool, backend: str) -> list[str]:
     if backend == "trtllm":
-        return trtllm.unexpressed(pool)
+        return trtllm.unexpressed(plan, pool)
     if backend == "vllm":
         return vllm.unexpressed(plan, pool)
     return sglang.unexpressed(plan, pool)

@@ -15,6 +15,8 @@ from __future__ import annotations
 import json
 import math
 
+from costmodel.calibration import mx_rate_gap
+from costmodel.precision import Dtype
 from costmodel.serving import prefill_batch
 from planner.export.base import (
     FILL_CHUNK_TOKENS,
@@ -32,6 +34,7 @@ from planner.export.base import (
     max_context_tokens,
     memory_fraction,
     mtp_notes,
+    mx_priced_activations,
     plan_comments,
     pool_comments,
     rank_rounding_notes,
@@ -76,6 +79,8 @@ def server_args(plan: Plan, pool: Pool, placement_file: str | None, node_flags: 
         args += ["--dp-size", str(pool.dp_attention)] + ([] if workers > 1 else ["--enable-dp-attention"])
         if workers == 1 and pool.tp == 1 and _dense_layers(plan):  # priced on each rank alone, as planned
             args += ["--moe-dense-tp-size", "1"]
+    if mx_priced_activations(plan, pool) is Dtype.BF16:  # sglang 0.5.23: "default" quantises them to MXFP8
+        args += ["--flashinfer-mxfp4-moe-precision", "bf16"]
     if pool.cpu_offload_gb > 0:  # SGLang takes whole GiB: rounded up, so HBM holds no more than planned
         args += ["--cpu-offload-gb", str(math.ceil(pool.cpu_offload_gb))]
     model_type = plan.resolved.architecture.model_type
@@ -205,6 +210,11 @@ def unexpressed(plan: Plan, pool: Pool) -> list[str]:
     if pool.moe_ep > 1 and pool.moe_ep == pool.gpus_per_stage and model_type in NO_DEEPEP:
         notes.append(f"no DeepEP: SGLang's {model_type} model has no DeepEP path; the all-to-all stays SGLang's "
                      "default")
+    if mx_priced_activations(plan, pool) is Dtype.FP4:
+        notes.append("SGLang computes MXFP4 experts with MXFP8 activations on these GPUs by default (0.5.23: "
+                     "--flashinfer-mxfp4-moe-precision default); the plan priced them at the fp4 rate, "
+                     f"{mx_rate_gap(pool.system, 'sglang'):.3g}x fp8's tensor-core rate here; "
+                     "precision.expert_activations: fp8 prices what runs")
     if _replica_dp(plan, pool) and pool.nodes_per_instance > 1:
         notes.append(f"SGLang runs data parallelism across nodes only with DP attention, which dense models lack: "
                      f"launch {pool.dp_attention} servers of {pool.gpus_per_instance // pool.dp_attention} GPUs "

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from costmodel.calibration import MX_ACTIVATION_NAMES
 from planner.export.base import (
     FILL_CHUNK_TOKENS,
     HOST,
@@ -30,6 +31,7 @@ from planner.export.base import (
     max_context_tokens,
     memory_fraction,
     moe_layer_indices,
+    mx_priced_activations,
     plan_comments,
     pool_comments,
 )
@@ -84,8 +86,13 @@ def load_balancer(plan: Plan, pool: Pool) -> dict[str, Any] | None:
             "initial_global_assignments": {layer: slots for layer in moe_layer_indices(plan)}}
 
 
-def unexpressed(pool: Pool) -> list[str]:
+def unexpressed(plan: Plan, pool: Pool) -> list[str]:
     notes = []
+    priced = mx_priced_activations(plan, pool)
+    if priced is not None:
+        notes.append(f"the plan priced MXFP4 experts with {MX_ACTIVATION_NAMES[priced]} activations; this config does "
+                     "not choose TensorRT-LLM's MoE activation format (assumed MXFP8 for its TRTLLM MoE backend on "
+                     "Blackwell: costmodel.calibration.MX_EXPERT_ACTIVATIONS): check the build runs the format priced")
     if pool.cpu_offload_gb > 0:
         notes.append(f"cpu_offload_gb {pool.cpu_offload_gb:g}: TensorRT-LLM has no CPU weight offload; without it each "
                      "GPU holds those weights in HBM, leaving less for KV than the plan assumes (lower the batch)")
@@ -122,12 +129,12 @@ def export(plan: Plan) -> Export:
         options_name = file_names(pool)[0]
         for name, data in files.items():
             out.configs[name] = data
-            head = comment_block(pool_comments(plan, pool) + unexpressed(pool)) if name == options_name else ""
+            head = comment_block(pool_comments(plan, pool) + unexpressed(plan, pool)) if name == options_name else ""
             out.files[name] = head + dump_yaml(data)
-        out.unexpressed += unexpressed(pool)
+        out.unexpressed += unexpressed(plan, pool)
         args = (plan.model, "--host", HOST, "--port", str(PORT + pool.index), "--backend", "pytorch",
                 "--extra_llm_api_options", options_name)
-        comments = pool_comments(plan, pool) + unexpressed(pool)
+        comments = pool_comments(plan, pool) + unexpressed(plan, pool)
         if pool.nodes_per_instance > 1:
             comments.append(f"multi-node: start under MPI/Slurm with {pool.gpus_per_instance} ranks, e.g. "
                             f"`srun -N {pool.nodes_per_instance} --ntasks-per-node {pool.gpus_per_node} "

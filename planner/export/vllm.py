@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 
 from costmodel.calibration import mx_rate_gap
+from costmodel.precision import Dtype
 from planner.export.base import (
     FILL_CHUNK_TOKENS,
     HOST,
@@ -29,6 +30,7 @@ from planner.export.base import (
     max_context_tokens,
     memory_fraction,
     mtp_notes,
+    mx_priced_activations,
     plan_comments,
     pool_comments,
     rank_rounding_notes,
@@ -37,6 +39,9 @@ from planner.export.base import (
 PROGRAM = ("vllm", "serve")
 NIXL = {"kv_connector": "NixlConnector", "kv_role": "kv_both"}
 DP_RPC_PORT = 13345
+# MXFP4 experts with MXFP8 activations: vLLM's user override of the MoE activation format (config/quantization.py
+# QuantizationConfigArgs.moe; fused_moe/oracle/mxfp4.py keeps only the backends of that activation).
+MXFP8_EXPERTS = {"moe": {"activation": "mxfp8"}}
 
 
 def engine_args(plan: Plan, pool: Pool) -> list[str]:
@@ -54,6 +59,8 @@ def engine_args(plan: Plan, pool: Pool) -> list[str]:
         args += ["--speculative-config", json.dumps({"method": "mtp", "num_speculative_tokens": drafts})]
     if pool.cpu_offload_gb > 0:
         args += ["--cpu-offload-gb", f"{pool.cpu_offload_gb:g}"]
+    if mx_priced_activations(plan, pool) is Dtype.FP8:  # vllm 0.31 fused_moe/oracle/mxfp4.py: MXFP8 backends only
+        args += ["--quantization-config", json.dumps(MXFP8_EXPERTS)]
     if pool.moe_ep > 1:
         backend = "deepep_low_latency" if pool.engine_role == "decode" else "deepep_high_throughput"
         args += ["--enable-expert-parallel", "--all2all-backend", backend]
@@ -130,11 +137,12 @@ def unexpressed(plan: Plan, pool: Pool) -> list[str]:
         notes.append(f"expert TP {pool.moe_tp} x EP {pool.moe_ep}: vLLM's expert parallelism spans all "
                      f"{pool.tp * pool.dp_attention} GPUs of a stage (EP {pool.tp * pool.dp_attention}, no expert TP)")
     gap = mx_rate_gap(pool.system, "vllm")
-    if plan.resolved.microscaled_experts and gap is not None:
+    if mx_priced_activations(plan, pool) is Dtype.FP4 and gap is not None:
         notes.append(f"vLLM computes MXFP4 experts with bf16 activations on these GPUs by default (0.34: FlashInfer's "
                      f"MXFP4 x BF16 MoE); the plan priced them at the fp4 rate, {gap:.3g}x bf16's tensor-core rate "
-                     "here; `--moe-backend flashinfer_trtllm_afp8` (vLLM 0.34) runs them with MXFP8 activations, at "
-                     "twice the bf16 peak, as SGLang does by default")
+                     f"here; `--quantization-config '{json.dumps(MXFP8_EXPERTS)}'` runs them with MXFP8 activations, "
+                     "at twice the bf16 peak, as SGLang does by default; precision.expert_activations (bf16, or fp8 "
+                     "with that flag, which the export then writes) prices what runs")
     if pool.banks is not None and pool.moe_ep > 1:
         notes.append("the plan's expert banks: vLLM loads no initial placement (EPLB rebalances from measured "
                      "loads); the banks are in the plan file")

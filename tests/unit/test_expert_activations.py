@@ -1,0 +1,123 @@
+"""`precision.expert_activations`: routed experts the tensor cores take as stored compute at a wider activation
+format's rate where the scenario names one (W4A8, W4A16 mixed-input kernels); weight-only experts are priced as
+before; the expected error's note and the engines' launches follow the format priced."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from costmodel.evaluate import evaluate, pool_context
+from costmodel.expected_error import expected_error
+from costmodel.layout import Layout
+from costmodel.precision import Dtype
+from costmodel.resolve import ResolvedScenario
+from planner.errors import InputError
+from planner.export import export_plan, load_plan
+from planner.scenario import scenario_from_data
+from tests.export.engine_check import check_args, flags_of
+
+PLAN = Path(__file__).resolve().parents[1] / "export" / "plans" / "gpt-oss-120b-8xb200-plan-24.yaml"
+MIXED = {"inventory": [{"name": "hopper", "system": "h200-sxm", "nodes": 1},
+                       {"name": "blackwell", "system": "b200-sxm", "nodes": 1}]}
+
+
+def _resolved(activations: str | None = None, model: str = "gpt-oss-120b", cluster: dict[str, Any] | None = None,
+              engine: str = "sglang") -> ResolvedScenario:
+    precision = {} if activations is None else {"expert_activations": activations}
+    return scenario_from_data({
+        "schema_version": 1, "name": "t", "model": model, "precision": precision,
+        "cluster": cluster or {"system": "b200-sxm", "gpus": 8},
+        "workload": {"input_tokens": 8192, "output_tokens": 1024}, "engine": engine})
+
+
+def _layout(batch: int, group: str | None = None) -> Layout:
+    pool = {"role": "mixed", "tp": 1, "dp_attention": 8, "moe_ep": 8, "batch": batch} | (
+        {"group": group} if group else {})
+    return Layout.model_validate({"schema_version": 1, "serving": "aggregated", "pools": [pool]})
+
+
+@pytest.mark.parametrize(("activations", "compute"), [(None, Dtype.FP4), ("fp8", Dtype.FP8), ("bf16", Dtype.BF16)])
+def test_mxfp4_experts_on_fp4_tensor_cores_compute_at_the_activations_rate(activations: str | None,
+                                                                            compute: Dtype) -> None:
+    fmt = pool_context(_resolved(activations), _layout(64).pools[0]).fmt
+    assert fmt.expert_compute is compute and fmt.weight_only_experts is None  # a fused kernel, not weight-only
+    assert fmt.expert_bytes == 0.53125  # the weights stay MXFP4 in HBM
+
+
+def test_experts_a_gpu_cannot_compute_as_stored_stay_weight_only_in_bf16() -> None:
+    resolved = _resolved("fp8", cluster=MIXED)
+    hopper = pool_context(resolved, _layout(64, "hopper").pools[0]).fmt
+    blackwell = pool_context(resolved, _layout(64, "blackwell").pools[0]).fmt
+    assert (hopper.expert_compute, hopper.weight_only_experts) == (Dtype.BF16, Dtype.FP4)
+    assert (blackwell.expert_compute, blackwell.weight_only_experts) == (Dtype.FP8, None)
+
+
+def test_narrower_activations_are_slower_and_never_faster() -> None:
+    """The same layout: fp4 rate <= MXFP8's <= bf16's in TTFT and TPOT; the 8K-token prompts are compute-bound,
+    so TTFT grows strictly."""
+    figures = [evaluate(_resolved(a), _layout(64)) for a in (None, "fp8", "bf16")]
+    ttft = [f.ttft_ms for f in figures]
+    tpot = [f.tpot_ms for f in figures]
+    assert ttft[0] < ttft[1] < ttft[2]
+    assert tpot[0] <= tpot[1] <= tpot[2]
+
+
+@pytest.mark.parametrize(("model", "activations", "cluster", "says"), [
+    ("deepseek-v3", "fp8", None, "stored in fp8, so fp8 activations are not wider"),
+    ("gpt-oss-120b", "fp8", {"system": "h200-sxm", "gpus": 8}, "no GPU of this cluster (h200-sxm) computes fp4"),
+])
+def test_activations_that_change_nothing_are_refused_naming_the_field(
+        model: str, activations: str, cluster: dict[str, Any] | None, says: str) -> None:
+    with pytest.raises(InputError) as caught:
+        _resolved(activations, model=model, cluster=cluster)
+    assert "precision.expert_activations: " in str(caught.value) and says in str(caught.value)
+
+
+def test_the_expected_error_says_what_the_experts_were_priced_with() -> None:
+    default = expected_error(_resolved()).basis
+    assert "priced at the fp4 tensor-core rate" in default and "may be optimistic" in default
+    chosen = expected_error(_resolved("fp8")).basis
+    assert "priced with MXFP8 activations as precision.expert_activations sets" in chosen
+    assert "sglang computes such experts with MXFP8 activations by default" in chosen
+    assert "optimistic" not in chosen
+
+
+def _plan(activations: str | None) -> Any:
+    plan = load_plan(PLAN)
+    precision = plan.resolved.scenario.precision.model_copy(update={"expert_activations": activations})
+    scenario = plan.resolved.scenario.model_copy(update={"precision": precision})
+    return dataclasses.replace(plan, resolved=dataclasses.replace(plan.resolved, scenario=scenario))
+
+
+def _words(exported: Any) -> list[str]:
+    return [word for commands in exported.commands.values() for command in commands for word in command.args]
+
+
+def test_vllm_launches_mxfp8_activations_where_they_were_priced() -> None:
+    default, fp8, bf16 = (export_plan(_plan(a), "vllm") for a in (None, "fp8", "bf16"))
+    assert "--quantization-config" not in _words(default) + _words(bf16)  # bf16: vLLM's default
+    args = _words(fp8)
+    assert json.loads(args[args.index("--quantization-config") + 1]) == {"moe": {"activation": "mxfp8"}}
+    assert check_args(args, flags_of("vllm"), positionals=1) == []
+    assert any("priced them at the fp4 rate" in note for note in default.unexpressed)
+    assert not any("fp4 rate" in note for note in fp8.unexpressed + bf16.unexpressed)
+
+
+def test_sglang_launches_bf16_activations_where_they_were_priced() -> None:
+    default, fp8, bf16 = (export_plan(_plan(a), "sglang") for a in (None, "fp8", "bf16"))
+    args = _words(bf16)
+    assert args[args.index("--flashinfer-mxfp4-moe-precision") + 1] == "bf16"
+    assert check_args(args, flags_of("sglang")) == []
+    assert "--flashinfer-mxfp4-moe-precision" not in _words(fp8) + _words(default)  # MXFP8: SGLang's default
+    assert any("MXFP8 activations on these GPUs by default" in note for note in default.unexpressed)
+    assert not any("fp4 rate" in note for note in fp8.unexpressed + bf16.unexpressed)
+
+
+def test_trtllm_says_the_format_priced_which_its_config_does_not_choose() -> None:
+    notes = export_plan(_plan("bf16"), "trtllm").unexpressed
+    assert any(note.startswith("the plan priced MXFP4 experts with bf16 activations") for note in notes)
