@@ -554,7 +554,8 @@ def check_layout_fits(resolved: ResolvedScenario, layout: Layout) -> None:
 def check_placement(resolved: ResolvedScenario, layout: Layout, placement: Any) -> None:
     """A plan file's placement (`plan_output.placement`): every instance on GPUs of its pool's group that
     exist, are available and are used once, by the module docstring's rules (one scale-up domain; whole
-    complete domains of one rack, no other instance on them; whole racks and the rest in one more). Raises
+    complete domains of one rack, no other instance on them; whole racks and the rest in one more), each node's
+    GPUs listed together (`_check_node_runs`). Raises
     ScenarioError naming the field and the GPU."""
     pools = placement.get("pools") if isinstance(placement, dict) else None
     if not isinstance(pools, list) or len(pools) != len(layout.pools):
@@ -573,6 +574,7 @@ def check_placement(resolved: ResolvedScenario, layout: Layout, placement: Any) 
                 raise ScenarioError(f"expected a list of the instance's {pool.gpus_per_instance} GPU ids", where)
             indices = [_gpu_of(group, gpu, f"{where}.{k}", used) for k, gpu in enumerate(gpus)]
             _check_span(group, indices, where)
+            _check_node_runs(gpus, indices, where)
             _check_own_domains(group, indices, where, domains)
         # the stages are the layout's (engines split layers as the cost model does): written for the reader and
         # copied into launch files' comments, so an edited split is refused, not launched as a comment
@@ -613,6 +615,18 @@ def _gpu_of(group: ClusterGroup, gpu: object, where: str, used: dict[tuple[str, 
         raise ScenarioError(f"{text} is used twice (also by {used[group.name, index]})", where)
     used[group.name, index] = where
     return index
+
+
+def _check_node_runs(ids: list[Any], gpus: list[GpuIndex], where: str) -> None:
+    """Each node's GPUs stand together in the instance's list: engines number an instance's ranks node by node
+    (NODE_RANK, then the GPUs of each node), and exports take the ranks, banks and stages in the list's order."""
+    seen: set[tuple[int, int]] = set()
+    for k, gpu in enumerate(gpus):
+        node = gpu[:2]
+        if node in seen and gpus[k - 1][:2] != node:
+            raise ScenarioError(f"{ids[k]} is apart from the other GPUs of its node in this list: engines number an "
+                                "instance's ranks node by node, so list each node's GPUs together", f"{where}.{k}")
+        seen.add(node)
 
 
 def _stages_text(stages: list[dict[str, Any]]) -> str:

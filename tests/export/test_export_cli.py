@@ -223,6 +223,21 @@ def test_validate_and_export_check_a_plans_placement(command: tuple[str, ...], t
     assert "placement.pools.0.instances.0.gpus.1: h200-sxm/r0/n0/g0 is used twice" in result.err
 
 
+@pytest.mark.parametrize("command", [("validate",), ("export", "--engine", "trtllm")])
+def test_a_wide_instance_lists_each_nodes_gpus_together(command: tuple[str, ...], tmp_path: Path) -> None:
+    """Engines number a multi-node instance's ranks node by node, in the plan's GPU order: GPUs of one node
+    listed apart would launch ranks (and their banks) on other nodes than the plan placed them."""
+    data = yaml.safe_load(DISAGGREGATED.read_text(encoding="utf-8"))
+    gpus = data["placement"]["pools"][1]["instances"][0]["gpus"]
+    gpus[3], gpus[4] = gpus[4], gpus[3]  # r0/n0/g3 after r0/n1/g0
+    path = tmp_path / "plan-18.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
+    result = run_cli(command[0], str(path), *command[1:])
+    assert result.code == 2 and "Traceback" not in result.err
+    assert "placement.pools.1.instances.0.gpus.4: gb200-nvl72/r0/n0/g3 is apart from the other GPUs of its node" \
+        in result.err
+
+
 @pytest.mark.parametrize("command", [("validate",), ("export", "--engine", "vllm")])
 def test_a_plans_stages_must_be_its_layouts(command: tuple[str, ...], tmp_path: Path) -> None:
     """Stages edited by hand (layers left to no stage) were launched as the script's comments."""
