@@ -153,8 +153,10 @@ PREFILL_EXECUTION: dict[str, Literal["compiled", "eager"]] = {
 # run kind::f16, the bf16 rate.
 # - vllm: bf16. vLLM 0.34 `fused_moe/oracle/mxfp4.py`: gpt-oss names no activation format, so only the bf16
 #   backends are kept, FlashInfer's TRT-LLM-gen MXFP4 x BF16 MoE first on SM100. `--quantization-config
-#   '{"moe": {"activation": "mxfp8"}}'` requests MXFP8 (`_resolve_activation_key`, 0.31 and 0.34 alike; the oracle's
-#   `flashinfer_trtllm_afp8` alias is not among `--moe-backend`'s choices, `config/kernel.py` MoEBackend).
+#   '{"moe": {"activation": "mxfp8"}}'` requests MXFP8 (`_resolve_activation_key`): 0.31 keeps only MXFP8 backends,
+#   0.34 falls back to a bf16 one with a warning where none fits; neither MXFP8 kernel takes DeepEP low-latency's
+#   batched input. The oracle's `flashinfer_trtllm_afp8` alias is not among `--moe-backend`'s choices
+#   (`config/kernel.py` MoEBackend).
 # - sglang: fp8. SGLang 0.5.23 runs the `flashinfer_mxfp4` runner on SM100, whose
 #   `--flashinfer-mxfp4-moe-precision default` quantises activations to MXFP8 (`bf16` keeps them).
 # - trtllm: fp8, an assumption (W4A8_MXFP4_MXFP8 for its TRTLLM MoE backend on Blackwell): its wheel could not be
@@ -177,9 +179,15 @@ def mx_rate_gap(system: SystemSpec, engine: str) -> float | None:
     weight-only, and is priced so) and AMD's (assumption: CDNA4 pairs MXFP4 with MXFP4 activations natively).
     A format without tensor cores of its own on the GPU runs at bf16's rate."""
     peaks = system.peak_flops_per_s
-    if system.vendor != "nvidia" or Dtype.FP4 not in peaks:
+    if not mx_activations_chosen(system):
         return None
     return max(peaks[Dtype.FP4] / peaks.get(dtype, peaks[Dtype.BF16]) for dtype in mx_activations(engine).values())
+
+
+def mx_activations_chosen(system: SystemSpec) -> bool:
+    """MXFP4 experts on `system` pair with the activations the engine chooses: NVIDIA fp4 tensor cores (Hopper has
+    none and runs them weight-only in bf16; AMD CDNA4 pairs MXFP4 with MXFP4, an assumption)."""
+    return system.vendor == "nvidia" and Dtype.FP4 in system.peak_flops_per_s
 
 
 def mx_activations(engine: str) -> dict[str, Dtype]:

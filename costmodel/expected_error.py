@@ -149,9 +149,9 @@ def microscaled_note(resolved: ResolvedScenario, systems: Sequence[SystemSpec]) 
                     for name, dtype in mx_activations(engine).items())
     chosen = resolved.scenario.precision.expert_activations
     if chosen is not None:
-        return (f"the routed experts are MXFP4, priced with {MX_ACTIVATION_NAMES[Dtype(chosen)]} activations as "
-                f"precision.expert_activations sets; {how}; the bundled calibration's gpt-oss rows (older engine "
-                "builds) fit the fp4 rate best")
+        return (f"the routed experts are MXFP4, priced on NVIDIA fp4 tensor cores with "
+                f"{MX_ACTIVATION_NAMES[Dtype(chosen)]} activations as precision.expert_activations sets; {how}; the "
+                "bundled calibration's gpt-oss rows (older engine builds) fit the fp4 rate best")
     return (f"the routed experts are MXFP4, priced at the fp4 tensor-core rate, which the bundled calibration's "
             f"gpt-oss rows (older engine builds) fit best; {how}; the fp4 rate is up to {max(gaps):.3g}x "
             "theirs: figures where those GEMMs are compute-bound (prefill above all) may be optimistic")

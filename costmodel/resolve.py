@@ -9,6 +9,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from costmodel.architecture import Architecture
+from costmodel.calibration import mx_activations_chosen
 from costmodel.errors import CatalogError, ScenarioError
 from costmodel.hardware import SystemSpec, load_system, with_overrides
 from costmodel.inventory import ClusterGroup, GpuIndex, parse_unavailable_id, uplink_bytes_per_s
@@ -205,33 +206,30 @@ def compute_dtype(storage: Dtype, system: SystemSpec) -> Dtype:
 
 
 def expert_compute_dtype(resolved: ResolvedScenario, system: SystemSpec) -> Dtype:
-    """Format the routed experts' GEMMs compute in on `system`: their storage format's (`compute_dtype`), or
-    `precision.expert_activations` where that is wider and the tensor cores take the experts as stored: a
-    mixed-input kernel (W4A8, W4A16) runs at the wider operand's rate (tcgen05 kind::f8f6f4 pairs e2m1 with
-    e4m3 at the fp8 rate; MXFP4 x BF16 MoE kernels dequantise to bf16 and run kind::f16)."""
-    storage, chosen = resolved.experts, resolved.scenario.precision.expert_activations
-    if chosen is None or storage not in system.peak_flops_per_s:
-        return compute_dtype(storage, system)
-    activation = Dtype(chosen)
-    wider = bytes_per_element(activation) > bytes_per_element(storage) and activation in system.peak_flops_per_s
-    return activation if wider else storage
+    """Format the routed experts' GEMMs compute in on `system`: their storage format's (`compute_dtype`), or, for
+    MXFP4 experts on NVIDIA fp4 tensor cores, `precision.expert_activations` where set: a mixed-input kernel runs
+    at the wider operand's rate (tcgen05 kind::f8f6f4 pairs e2m1 with e4m3 at the fp8 rate; MXFP4 x BF16 MoE
+    kernels dequantise to bf16 and run kind::f16)."""
+    chosen = resolved.scenario.precision.expert_activations
+    if chosen is None or not resolved.microscaled_experts or not mx_activations_chosen(system):
+        return compute_dtype(resolved.experts, system)
+    return Dtype(chosen)
 
 
 def check_expert_activations(resolved: ResolvedScenario) -> None:
-    """`precision.expert_activations` changes some group's pricing: else it says something the plan ignores."""
-    chosen = resolved.scenario.precision.expert_activations
-    if chosen is None:
+    """`precision.expert_activations` prices some group: else it says something the plan ignores."""
+    if resolved.scenario.precision.expert_activations is None:
         return
-    storage = resolved.experts
-    if bytes_per_element(Dtype(chosen)) <= bytes_per_element(storage):
-        raise ScenarioError(f"the routed experts are stored in {storage.value}, so {chosen} activations are not "
-                            f"wider and change nothing: remove it, or store the experts narrower "
-                            "(precision.experts)", "precision.expert_activations")
-    if all(storage not in group.system.peak_flops_per_s for group in resolved.groups):
+    if not resolved.microscaled_experts:
+        stored = "NVFP4, W4A4" if resolved.experts is Dtype.FP4 else resolved.experts.value
+        raise ScenarioError(f"it applies to MXFP4 routed experts as their checkpoints store them (gpt-oss, Kimi K3), "
+                            f"which engines pair with MXFP8 or bf16 activations; these experts compute as stored "
+                            f"({stored}): remove it", "precision.expert_activations")
+    if not any(mx_activations_chosen(group.system) for group in resolved.groups):
         names = ", ".join(sorted({group.system.name for group in resolved.groups}))
-        raise ScenarioError(f"no GPU of this cluster ({names}) computes {storage.value} experts as stored: they are "
-                            "priced weight-only at bf16's rate whatever the activations (SGLang's MXFP4 x FP8 path on "
-                            "Hopper is not modelled); remove it", "precision.expert_activations")
+        raise ScenarioError(f"no GPU of this cluster ({names}) has NVIDIA fp4 tensor cores: MXFP4 experts are priced "
+                            "weight-only in bf16 on Hopper (SGLang's MXFP4 x FP8 Hopper path is not modelled) and as "
+                            "MXFP4 x MXFP4 on AMD CDNA4 (assumption): remove it", "precision.expert_activations")
 
 
 def check_context(resolved: ResolvedScenario) -> None:

@@ -93,11 +93,10 @@ class Precision(StrictModel):
     )
     expert_activations: Literal["bf16", "fp8"] | None = Field(
         None,
-        description="Format the routed experts' GEMMs take their activations in, where it is wider than the "
-        "experts' storage and the GPU's tensor cores take the experts as stored: they then compute at that "
-        "format's rate (W4A8: MXFP8 activations, SGLang's default for MXFP4 experts on Blackwell; W4A16: bf16, "
-        "vLLM's). Default: the experts' own format (W4A4 at the fp4 rate, which the bundled calibration fits). "
-        "Experts a GPU cannot compute as stored run weight-only in bf16 either way.",
+        description="Activations that MXFP4 routed experts (gpt-oss, Kimi K3 checkpoints) pair with on NVIDIA fp4 "
+        "tensor cores, which set the rate they compute at: fp8 (MXFP8, SGLang's default on Blackwell) or bf16 "
+        "(vLLM's). Default: the fp4 rate, which the bundled calibration fits. Hopper runs these experts weight-only "
+        "in bf16 either way; other expert formats compute as stored.",
     )
 
 

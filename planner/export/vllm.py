@@ -40,7 +40,7 @@ PROGRAM = ("vllm", "serve")
 NIXL = {"kv_connector": "NixlConnector", "kv_role": "kv_both"}
 DP_RPC_PORT = 13345
 # MXFP4 experts with MXFP8 activations: vLLM's user override of the MoE activation format (config/quantization.py
-# QuantizationConfigArgs.moe; fused_moe/oracle/mxfp4.py keeps only the backends of that activation).
+# QuantizationConfigArgs.moe; fused_moe/oracle/mxfp4.py `_resolve_activation_key`: 0.31 keeps only MXFP8 backends).
 MXFP8_EXPERTS = {"moe": {"activation": "mxfp8"}}
 
 
@@ -59,10 +59,10 @@ def engine_args(plan: Plan, pool: Pool) -> list[str]:
         args += ["--speculative-config", json.dumps({"method": "mtp", "num_speculative_tokens": drafts})]
     if pool.cpu_offload_gb > 0:
         args += ["--cpu-offload-gb", f"{pool.cpu_offload_gb:g}"]
-    if mx_priced_activations(plan, pool) is Dtype.FP8:  # vllm 0.31 fused_moe/oracle/mxfp4.py: MXFP8 backends only
+    if mx_priced_activations(plan, pool) is Dtype.FP8 and not _batched_experts(pool):
         args += ["--quantization-config", json.dumps(MXFP8_EXPERTS)]
     if pool.moe_ep > 1:
-        backend = "deepep_low_latency" if pool.engine_role == "decode" else "deepep_high_throughput"
+        backend = "deepep_low_latency" if _batched_experts(pool) else "deepep_high_throughput"
         args += ["--enable-expert-parallel", "--all2all-backend", backend]
         slots = expert_slots(pool)
         if slots is not None and plan.resolved.architecture.model_type not in NO_EPLB:
@@ -71,6 +71,12 @@ def engine_args(plan: Plan, pool: Pool) -> list[str]:
     if pool.engine_role != "aggregated":
         args += ["--kv-transfer-config", json.dumps(NIXL)]
     return args
+
+
+def _batched_experts(pool: Pool) -> bool:
+    """The pool's expert layers take DeepEP low-latency's batched input (decode pools with expert parallelism),
+    which vLLM's MXFP8 MoE kernels do not (FlashInfer's TRT-LLM-gen and CUTLASS experts: Standard format only)."""
+    return pool.moe_ep > 1 and pool.engine_role == "decode"
 
 
 # Model types whose vLLM 0.31 model class lacks the MixtureOfExperts protocol's members (num_moe_layers,
@@ -136,8 +142,13 @@ def unexpressed(plan: Plan, pool: Pool) -> list[str]:
     if pool.moe_ep > 1 and pool.moe_ep != pool.tp * pool.dp_attention:
         notes.append(f"expert TP {pool.moe_tp} x EP {pool.moe_ep}: vLLM's expert parallelism spans all "
                      f"{pool.tp * pool.dp_attention} GPUs of a stage (EP {pool.tp * pool.dp_attention}, no expert TP)")
-    gap = mx_rate_gap(pool.system, "vllm")
-    if mx_priced_activations(plan, pool) is Dtype.FP4 and gap is not None:
+    priced, gap = mx_priced_activations(plan, pool), mx_rate_gap(pool.system, "vllm")
+    if priced is Dtype.FP8 and _batched_experts(pool):
+        notes.append("the plan priced MXFP4 experts with MXFP8 activations, but vLLM's MXFP8 MoE kernels take no "
+                     "DeepEP low-latency (batched) input: this decode pool runs them with bf16 activations, slower "
+                     "than priced (0.34 falls back with a warning; 0.31 stops at start-up, so the flag is not "
+                     "written); price it with precision.expert_activations: bf16")
+    if priced is Dtype.FP4 and gap is not None:
         notes.append(f"vLLM computes MXFP4 experts with bf16 activations on these GPUs by default (0.34: FlashInfer's "
                      f"MXFP4 x BF16 MoE); the plan priced them at the fp4 rate, {gap:.3g}x bf16's tensor-core rate "
                      f"here; `--quantization-config '{json.dumps(MXFP8_EXPERTS)}'` runs them with MXFP8 activations, "

@@ -67,14 +67,21 @@ def test_narrower_activations_are_slower_and_never_faster() -> None:
     assert tpot[0] <= tpot[1] <= tpot[2]
 
 
-@pytest.mark.parametrize(("model", "activations", "cluster", "says"), [
-    ("deepseek-v3", "fp8", None, "stored in fp8, so fp8 activations are not wider"),
-    ("gpt-oss-120b", "fp8", {"system": "h200-sxm", "gpus": 8}, "no GPU of this cluster (h200-sxm) computes fp4"),
+@pytest.mark.parametrize(("model", "experts", "cluster", "says"), [
+    ("deepseek-v3", None, None, "these experts compute as stored (fp8)"),  # W8A16 no engine runs
+    ("deepseek-v3", "fp4", None, "these experts compute as stored (NVFP4, W4A4)"),
+    ("kimi-k2.5", None, None, "these experts compute as stored (int4)"),
+    ("gpt-oss-120b", None, {"system": "h200-sxm", "gpus": 8}, "no GPU of this cluster (h200-sxm) has NVIDIA fp4"),
+    ("gpt-oss-120b", None, {"system": "mi355x", "gpus": 8}, "no GPU of this cluster (mi355x) has NVIDIA fp4"),
 ])
-def test_activations_that_change_nothing_are_refused_naming_the_field(
-        model: str, activations: str, cluster: dict[str, Any] | None, says: str) -> None:
+def test_activations_the_engines_do_not_choose_are_refused_naming_the_field(
+        model: str, experts: str | None, cluster: dict[str, Any] | None, says: str) -> None:
+    document = {"schema_version": 1, "name": "t", "model": model,
+                "precision": {"expert_activations": "bf16"} | ({"experts": experts} if experts else {}),
+                "cluster": cluster or {"system": "b200-sxm", "gpus": 8},
+                "workload": {"input_tokens": 1024, "output_tokens": 1024}, "engine": "vllm"}
     with pytest.raises(InputError) as caught:
-        _resolved(activations, model=model, cluster=cluster)
+        scenario_from_data(document)
     assert "precision.expert_activations: " in str(caught.value) and says in str(caught.value)
 
 
@@ -82,7 +89,7 @@ def test_the_expected_error_says_what_the_experts_were_priced_with() -> None:
     default = expected_error(_resolved()).basis
     assert "priced at the fp4 tensor-core rate" in default and "may be optimistic" in default
     chosen = expected_error(_resolved("fp8")).basis
-    assert "priced with MXFP8 activations as precision.expert_activations sets" in chosen
+    assert "priced on NVIDIA fp4 tensor cores with MXFP8 activations as precision.expert_activations sets" in chosen
     assert "sglang computes such experts with MXFP8 activations by default" in chosen
     assert "optimistic" not in chosen
 
@@ -106,6 +113,25 @@ def test_vllm_launches_mxfp8_activations_where_they_were_priced() -> None:
     assert check_args(args, flags_of("vllm"), positionals=1) == []
     assert any("priced them at the fp4 rate" in note for note in default.unexpressed)
     assert not any("fp4 rate" in note for note in fp8.unexpressed + bf16.unexpressed)
+
+
+def test_vllm_decode_pools_on_deepep_low_latency_say_they_cannot_run_mxfp8() -> None:
+    """vLLM's MXFP8 MoE kernels take no batched (DeepEP low-latency) input: 0.31 would stop at start-up, so a
+    decode pool with expert parallelism gets no flag and a note."""
+    plan = _plan("fp8")
+    decode = dataclasses.replace(plan, pools=tuple(dataclasses.replace(p, role="decode") for p in plan.pools))
+    exported = export_plan(decode, "vllm")
+    assert "deepep_low_latency" in _words(exported) and "--quantization-config" not in _words(exported)
+    assert any("take no DeepEP low-latency (batched) input" in note for note in exported.unexpressed)
+
+
+def test_a_hopper_pool_of_a_mixed_cluster_launches_no_activation_flag() -> None:
+    plan = _plan("bf16")
+    hopper = next(g.system for g in _resolved("bf16", cluster=MIXED).groups if g.name == "hopper")
+    on_hopper = dataclasses.replace(plan, pools=tuple(dataclasses.replace(p, system=hopper) for p in plan.pools))
+    exported = export_plan(on_hopper, "sglang")
+    assert "--flashinfer-mxfp4-moe-precision" not in _words(exported)
+    assert not any("MXFP4" in note for note in exported.unexpressed)
 
 
 def test_sglang_launches_bf16_activations_where_they_were_priced() -> None:
