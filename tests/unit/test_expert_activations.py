@@ -1,6 +1,6 @@
-"""`precision.expert_activations`: routed experts the tensor cores take as stored compute at a wider activation
-format's rate where the scenario names one (W4A8, W4A16 mixed-input kernels); weight-only experts are priced as
-before; the expected error's note and the engines' launches follow the format priced."""
+"""MXFP4 routed experts on NVIDIA fp4 tensor cores: the activations they pair with (`precision.expert_activations`:
+W4A8, W4A16 at the wider format's rate; weight-only experts on Hopper priced as before), the token tiles of
+their kernels, the expected error's note and the engines' launches of the format priced."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ import pytest
 from costmodel.evaluate import evaluate, pool_context
 from costmodel.expected_error import expected_error
 from costmodel.layout import Layout
+from costmodel.operators import covering_tile, routed_expert_ops
 from costmodel.precision import Dtype
 from costmodel.resolve import ResolvedScenario
 from planner.errors import InputError
@@ -49,6 +50,46 @@ def test_mxfp4_experts_on_fp4_tensor_cores_compute_at_the_activations_rate(activ
     assert fmt.expert_bytes == 0.53125  # the weights stay MXFP4 in HBM
 
 
+def test_covering_tiles_by_hand() -> None:
+    tiles = (8, 16, 32, 64, 128)
+    assert [covering_tile(rows, tiles) for rows in (0.5, 8, 8.1, 33, 128, 500)] == [8, 8, 16, 64, 128, 128]
+
+
+@pytest.mark.parametrize(("batch", "tile"), [(1, 8), (16, 8), (64, 16), (256, 64), (1024, 128)])
+def test_mxfp4_experts_on_blackwell_pad_their_rows_to_the_covering_token_tile(batch: int, tile: int) -> None:
+    """gpt-oss-120b at EP 8: 16 local experts; a decode step of `batch` sequences on each of 8 ranks sends
+    batch x 8 x 4 rows over 8 GPUs, batch x 4 / 16 = batch / 4 per local expert (no imbalance at skew 0)."""
+    resolved = _resolved()
+    ctx = pool_context(resolved, _layout(batch).pools[0])
+    ffn = next(layer.ffn for layer in resolved.architecture.layers if layer.ffn.kind == "moe")
+    rows = batch * 8 * ffn.top_k / 8
+    touched_flops = routed_expert_ops(ffn, batch * 8, ctx.par, ctx.fmt, 1.0)[0].flops
+    per_row = 2.0 * ffn.routed_expert_params()
+    assert ctx.fmt.expert_token_tiles == (8, 16, 32, 64, 128) and ctx.fmt.expert_tile_rows == 128
+    touched = touched_flops / per_row - rows  # padding rows: touched experts x tile / 2, or a whole tile each
+    assert touched <= 16 * tile and touched_flops / per_row >= rows
+
+
+def test_other_experts_keep_their_generations_tile() -> None:
+    nvfp4 = scenario_from_data({
+        "schema_version": 1, "name": "t", "model": "deepseek-v3", "precision": {"experts": "fp4"},
+        "cluster": {"system": "b200-sxm", "gpus": 8}, "workload": {"input_tokens": 1024, "output_tokens": 1024}})
+    assert pool_context(nvfp4, _layout(64).pools[0]).fmt.expert_token_tiles == ()
+    hopper = pool_context(_resolved(cluster={"system": "h200-sxm", "gpus": 8}), _layout(64).pools[0]).fmt
+    assert hopper.expert_token_tiles == () and hopper.weight_only_experts is Dtype.FP4  # Marlin-style blocks
+
+
+def test_b200_is_not_priced_slower_than_hopper_whatever_the_activations() -> None:
+    """The generations invariant with the activations engines run: a B200 with MXFP4 x BF16 experts against an
+    H100 or H200 running them weight-only in bf16 (the same kernels' class; 128-row tiles at bf16's rate priced
+    a B200 decode step slower than an H100's before the covering tiles)."""
+    for batch in (1, 16, 64, 256):
+        b200 = evaluate(_resolved("bf16"), _layout(batch))
+        for system in ("h100-sxm", "h200-sxm"):
+            hopper = evaluate(_resolved(cluster={"system": system, "gpus": 8}), _layout(batch))
+            assert b200.ttft_ms <= hopper.ttft_ms and b200.tpot_ms <= hopper.tpot_ms, (batch, system)
+
+
 def test_experts_a_gpu_cannot_compute_as_stored_stay_weight_only_in_bf16() -> None:
     resolved = _resolved("fp8", cluster=MIXED)
     hopper = pool_context(resolved, _layout(64, "hopper").pools[0]).fmt
@@ -57,10 +98,11 @@ def test_experts_a_gpu_cannot_compute_as_stored_stay_weight_only_in_bf16() -> No
     assert (blackwell.expert_compute, blackwell.weight_only_experts) == (Dtype.FP8, None)
 
 
-def test_narrower_activations_are_slower_and_never_faster() -> None:
-    """The same layout: fp4 rate <= MXFP8's <= bf16's in TTFT and TPOT; the 8K-token prompts are compute-bound,
-    so TTFT grows strictly."""
-    figures = [evaluate(_resolved(a), _layout(64)) for a in (None, "fp8", "bf16")]
+@pytest.mark.parametrize("batch", [1, 16, 64, 256, 1024])
+def test_wider_activations_are_never_faster(batch: int) -> None:
+    """The same layout: fp4 rate <= MXFP8's <= bf16's in TTFT and TPOT, at every batch (their kernels share their
+    token tiles); the 8K-token prompts are compute-bound, so TTFT grows strictly."""
+    figures = [evaluate(_resolved(a), _layout(batch)) for a in (None, "fp8", "bf16")]
     ttft = [f.ttft_ms for f in figures]
     tpot = [f.tpot_ms for f in figures]
     assert ttft[0] < ttft[1] < ttft[2]
