@@ -19,10 +19,14 @@ from planner.pareto import FrontPoint
 from planner.placement import cluster_domains, fits
 from planner.scenario import scenario_from_data
 from planner.solve import SolveSettings, solve
+from planner.sweep_result import GRID_S
 from planner.templates import Candidate, CandidateSet, candidate_pools, kind_role, layout_key, planned, timed_plans
 from tests.planner.small_scenarios import small_data
 
 NAME = "qwen3-30b-4xh200"  # aggregated and disaggregated, attention DP 1 and 2, batches up to 48
+# The TTFT grid `exact` certifies the front on (`planner.sweep`): a deployment less than a step faster than a front
+# point may be covered by that point alone.
+GRID_MS = GRID_S * 1e3
 
 
 @functools.cache
@@ -90,8 +94,10 @@ def test_the_rate_falls_only_where_prompts_outpace_decode(engine: str, input_tok
 @pytest.mark.parametrize(("engine", "input_tokens", "output_tokens"), [("trtllm", 8192, 2), ("vllm", 2048, 1)])
 def test_without_tolerance_the_front_holds_every_batch_where_prompts_outpace_decode(
         engine: str, input_tokens: int, output_tokens: int) -> None:
-    """At batch tolerance 0 the certified front is the every-batch reference's, also where the rate falls with the
-    batch (the high end's rate alone missed a batch by 5e-4 in the TRT-LLM case)."""
+    """At `exact` resolution (batch tolerance 0, TTFT steps of 1 us) the certified front is the every-batch
+    reference's, also where the rate falls with the batch (the high end's rate alone missed a batch by 5e-4 in
+    the TRT-LLM case). `auto` may leave out a point whose window hides less hypervolume than its certificate's
+    0.05% (vLLM's batch 11 here: 0.02% above batch 10's rate, 2.7 ms slower)."""
     from benchmarks.solver import closed_form_front
     from planner.templates import generate
 
@@ -100,16 +106,16 @@ def test_without_tolerance_the_front_holds_every_batch_where_prompts_outpace_dec
     data["slo"] = {}
     data["search"] = data["search"] | {"max_batch": 64, "serving": ["aggregated"]}
     resolved, calibration = scenario_from_data(data), default_calibration()
-    front = [s.point for s in solve(resolved, SolveSettings("cpsat", 120.0, batch_tolerance=0.0, points=None)).front]
+    front = [s.point for s in solve(resolved, SolveSettings("cpsat", 120.0, resolution="exact")).front]
     reference = closed_form_front(resolved, generate(resolved, calibration, every_batch=True), calibration)
     assert reference
     for ttft_ms, value in reference:
-        best = max((p.tokens_per_s_per_gpu for p in front if p.ttft_ms <= ttft_ms * (1 + 1e-9)), default=0.0)
+        best = max((p.tokens_per_s_per_gpu for p in front if p.ttft_ms <= ttft_ms + GRID_MS), default=0.0)
         assert best >= value * (1 - 1e-9), (ttft_ms, value, best)
 
 
 def assert_not_beaten(point: FrontPoint) -> None:
-    best = max((p.tokens_per_s_per_gpu for p in front() if p.ttft_ms <= point.ttft_ms * (1 + 1e-12)), default=0.0)
+    best = max((p.tokens_per_s_per_gpu for p in front() if p.ttft_ms <= point.ttft_ms + GRID_MS), default=0.0)
     assert best >= point.tokens_per_s_per_gpu * (1 - 1e-9), (point.ttft_ms, point.tokens_per_s_per_gpu)
 
 
