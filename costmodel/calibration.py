@@ -163,9 +163,10 @@ PREFILL_EXECUTION: dict[str, Literal["compiled", "eager"]] = {
 #   read here.
 # Read for gpt-oss. Kimi K3's compressed-tensors MXFP4 experts take the same MoE method in SGLang 0.5.23
 # (`compressed_tensors.py`: `Mxfp4MoEMethod` off NPUs); assumption: alike in vLLM.
-# The cost model still prices these experts at the fp4 rate: priced at these formats, refitted, the
-# calibration's gpt-oss rows fit worse (held out by model TTFT 24.2% -> 27.2%, TPOT 12.1% -> 13.2%; session 35,
-# docs/calibration-log.md). `costmodel.expected_error` names the gap in the error it quotes.
+# The cost model prices these experts at the fp4 rate unless `precision.expert_activations` names the format: priced
+# at these formats, refitted, the calibration's gpt-oss rows fit worse (session 35, with 128-row tiles: held out by
+# model TTFT 24.2% -> 27.2%, TPOT 12.1% -> 13.2%; session 36 with their kernels' token tiles: docs/calibration-log.md).
+# `costmodel.expected_error` names the gap in the error it quotes.
 MX_EXPERT_ACTIVATIONS: dict[str, Dtype] = {"vllm": Dtype.BF16, "sglang": Dtype.FP8, "trtllm": Dtype.FP8}
 MX_EXPERT_ACTIVATIONS_ASSUMED = frozenset({"trtllm"})  # not read in the engine's source
 # How activations of MXFP4 experts are named (the scales go with the format: MX blocks of 32).

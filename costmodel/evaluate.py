@@ -6,7 +6,7 @@ import math
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from costmodel.calibration import SCHEDULING, Calibration, default_calibration, generation_of, mx_activations_chosen
+from costmodel.calibration import SCHEDULING, Calibration, default_calibration, generation_of
 from costmodel.disaggregated import FillStation, split_serving
 from costmodel.errors import ScenarioError
 from costmodel.expected_error import ExpectedError, expected_error
@@ -102,16 +102,23 @@ class Prediction:
 
 # Rows (tokens) of one MoE grouped-GEMM tile: Hopper wgmma computes 64-row tiles per warpgroup (DeepGEMM
 # BLOCK_M 64 for small M, CUTLASS sm90 grouped GEMM); Blackwell tcgen05 UMMA tiles are 128 rows per CTA (CUTLASS
-# sm100 and TRT-LLM MoE grouped GEMMs); CDNA MFMA-based hipBLASLt grouped tiles, assumption: 64 as Hopper.
+# sm100 grouped GEMMs); CDNA MFMA-based hipBLASLt grouped tiles, assumption: 64 as Hopper. Blackwell's TRT-LLM-gen
+# MoE picks smaller token tiles for few rows per expert (below); assumption: the grouped GEMMs other than MXFP4
+# experts' keep these tiles, which the bundled calibration fits (sizing them to the rows per expert too and
+# refitting cost TTFT held out by model 2.5 points: docs/calibration-log.md, session 35).
 EXPERT_TILE_ROWS: dict[str, int] = {"hopper": 64, "blackwell": 128, "cdna3": 64, "cdna4": 64}
-# MXFP4 experts on NVIDIA fp4 tensor cores run in FlashInfer's TRT-LLM-gen MoE in every engine (vLLM's and
-# SGLang's MXFP4 x BF16 / x MXFP8 backends; TRT-LLM's own TRTLLM MoE backend, assumption), which sizes its token
-# tile to the rows per local expert from these (flashinfer 0.7.4 csrc/trtllm_fused_moe_kernel_launcher.cu: the
-# MXFP4 x BF16 launcher's tiles; `costmodel.operators.covering_tile`), swapping A and B so that a decode step's
-# few rows per expert fill the MMA's N side. Assumption: the other grouped GEMMs keep EXPERT_TILE_ROWS, which the
-# bundled calibration fits (sizing theirs alike and refitting cost TTFT held out by model 2.5 points:
-# docs/calibration-log.md, session 35).
-MXFP4_TOKEN_TILES = (8, 16, 32, 64, 128)
+# Token tiles of MXFP4 experts on NVIDIA fp4 tensor cores, by the activations they pair with: vLLM 0.34 and SGLang
+# 0.5.23 run them through FlashInfer's `trtllm_fp4_block_scale_moe` (TRT-LLM's TRTLLM MoE backend alike,
+# assumption), whose launcher takes the first of these tiles that covers the rows per local expert
+# (`costmodel.operators.covering_tile`; its autotuner then tries the neighbours), A and B swapped so that a
+# decode step's few rows per expert fill the MMA's N side: flashinfer 0.7.4
+# csrc/trtllm_fused_moe_kernel_launcher.cu, FP4BlockScaleLauncher::getSupportedTileNums and computeSelectedTileN.
+# MXFP4 x MXFP4 runs in no engine on NVIDIA (the fp4 rate priced by default): assumption, MXFP8's tiles.
+MXFP4_TOKEN_TILES: dict[Dtype, tuple[int, ...]] = {
+    Dtype.BF16: (8, 16, 32, 64),
+    Dtype.FP8: (8, 16, 32, 64, 128, 192, 256),
+    Dtype.FP4: (8, 16, 32, 64, 128, 192, 256),
+}
 # Engines whose attention computes in fp8 over an fp8 KV cache, prefill included: TRT-LLM's FP8 context and
 # generation FMHA (`use_fp8_context_fmha`, on with an FP8 KV cache on Hopper and Blackwell). vLLM and SGLang
 # dequantise an fp8 cache to bf16 in their FlashAttention/FlashInfer prefill paths; their decode reads fp8
@@ -135,8 +142,7 @@ def pool_context(resolved: ResolvedScenario, pool: Pool) -> PoolContext:
         weight_compute=compute_dtype(resolved.weights, system),
         expert_compute=expert_compute_dtype(resolved, system),
         peaks=dict(system.peak_flops_per_s),
-        expert_tile_rows=EXPERT_TILE_ROWS[generation_of(system)],
-        expert_token_tiles=MXFP4_TOKEN_TILES if resolved.microscaled_experts and mx_activations_chosen(system) else (),
+        expert_tiles=expert_tiles(resolved, system),
         expert_storage=resolved.experts,
         fp8_attention=scenario.engine in FP8_ATTENTION_ENGINES,
     )
@@ -154,6 +160,14 @@ def pool_context(resolved: ResolvedScenario, pool: Pool) -> PoolContext:
     if ctx.offload_bytes > 0:
         _check_offload(ctx, pool, scenario.workload.speculative.method == "mtp")
     return ctx
+
+
+def expert_tiles(resolved: ResolvedScenario, system: SystemSpec) -> tuple[int, ...]:
+    """Token tiles the routed experts' grouped GEMMs pad each expert's rows to, by the rows per expert: MXFP4
+    experts' kernels choose by their activations (MXFP4_TOKEN_TILES), other grouped GEMMs run one tile."""
+    if resolved.mx_activations_on(system):
+        return MXFP4_TOKEN_TILES[expert_compute_dtype(resolved, system)]
+    return (EXPERT_TILE_ROWS[generation_of(system)],)
 
 
 def expert_domains(resolved: ResolvedScenario, pool: Pool, system: SystemSpec) -> int:

@@ -60,9 +60,9 @@ class Formats:
     weight_compute: Dtype
     expert_compute: Dtype
     peaks: dict[Dtype, float]  # FLOP/s per compute format on this GPU
-    expert_tile_rows: int = 0  # rows (tokens) of one grouped-GEMM tile: each expert's rows are padded to it
-    # tiles the experts' kernel chooses from by the rows per expert (`covering_tile`); empty: `expert_tile_rows`
-    expert_token_tiles: tuple[int, ...] = ()
+    # rows (tokens) of the grouped-GEMM tiles the experts' kernel chooses from by the rows per expert, ascending
+    # (`covering_tile`): each expert's rows are padded to whole tiles; empty: no padding
+    expert_tiles: tuple[int, ...] = ()
     expert_storage: Dtype | None = None  # the experts' storage format (None: as they compute)
     fp8_attention: bool = False  # the engine's attention kernels compute in fp8 over an fp8 KV cache
 
@@ -314,22 +314,20 @@ def routed_expert_ops(ffn: Ffn, group_tokens: float, par: Parallel, fmt: Formats
     touched_share = distinct_experts(ffn.num_experts, ffn.top_k, group_tokens) / ffn.num_experts
     weight_bytes = local_experts * touched_share * per_expert / par.moe_tp * fmt.expert_bytes
     rows = group_tokens * ffn.top_k / par.moe_ep * imbalance
-    efficiency_key, tile = fmt.expert_compute, fmt.expert_tile_rows
+    efficiency_key, tile = fmt.expert_compute, covering_tile(rows / local_experts, fmt.expert_tiles)
     if fmt.weight_only_experts is not None:
         # its own efficiency, keyed by the storage format, against the peak of the format it computes in
         efficiency_key, tile = fmt.weight_only_experts, weight_only_block_rows(rows / local_experts)
-    elif fmt.expert_token_tiles:
-        tile = covering_tile(rows / local_experts, fmt.expert_token_tiles)
     padded = padded_rows(rows, local_experts * touched_share, tile)
     return [Op("routed_experts", "gemm", 2.0 * padded * per_expert / par.moe_tp, weight_bytes,
                fmt.peak(fmt.expert_compute), efficiency_key, fmt.expert_bytes)]
 
 
 def covering_tile(rows_per_expert: float, tiles: tuple[int, ...]) -> int:
-    """The first of ascending `tiles` that covers the rows per local expert, else the largest: how FlashInfer's
-    TRT-LLM-gen MoE picks its token tile (0.7.4 csrc/trtllm_fused_moe_kernel_launcher.cu, computeSelectedTileN; its
-    autotuner then tries the neighbours)."""
-    return next((tile for tile in tiles if tile >= rows_per_expert), tiles[-1])
+    """The first of ascending `tiles` that covers the rows per local expert, else the largest (no tiles: 0, no
+    padding): how FlashInfer's TRT-LLM-gen MoE picks its token tile (0.7.4 csrc/trtllm_fused_moe_kernel_launcher.cu,
+    computeSelectedTileN; its autotuner then tries the neighbours); one tile: always that one."""
+    return next((tile for tile in tiles if tile >= rows_per_expert), tiles[-1] if tiles else 0)
 
 
 # Row blocks of a weight-only MoE kernel: vLLM's fused_marlin_moe takes the first of these blocks whose fill

@@ -48,6 +48,11 @@ class ResolvedScenario:
         compute with MXFP8 or bf16 activations by default (`costmodel.calibration.MX_EXPERT_ACTIVATIONS`)."""
         return self.architecture.native_experts_microscaled and self.experts is self.architecture.native_experts
 
+    def mx_activations_on(self, system: SystemSpec) -> bool:
+        """The routed experts are MXFP4 and `system`'s fp4 tensor cores pair them with the activations the engine
+        chooses (`costmodel.calibration.mx_activations_chosen`; `precision.expert_activations` where set)."""
+        return self.microscaled_experts and mx_activations_chosen(system)
+
     @property
     def system(self) -> SystemSpec:
         """The system of a one-group cluster (or of a group's view)."""
@@ -211,7 +216,7 @@ def expert_compute_dtype(resolved: ResolvedScenario, system: SystemSpec) -> Dtyp
     at the wider operand's rate (tcgen05 kind::f8f6f4 pairs e2m1 with e4m3 at the fp8 rate; MXFP4 x BF16 MoE
     kernels dequantise to bf16 and run kind::f16)."""
     chosen = resolved.scenario.precision.expert_activations
-    if chosen is None or not resolved.microscaled_experts or not mx_activations_chosen(system):
+    if chosen is None or not resolved.mx_activations_on(system):
         return compute_dtype(resolved.experts, system)
     return Dtype(chosen)
 

@@ -95,8 +95,9 @@ class Precision(StrictModel):
         None,
         description="Activations that MXFP4 routed experts (gpt-oss, Kimi K3 checkpoints) pair with on NVIDIA fp4 "
         "tensor cores, which set the rate they compute at: fp8 (MXFP8, SGLang's default on Blackwell) or bf16 "
-        "(vLLM's). Default: the fp4 rate, which the bundled calibration fits. Hopper runs these experts weight-only "
-        "in bf16 either way; other expert formats compute as stored.",
+        "(vLLM's). Default: the fp4 rate, which the bundled calibration fits. Hopper GPUs of the cluster run these "
+        "experts weight-only in bf16 whatever it says; refused for other expert formats (they compute as stored) "
+        "and for clusters without NVIDIA fp4 tensor cores.",
     )
 
 

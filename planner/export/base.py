@@ -16,7 +16,6 @@ from typing import Any
 
 import yaml
 
-from costmodel.calibration import mx_activations_chosen
 from costmodel.hardware import SystemSpec
 from costmodel.precision import Dtype
 from costmodel.resolve import ResolvedScenario, expert_compute_dtype
@@ -275,9 +274,9 @@ MTP_MODEL_TYPES = frozenset({"deepseek_v3", "deepseek_v32", "glm_moe_dsa", "glm4
 
 def mx_priced_activations(plan: Plan, pool: Pool) -> Dtype | None:
     """What the plan priced this pool's MXFP4 experts with where NVIDIA fp4 tensor cores take them
-    (`costmodel.calibration.mx_activations_chosen`): FP4 by default, FP8 or BF16 as `precision.expert_activations`
+    (`ResolvedScenario.mx_activations_on`): FP4 by default, FP8 or BF16 as `precision.expert_activations`
     sets; None elsewhere (no MXFP4 experts, or GPUs that run them weight-only or pair them natively)."""
-    if not plan.resolved.microscaled_experts or not mx_activations_chosen(pool.system):
+    if not plan.resolved.mx_activations_on(pool.system):
         return None
     return expert_compute_dtype(plan.resolved, pool.system)
 

@@ -142,13 +142,14 @@ def unexpressed(plan: Plan, pool: Pool) -> list[str]:
     if pool.moe_ep > 1 and pool.moe_ep != pool.tp * pool.dp_attention:
         notes.append(f"expert TP {pool.moe_tp} x EP {pool.moe_ep}: vLLM's expert parallelism spans all "
                      f"{pool.tp * pool.dp_attention} GPUs of a stage (EP {pool.tp * pool.dp_attention}, no expert TP)")
-    priced, gap = mx_priced_activations(plan, pool), mx_rate_gap(pool.system, "vllm")
+    priced = mx_priced_activations(plan, pool)
     if priced is Dtype.FP8 and _batched_experts(pool):
         notes.append("the plan priced MXFP4 experts with MXFP8 activations, but vLLM's MXFP8 MoE kernels take no "
                      "DeepEP low-latency (batched) input: this decode pool runs them with bf16 activations, slower "
                      "than priced (0.34 falls back with a warning; 0.31 stops at start-up, so the flag is not "
                      "written); price it with precision.expert_activations: bf16")
-    if priced is Dtype.FP4 and gap is not None:
+    if priced is Dtype.FP4:
+        gap = mx_rate_gap(pool.system, "vllm")
         notes.append(f"vLLM computes MXFP4 experts with bf16 activations on these GPUs by default (0.34: FlashInfer's "
                      f"MXFP4 x BF16 MoE); the plan priced them at the fp4 rate, {gap:.3g}x bf16's tensor-core rate "
                      f"here; `--quantization-config '{json.dumps(MXFP8_EXPERTS)}'` runs them with MXFP8 activations, "

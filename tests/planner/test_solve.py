@@ -71,8 +71,10 @@ def used_accounting(name: str) -> ResolvedScenario:
 def assert_same_front(result: SolveResult, name: str, accounting: str = "cluster") -> None:
     """The front `exact` certifies (`planner.sweep`'s docstring): every returned point is the reference's, and
     every reference point lies within one step of the TTFT grid (`GRID_S`, 1 us) of a returned point with at least
-    its throughput: of two front points less than a grid step apart, the sweep may return the faster only."""
+    its throughput: of two front points less than a grid step apart, the sweep may return only the slower, which
+    serves more. No point is returned twice."""
     want, got = reference(name, accounting), [s.point for s in result.front]
+    assert len({p.ttft_ms for p in got}) == len(got)
     for point in got:
         assert any(figures([point]) == pytest.approx(figures([exact]), rel=REL) for exact in want), point
     for exact in want:

@@ -95,7 +95,7 @@ def test_grouped_gemm_exposes_part_of_each_experts_weight_load() -> None:
 
 def test_blackwell_pads_decode_experts_to_larger_tiles() -> None:
     hopper, blackwell = (pool_context(_scenario(system=s), _mixed(64).pools[0]) for s in ("h200-sxm", "b200-sxm"))
-    assert (hopper.fmt.expert_tile_rows, blackwell.fmt.expert_tile_rows) == (64, 128)
+    assert (hopper.fmt.expert_tiles, blackwell.fmt.expert_tiles) == ((64,), (128,))
     flops = [next(op.flops for op in decode_work(ctx, 0, 8, 4096).ops if op.name == "routed_experts")
              for ctx in (hopper, blackwell)]
     assert flops[1] > flops[0]

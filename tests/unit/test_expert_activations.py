@@ -14,7 +14,7 @@ import pytest
 from costmodel.evaluate import evaluate, pool_context
 from costmodel.expected_error import expected_error
 from costmodel.layout import Layout
-from costmodel.operators import covering_tile, routed_expert_ops
+from costmodel.operators import covering_tile, distinct_experts, padded_rows, routed_expert_ops
 from costmodel.precision import Dtype
 from costmodel.resolve import ResolvedScenario
 from planner.errors import InputError
@@ -53,30 +53,34 @@ def test_mxfp4_experts_on_fp4_tensor_cores_compute_at_the_activations_rate(activ
 def test_covering_tiles_by_hand() -> None:
     tiles = (8, 16, 32, 64, 128)
     assert [covering_tile(rows, tiles) for rows in (0.5, 8, 8.1, 33, 128, 500)] == [8, 8, 16, 64, 128, 128]
+    assert covering_tile(3.0, (128,)) == covering_tile(500.0, (128,)) == 128 and covering_tile(3.0, ()) == 0
 
 
-@pytest.mark.parametrize(("batch", "tile"), [(1, 8), (16, 8), (64, 16), (256, 64), (1024, 128)])
-def test_mxfp4_experts_on_blackwell_pad_their_rows_to_the_covering_token_tile(batch: int, tile: int) -> None:
+@pytest.mark.parametrize(("activations", "batch", "tile"), [
+    (None, 1, 8), (None, 64, 16), (None, 256, 64), (None, 1024, 256), ("fp8", 512, 128), ("fp8", 768, 192),
+    ("bf16", 64, 16), ("bf16", 1024, 64),
+])
+def test_mxfp4_experts_on_blackwell_pad_their_rows_to_the_covering_token_tile(activations: str | None, batch: int,
+                                                                              tile: int) -> None:
     """gpt-oss-120b at EP 8: 16 local experts; a decode step of `batch` sequences on each of 8 ranks sends
-    batch x 8 x 4 rows over 8 GPUs, batch x 4 / 16 = batch / 4 per local expert (no imbalance at skew 0)."""
-    resolved = _resolved()
+    batch x 8 x 4 rows over 8 GPUs, batch / 4 per local expert (no imbalance at skew 0), padded to the first
+    tile of the kernel's activations that covers them (bf16 activations: 64 rows at most)."""
+    resolved = _resolved(activations)
     ctx = pool_context(resolved, _layout(batch).pools[0])
     ffn = next(layer.ffn for layer in resolved.architecture.layers if layer.ffn.kind == "moe")
     rows = batch * 8 * ffn.top_k / 8
-    touched_flops = routed_expert_ops(ffn, batch * 8, ctx.par, ctx.fmt, 1.0)[0].flops
-    per_row = 2.0 * ffn.routed_expert_params()
-    assert ctx.fmt.expert_token_tiles == (8, 16, 32, 64, 128) and ctx.fmt.expert_tile_rows == 128
-    touched = touched_flops / per_row - rows  # padding rows: touched experts x tile / 2, or a whole tile each
-    assert touched <= 16 * tile and touched_flops / per_row >= rows
+    touched = 16 * distinct_experts(ffn.num_experts, ffn.top_k, batch * 8) / ffn.num_experts
+    op = routed_expert_ops(ffn, batch * 8, ctx.par, ctx.fmt, 1.0)[0]
+    assert op.flops == pytest.approx(2.0 * padded_rows(rows, touched, tile) * ffn.routed_expert_params())
 
 
 def test_other_experts_keep_their_generations_tile() -> None:
     nvfp4 = scenario_from_data({
         "schema_version": 1, "name": "t", "model": "deepseek-v3", "precision": {"experts": "fp4"},
         "cluster": {"system": "b200-sxm", "gpus": 8}, "workload": {"input_tokens": 1024, "output_tokens": 1024}})
-    assert pool_context(nvfp4, _layout(64).pools[0]).fmt.expert_token_tiles == ()
+    assert pool_context(nvfp4, _layout(64).pools[0]).fmt.expert_tiles == (128,)
     hopper = pool_context(_resolved(cluster={"system": "h200-sxm", "gpus": 8}), _layout(64).pools[0]).fmt
-    assert hopper.expert_token_tiles == () and hopper.weight_only_experts is Dtype.FP4  # Marlin-style blocks
+    assert hopper.expert_tiles == (64,) and hopper.weight_only_experts is Dtype.FP4  # Marlin-style blocks instead
 
 
 def test_b200_is_not_priced_slower_than_hopper_whatever_the_activations() -> None:
