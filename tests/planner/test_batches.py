@@ -19,6 +19,7 @@ from planner.pareto import FrontPoint
 from planner.placement import cluster_domains, fits
 from planner.scenario import scenario_from_data
 from planner.solve import SolveSettings, solve
+from planner.sweep import AUTO_HV_TOL
 from planner.sweep_result import GRID_S
 from planner.templates import Candidate, CandidateSet, candidate_pools, kind_role, layout_key, planned, timed_plans
 from tests.planner.small_scenarios import small_data
@@ -112,6 +113,20 @@ def test_without_tolerance_the_front_holds_every_batch_where_prompts_outpace_dec
     for ttft_ms, value in reference:
         best = max((p.tokens_per_s_per_gpu for p in front if p.ttft_ms <= ttft_ms + GRID_MS), default=0.0)
         assert best >= value * (1 - 1e-9), (ttft_ms, value, best)
+    # `auto` at batch tolerance 0, every point it needs: the hypervolume certificate it states holds against the
+    # every-batch reference
+    auto = solve(resolved, SolveSettings("cpsat", 120.0, batch_tolerance=0.0, points=None))
+    top, coverage = auto.sweep.top_s * 1e3, auto.coverage
+    ratio = _staircase([(s.point.ttft_ms, s.point.tokens_per_s_per_gpu) for s in auto.front], top) \
+        / _staircase(reference, top)
+    assert coverage is not None and 1 - AUTO_HV_TOL <= coverage.hypervolume_ratio_at_least <= ratio * (1 + 1e-9)
+
+
+def _staircase(front: list[tuple[float, float]], top_ms: float) -> float:
+    """Hypervolume (ms x tokens/s per GPU) of a front of (TTFT, rate) points rising with TTFT, up to `top_ms`."""
+    points = sorted(p for p in front if p[0] < top_ms)
+    ends = [t for t, _ in points[1:]] + [top_ms]
+    return sum(rate * (end - ttft) for (ttft, rate), end in zip(points, ends, strict=True))
 
 
 def assert_not_beaten(point: FrontPoint) -> None:
