@@ -22,6 +22,7 @@ from costmodel.precision import Dtype, bytes_per_element
 from costmodel.pricing import DirectPricer, Pricer
 from costmodel.resolve import (
     ResolvedScenario,
+    batched_expert_input,
     check_session_pools,
     compute_dtype,
     expert_compute_dtype,
@@ -134,15 +135,16 @@ def pool_context(resolved: ResolvedScenario, pool: Pool) -> PoolContext:
                             f"{', '.join(g.name for g in resolved.groups)}", "pools")
     system = spanning_racks(group, pool.gpus_per_instance)
     scenario = resolved.scenario
+    batched = batched_expert_input(scenario.engine, pool.role, pool.moe_ep)
     fmt = Formats(
         weight_bytes=bytes_per_element(resolved.weights),
         expert_bytes=resolved.expert_bytes,
         kv_dtype=resolved.kv_cache,
         activation_bytes=bytes_per_element(Dtype(scenario.precision.activations)),
         weight_compute=compute_dtype(resolved.weights, system),
-        expert_compute=expert_compute_dtype(resolved, system),
+        expert_compute=expert_compute_dtype(resolved, system, batched),
         peaks=dict(system.peak_flops_per_s),
-        expert_tiles=expert_tiles(resolved, system),
+        expert_tiles=expert_tiles(resolved, system, batched),
         expert_storage=resolved.experts,
         fp8_attention=scenario.engine in FP8_ATTENTION_ENGINES,
     )
@@ -162,11 +164,11 @@ def pool_context(resolved: ResolvedScenario, pool: Pool) -> PoolContext:
     return ctx
 
 
-def expert_tiles(resolved: ResolvedScenario, system: SystemSpec) -> tuple[int, ...]:
+def expert_tiles(resolved: ResolvedScenario, system: SystemSpec, batched_input: bool = False) -> tuple[int, ...]:
     """Token tiles the routed experts' grouped GEMMs pad each expert's rows to, by the rows per expert: MXFP4
     experts' kernels choose by their activations (MXFP4_TOKEN_TILES), other grouped GEMMs run one tile."""
     if resolved.mx_activations_on(system):
-        return MXFP4_TOKEN_TILES[expert_compute_dtype(resolved, system)]
+        return MXFP4_TOKEN_TILES[expert_compute_dtype(resolved, system, batched_input)]
     return (EXPERT_TILE_ROWS[generation_of(system)],)
 
 

@@ -14,6 +14,7 @@ import json
 
 from costmodel.calibration import mx_rate_gap
 from costmodel.precision import Dtype
+from costmodel.resolve import batched_expert_input
 from planner.export.base import (
     FILL_CHUNK_TOKENS,
     HOST,
@@ -76,7 +77,7 @@ def engine_args(plan: Plan, pool: Pool) -> list[str]:
 def _batched_experts(pool: Pool) -> bool:
     """The pool's expert layers take DeepEP low-latency's batched input (decode pools with expert parallelism),
     which vLLM's MXFP8 MoE kernels do not (FlashInfer's TRT-LLM-gen and CUTLASS experts: Standard format only)."""
-    return pool.moe_ep > 1 and pool.engine_role == "decode"
+    return batched_expert_input("vllm", pool.role, pool.moe_ep)
 
 
 # Model types whose vLLM 0.31 model class lacks the MixtureOfExperts protocol's members (num_moe_layers,
@@ -143,11 +144,17 @@ def unexpressed(plan: Plan, pool: Pool) -> list[str]:
         notes.append(f"expert TP {pool.moe_tp} x EP {pool.moe_ep}: vLLM's expert parallelism spans all "
                      f"{pool.tp * pool.dp_attention} GPUs of a stage (EP {pool.tp * pool.dp_attention}, no expert TP)")
     priced = mx_priced_activations(plan, pool)
-    if priced is Dtype.FP8 and _batched_experts(pool):
-        notes.append("the plan priced MXFP4 experts with MXFP8 activations, but vLLM's MXFP8 MoE kernels take no "
-                     "DeepEP low-latency (batched) input: this decode pool runs them with bf16 activations, slower "
-                     "than priced (0.34 falls back with a warning; 0.31 stops at start-up, so the flag is not "
-                     "written); price it with precision.expert_activations: bf16")
+    if _batched_experts(pool) and plan.resolved.scenario.precision.expert_activations == "fp8" and priced is not None:
+        if priced is Dtype.FP8:  # priced for another engine
+            notes.append("the plan priced MXFP4 experts with MXFP8 activations, but vLLM's MXFP8 MoE kernels take no "
+                         "DeepEP low-latency (batched) input: this decode pool runs them with bf16 activations, "
+                         "slower than priced (0.34 falls back with a warning; 0.31 stops at start-up, so the flag "
+                         "is not written); solve the scenario with engine vllm to price what runs")
+        else:
+            notes.append("precision.expert_activations asks for MXFP8, but vLLM's MXFP8 MoE kernels take no DeepEP "
+                         "low-latency (batched) input: this decode pool runs its MXFP4 experts with bf16 activations, "
+                         "as the plan priced them (0.34 falls back with a warning; 0.31 stops at start-up, so the "
+                         "flag is not written)")
     if priced is Dtype.FP4:
         gap = mx_rate_gap(pool.system, "vllm")
         notes.append(f"vLLM computes MXFP4 experts with bf16 activations on these GPUs by default (0.34: FlashInfer's "

@@ -68,3 +68,23 @@ def test_candidates_are_priced_with_their_own_roles_placement(serving: list[str]
             assert own == pool_context(resolved, candidate.pool).expert_domains, (kind, candidate.pool)
             domains.setdefault(kind, set()).add(own)
     assert {2, 4, 8} <= domains["prefill"] and domains["decode"] == {1}  # prefill: by domain (or expert TP)
+
+
+def test_candidates_are_priced_with_their_own_roles_expert_activations() -> None:
+    """vLLM's decode pools with expert parallelism run MXFP4 experts with bf16 activations where MXFP8 is asked
+    (`costmodel.resolve.batched_expert_input`), its mixed and prefill pools with MXFP8: each candidate's context
+    is the one `plan evaluate` builds for it, whichever role the shared cache saw first."""
+    resolved = scenario_from_data({
+        "schema_version": 1, "name": "activations", "model": "gpt-oss-120b", "engine": "vllm",
+        "precision": {"expert_activations": "fp8"}, "cluster": {"system": "b200-sxm", "gpus": 16},
+        "workload": {"input_tokens": 4096, "output_tokens": 256},
+        "search": {"serving": ["aggregated", "disaggregated"], "tp": [1], "dp_attention": [8], "pp": [1]}})
+    candidates = generate(resolved, default_calibration())
+    formats = {}
+    for kind, found in candidates.by_role.items():
+        for candidate in found:
+            own = candidate.timing.plan.ctx.fmt.expert_compute
+            assert own is pool_context(resolved, candidate.pool).fmt.expert_compute, (kind, candidate.pool)
+            formats.setdefault((kind, candidate.pool.moe_ep > 1), set()).add(own.value)
+    assert formats[("decode", True)] == {"bf16"} and formats[("decode", False)] == {"fp8"}
+    assert formats[("prefill", True)] == formats[("mixed", True)] == {"fp8"}

@@ -161,14 +161,38 @@ def test_vllm_launches_mxfp8_activations_where_they_were_priced() -> None:
     assert not any("fp4 rate" in note for note in fp8.unexpressed + bf16.unexpressed)
 
 
+def _decode_plan(activations: str, engine: str) -> Any:
+    plan = _plan(activations)
+    scenario = plan.resolved.scenario.model_copy(update={"engine": engine})
+    return dataclasses.replace(plan, resolved=dataclasses.replace(plan.resolved, scenario=scenario),
+                               pools=tuple(dataclasses.replace(p, role="decode") for p in plan.pools))
+
+
 def test_vllm_decode_pools_on_deepep_low_latency_say_they_cannot_run_mxfp8() -> None:
     """vLLM's MXFP8 MoE kernels take no batched (DeepEP low-latency) input: 0.31 would stop at start-up, so a
-    decode pool with expert parallelism gets no flag and a note."""
-    plan = _plan("fp8")
-    decode = dataclasses.replace(plan, pools=tuple(dataclasses.replace(p, role="decode") for p in plan.pools))
-    exported = export_plan(decode, "vllm")
-    assert "deepep_low_latency" in _words(exported) and "--quantization-config" not in _words(exported)
-    assert any("take no DeepEP low-latency (batched) input" in note for note in exported.unexpressed)
+    decode pool with expert parallelism gets no flag and a note: priced bf16 where the plan was priced for vLLM,
+    a mismatch where it was priced for another engine."""
+    for engine, note in (("trtllm", "slower than priced"), ("vllm", "as the plan priced them")):
+        exported = export_plan(_decode_plan("fp8", engine), "vllm")
+        assert "deepep_low_latency" in _words(exported) and "--quantization-config" not in _words(exported)
+        assert any("take no DeepEP low-latency (batched) input" in n and note in n for n in exported.unexpressed)
+
+
+@pytest.mark.parametrize(("engine", "role", "moe_ep", "compute"), [
+    ("vllm", "decode", 8, Dtype.BF16),  # DeepEP low-latency's batched input: vLLM falls back to bf16 activations
+    ("vllm", "decode", 1, Dtype.FP8), ("vllm", "prefill", 8, Dtype.FP8), ("sglang", "decode", 8, Dtype.FP8)])
+def test_mxfp8_asked_of_vllm_decode_pools_on_deepep_low_latency_is_priced_bf16(engine: str, role: str, moe_ep: int,
+                                                                               compute: Dtype) -> None:
+    pools = [{"role": "prefill", "tp": 1, "dp_attention": 8, "moe_ep": 8, "batch": 8},
+             {"role": "decode", "tp": 8 // moe_ep, "dp_attention": moe_ep, "moe_tp": 8 // moe_ep, "moe_ep": moe_ep,
+              "batch": 64}]
+    layout = Layout.model_validate({"schema_version": 1, "serving": "disaggregated", "pools": pools})
+    cluster = {"system": "b200-sxm", "gpus": 16}
+    pool = next(p for p in layout.pools if p.role == role)
+    fmt = pool_context(_resolved("fp8", cluster=cluster, engine=engine), pool).fmt
+    assert fmt.expert_compute is compute
+    bf16 = pool_context(_resolved("bf16", cluster=cluster, engine=engine), pool).fmt
+    assert (fmt.expert_tiles == bf16.expert_tiles) is (compute is Dtype.BF16)
 
 
 def test_a_hopper_pool_of_a_mixed_cluster_launches_no_activation_flag() -> None:
