@@ -11,6 +11,7 @@ predicted with the full calibration and reported apart, their worker counts boun
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -60,7 +61,8 @@ def run(path: Path | None = None, keys: Sequence[str] = KEYS, jobs: int = 1) -> 
     known = [m for m in rows if not layout_was_guessed(m)]
     guessed = [m for m in rows if layout_was_guessed(m)]
     model = FastModel.build(known)
-    report: dict[str, Any] = {"rows": len(known), "guessed_rows": len(guessed), "held_out": {}, "tables": {}}
+    report: dict[str, Any] = {"rows": len(known), "guessed_rows": len(guessed),
+                              "largest_batch_per_rank": largest_batch_per_rank(known), "held_out": {}, "tables": {}}
     for key in keys:
         predictions = leave_group_out(known, key, model.fit, model.predict, jobs)
         table = error_table(predictions, (key,))
@@ -75,6 +77,18 @@ def run(path: Path | None = None, keys: Sequence[str] = KEYS, jobs: int = 1) -> 
     report["in_sample"] = _rows_json(error_table(fitted, ("serving",)))
     report["tables"]["guessed"] = _guessed_table(guessed, calibration)
     return report
+
+
+def largest_batch_per_rank(rows: Sequence[Measurement]) -> dict[str, int]:
+    """The most sequences one attention-DP rank of a decoding pool (mixed or decode) held in `rows`, by engine and
+    over all (`all`): how far the rows measured the per-sequence step costs (`costmodel.expected_error.batch_note`)."""
+    by_engine: dict[str, int] = {}
+    for row in rows:
+        for pool in row.layout["pools"]:
+            if pool["role"] in ("mixed", "decode"):
+                per_rank = math.ceil(pool["batch"] / pool.get("dp_attention", 1))
+                by_engine[row.engine] = max(by_engine.get(row.engine, 0), per_rank)
+    return {**dict(sorted(by_engine.items())), "all": max(by_engine.values(), default=0)}
 
 
 def _guessed_table(guessed: Sequence[Measurement], calibration: Calibration) -> str:

@@ -37,7 +37,7 @@ def figures(baseline: dict[str, Any], campaign: dict[str, Any], calibration_sha2
     folds = {"campaign": campaign["held_out_by_engine"]["campaign"],
              **{key: baseline["held_out_by_engine"][key] for key in KEYS}}
     return {"calibration_sha256": calibration_sha256, "rows": int(baseline["rows"]), "covered": covered,
-            "generations": generations,
+            "generations": generations, "largest_batch_per_rank": baseline["largest_batch_per_rank"],
             "held_out": {key: {"all": _pooled(rows),
                                **({} if key == "engine" else {e: _pooled(rows, e) for e in covered["engine"]})}
                          for key, rows in folds.items()}}
@@ -56,6 +56,8 @@ def render(data: dict[str, Any]) -> str:
              "covered:"]
     lines += [f"  {key}: {json.dumps(values)}" for key, values in data["covered"].items()]
     lines.append(f"generations: {json.dumps(data['generations'])}  # of the covered systems")
+    lines.append(f"largest_batch_per_rank: {json.dumps(data['largest_batch_per_rank'])}  # sequences on one attention "
+                 "rank of a decoding pool, by engine")
     lines.append("held_out:  # by fold: pooled over all its rows, and over each engine's")
     for key, by_rows in data["held_out"].items():
         lines.append(f"  {key}:")

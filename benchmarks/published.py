@@ -155,9 +155,9 @@ def main() -> int:
               f"({per_user / case.tokens_per_s_per_user:4.2f}x)")
     print("\nOffline throughput (trtllm-bench): the most output tokens/s per GPU at any batch that fits")
     print("row  model                    system       GPUs  in/out      tok/s/GPU pred / published    at batch")
-    for case in THROUGHPUT_CASES:
-        rate, batch = predict_throughput(case)
-        print(f"{case.row}  {case.model.split('/')[1][:23]:23}  {case.system:11}  {case.gpus:4}  "
-              f"{case.isl:>4}/{case.osl:<5}  {rate:8.0f} / {case.tokens_per_s_per_gpu:<8.0f} "
-              f"({rate / case.tokens_per_s_per_gpu:4.2f}x)  {batch:6}")
+    for run in THROUGHPUT_CASES:
+        rate, batch = predict_throughput(run)
+        print(f"{run.row}  {run.model.split('/')[1][:23]:23}  {run.system:11}  {run.gpus:4}  "
+              f"{run.isl:>4}/{run.osl:<5}  {rate:8.0f} / {run.tokens_per_s_per_gpu:<8.0f} "
+              f"({rate / run.tokens_per_s_per_gpu:4.2f}x)  {batch:6}")
     return 0

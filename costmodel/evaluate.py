@@ -253,7 +253,7 @@ def plan_layout(resolved: ResolvedScenario, layout: Layout, pricer: Pricer | Non
 def evaluate(resolved: ResolvedScenario, layout: Layout, calibration: Calibration | None = None) -> Prediction:
     """Predict TTFT, TPOT, throughput per GPU and memory of `layout` serving `resolved`, with the error to
     expect of those figures."""
-    trust = expected_error(resolved, calibration, layout_systems(resolved, layout))
+    trust = expected_error(resolved, calibration, layout_systems(resolved, layout), [layout])
     return replace(_predict_layout(resolved, layout, calibration or default_calibration()), expected_error=trust,
                    cluster_gpus=resolved.gpus)
 

@@ -26,6 +26,7 @@ error is in its header.
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from importlib import resources
@@ -46,6 +47,7 @@ from costmodel.calibration import (
 )
 from costmodel.errors import CostModelError
 from costmodel.hardware import SystemSpec, load_system, system_names
+from costmodel.layout import Layout
 from costmodel.models import load_model
 from costmodel.precision import Dtype
 from costmodel.resolve import ResolvedScenario
@@ -122,19 +124,47 @@ def _system_name(system: SystemSpec) -> str:
 
 
 def expected_error(resolved: ResolvedScenario, calibration: Calibration | None = None,
-                   systems: Sequence[SystemSpec] | None = None) -> ExpectedError:
+                   systems: Sequence[SystemSpec] | None = None, layouts: Sequence[Layout] = ()) -> ExpectedError:
     """The held-out error that applies to `resolved` priced with `calibration` (the bundled one if None), on
     `systems`: those a deployment's pools run on (every system of the cluster if None); its basis also names
-    what the figure does not cover (`noted`)."""
+    what the figure does not cover (`noted`), `layouts` the deployments it is for."""
     systems = list(systems) if systems else [group.system for group in resolved.groups]
-    return noted(held_out_error(resolved, calibration, systems), resolved, systems)
+    return noted(held_out_error(resolved, calibration, systems), resolved, systems, layouts)
 
 
-def noted(trust: ExpectedError, resolved: ResolvedScenario, systems: Sequence[SystemSpec]) -> ExpectedError:
+def noted(trust: ExpectedError, resolved: ResolvedScenario, systems: Sequence[SystemSpec],
+          layouts: Sequence[Layout] = ()) -> ExpectedError:
     """`trust` with its basis followed by what the held-out figures cannot show on `systems`: MXFP4 experts
-    priced faster than the engines run them (`microscaled_note`)."""
-    note = microscaled_note(resolved, systems)
-    return replace(trust, basis=f"{trust.basis}. Also: {note}") if note else trust
+    priced faster than the engines run them (`microscaled_note`), and `layouts` that decode larger batches per
+    attention rank than the rows measured (`batch_note`)."""
+    notes = [note for note in (microscaled_note(resolved, systems), batch_note(resolved, layouts)) if note]
+    return replace(trust, basis=f"{trust.basis}. Also: {'; '.join(notes)}") if notes else trust
+
+
+def decode_batches_per_rank(layout: Layout) -> list[int]:
+    """Sequences on one attention-DP rank of each decoding pool (mixed or decode) of `layout`, every deployment's
+    of a composite."""
+    parts = layout.parts if layout.serving == "composite" else [layout]
+    return [math.ceil(pool.batch / pool.dp_attention) for part in parts for pool in part.pools
+            if pool.role in ("mixed", "decode")]
+
+
+def batch_note(resolved: ResolvedScenario, layouts: Sequence[Layout]) -> str:
+    """Where some of `layouts` decode more sequences per attention rank than the calibration's rows of the
+    scenario's engine did (all rows' for an engine they lack): there the per-sequence step cost the rows fit is
+    extrapolated. Empty elsewhere."""
+    largest: dict[str, int] = bundled_figures()["largest_batch_per_rank"]
+    engine = resolved.scenario.engine
+    measured = largest.get(engine, largest["all"])
+    beyond = [max(batches) for batches in map(decode_batches_per_rank, layouts) if batches and max(batches) > measured]
+    if not beyond:
+        return ""
+    which = "this deployment decodes" if len(layouts) == 1 else \
+        f"{len(beyond)} of the {len(layouts)} deployments decode"
+    rows = f"the calibration's rows of {engine}" if engine in largest else "the calibration's rows"
+    return (f"{which} up to {max(beyond)} sequences per attention rank, beyond the {measured} of {rows}: the "
+            "per-sequence step cost they fit is extrapolated there (`python -m benchmarks published` checks it against "
+            "TRT-LLM's offline throughput at such batches)")
 
 
 def microscaled_note(resolved: ResolvedScenario, systems: Sequence[SystemSpec]) -> str:

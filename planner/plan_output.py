@@ -219,7 +219,8 @@ def front_expected_error(result: SolveResult) -> ExpectedError:
     if not by_systems:
         return expected_error(resolved, calibration)
     least = max(by_systems.values(), key=lambda e: (e.figures is None, (e.figures or {}).get("ttft_median_pct", 0.0)))
-    return noted(least, resolved, on_front)  # what any point's systems leave uncovered
+    # what any point's systems or batches leave uncovered
+    return noted(least, resolved, on_front, [solved.point.layout for solved in result.front])
 
 
 def pools_summary(layout: Layout) -> str:

@@ -173,3 +173,34 @@ def test_evaluate_carries_the_expected_error_into_its_json(capsys: pytest.Captur
     printed: dict[str, Any] = json.loads(capsys.readouterr().out)
     assert yaml.safe_load((SCENARIOS / "deepseek-v3-8xh200.yaml").read_text("utf-8"))["engine"] == "sglang"
     assert printed["expected_error"]["tpot_median_pct"] == _held_out("campaign", "sglang")["tpot_median_pct"]
+
+
+def test_decoding_more_sequences_per_rank_than_the_rows_did_is_said() -> None:
+    """The rows decode at most `largest_batch_per_rank` sequences per attention rank (512); a deployment beyond that
+    extrapolates their per-sequence step cost, and its basis says so (by its busiest decoding pool)."""
+    measured = bundled_figures()["largest_batch_per_rank"]["trtllm"]
+    assert measured == 512
+
+    def basis(*pools: dict[str, Any]) -> str:
+        serving = "disaggregated" if len(pools) > 1 else "aggregated"
+        return evaluate(_resolved(), _layout(serving, *pools)).to_dict()["expected_error"]["basis"]
+
+    at_limit = {"role": "mixed", "tp": 1, "dp_attention": 8, "moe_ep": 8, "batch": 8 * measured}
+    assert "sequences per attention rank" not in basis(at_limit)
+    beyond = basis({**at_limit, "batch": 8 * measured + 1})
+    assert f"decodes up to {measured + 1} sequences per attention rank, beyond the 512" in beyond
+    # a prefill pool's batch is not a decode batch; the decode pool's is
+    prefill = {"role": "prefill", "tp": 1, "dp_attention": 8, "moe_ep": 8, "batch": 8 * 600}
+    decode = {"role": "decode", "tp": 1, "dp_attention": 8, "moe_ep": 8, "batch": 8}
+    assert "sequences per attention rank" not in basis(prefill, decode)
+    assert "up to 600 sequences" in basis({**prefill, "batch": 8}, {**decode, "batch": 8 * 600})
+
+
+def test_a_front_says_how_many_of_its_points_decode_beyond_the_rows_batches() -> None:
+    from planner.api import solve
+    front = solve(_resolved("qwen3-30b", cluster={"system": "b200-sxm", "gpus": 1}))
+    points = front.to_dict()["front"]
+    beyond = [point for point in points
+              if point["layout"]["pools"][0]["batch"] > bundled_figures()["largest_batch_per_rank"]["trtllm"]]
+    assert beyond  # the throughput end of one B200 decodes more than 512 sequences
+    assert f"{len(beyond)} of the {len(points)} deployments decode up to" in front.expected_error.basis
