@@ -366,14 +366,31 @@ BOUNDS: dict[str, tuple[float, float]] = {
 }
 
 
+# Floors of single factors where our own kernel measurements bound what the engines' kernels reach, so that the
+# fit cannot take a factor below every kernel to stand in for a term the model lacks. Hopper prefill attention:
+# cuDNN's FlashAttention-3-class kernels reach 0.51-0.67 of the bf16 peak on an H200 at 2K-16K tokens a sequence
+# (benchmarks/kernel_measurements/h200.json prefill_attention; priors.yaml), FlashMLA 0.59-0.67 on H800 (K05);
+# floor 0.50. Without it the fit on every row stopped at 0.26 (a chunk of a mixed step slower than its kernels
+# carried there; session 37, docs/calibration-log.md), and with it lands at 0.53. Blackwell has no measurement
+# of ours (a 0.50 floor there too, by analogy, cost in-sample TPOT 8.3% -> 8.6%: not set).
+MEASURED_FLOORS: dict[str, float] = {"generations.hopper.attention_efficiency": 0.50}
+
+
+def factor_bounds(name: str) -> tuple[float, float]:
+    """(low, high) of a fitted factor by its full name: its kind's physical range (`BOUNDS`), raised to a kernel-
+    measured floor where there is one (`MEASURED_FLOORS`)."""
+    low, high = BOUNDS[name.split(".")[-1]]
+    return max(low, MEASURED_FLOORS.get(name, low)), high
+
+
 def _to_free(name: str, value: float) -> float:
-    lo, hi = BOUNDS[name.split(".")[-1]]
+    lo, hi = factor_bounds(name)
     share = min(max((value - lo) / (hi - lo), 1e-4), 1 - 1e-4)
     return math.log(share / (1 - share))
 
 
 def _from_free(name: str, value: float, floor: float | None = None) -> float:
-    lo, hi = BOUNDS[name.split(".")[-1]]
+    lo, hi = factor_bounds(name)
     lo = min(max(lo, floor or lo), hi)
     return lo + (hi - lo) / (1.0 + math.exp(-value))
 
@@ -421,7 +438,7 @@ def _raise_to_floors(data: dict[str, Any], free: set[str]) -> None:
                 continue
             floor = _generation_floor(data, name)
             if floor is not None and _lookup(data, name) < floor:
-                _assign(data, name, min(floor, BOUNDS[name.split(".")[-1]][1]))
+                _assign(data, name, min(floor, factor_bounds(name)[1]))
 
 
 def _predecessor_factor(data: dict[str, Any], name: str, newer: str, older: str) -> str:

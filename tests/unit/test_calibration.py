@@ -10,7 +10,7 @@ import pytest
 from benchmarks.fit import layout_was_guessed, provenance
 from benchmarks.measurements import load_measurements
 from costmodel.calibration import Calibration, default_calibration, prior_calibration
-from costmodel.fitting import BOUNDS, MIN_GENERATION_ROWS, ParameterSpace, PlannedRows, fit
+from costmodel.fitting import MEASURED_FLOORS, MIN_GENERATION_ROWS, ParameterSpace, PlannedRows, factor_bounds, fit
 from tests.fit_rows import RowsStub
 
 
@@ -45,8 +45,9 @@ def test_fit_is_deterministic_in_range_and_beats_the_priors(sample: PlannedRows)
         node = data
         for part in name.split("."):
             node = node[part]
-        lo, hi = BOUNDS[name.split(".")[-1]]
+        lo, hi = factor_bounds(name)
         assert lo <= node <= hi, name
+    assert set(MEASURED_FLOORS) <= set(space.names())  # the floors bound factors the fit frees
 
     def log_error(calibration: Calibration) -> float:
         predicted = sample.predict(calibration)
@@ -148,3 +149,14 @@ def test_accuracy_predictions_follow_the_calibration_object_not_its_id(
     prior, fitted = prior_calibration(), default_calibration()
     assert model.predict(prior, row) == tuple(sample.predict(prior)[0])
     assert model.predict(fitted, row) == tuple(sample.predict(fitted)[0]) != tuple(sample.predict(prior)[0])
+
+
+def test_a_kernel_measured_floor_holds_in_the_bundled_calibration_and_the_priors_are_above_it() -> None:
+    """Hopper prefill attention at or above the slowest FlashAttention-3-class kernel measured on an H200 at
+    2K-16K tokens (0.51 of peak; floor 0.50): the committed fit and the priors it starts from."""
+    for name, floor in MEASURED_FLOORS.items():
+        generation, field = name.split(".")[1:]
+        assert floor <= getattr(default_calibration().generations[generation], field)
+        assert floor <= getattr(prior_calibration().generations[generation], field)
+        assert factor_bounds(name)[0] == floor
+
