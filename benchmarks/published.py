@@ -146,18 +146,22 @@ def predict_throughput(case: ThroughputCase) -> tuple[float, int]:
     return max(rates)
 
 
+def _versus(predicted: float, published: float, width: int, decimals: int) -> str:
+    """`predicted / published (ratio x)`, each figure `width` wide."""
+    return f"{predicted:{width}.{decimals}f} / {published:<{width}.{decimals}f} ({predicted / published:4.2f}x)"
+
+
 def main() -> int:
     print("row  system     tok/s/GPU pred / published   tok/s/user pred / published")
     for case in CASES:
         per_gpu, per_user = predict(case)
-        print(f"{case.row}  {case.system:9}  {per_gpu:8.1f} / {case.tokens_per_s_per_gpu:<8.1f} "
-              f"({per_gpu / case.tokens_per_s_per_gpu:4.2f}x)   {per_user:6.1f} / {case.tokens_per_s_per_user:<6.1f} "
-              f"({per_user / case.tokens_per_s_per_user:4.2f}x)")
+        print(f"{case.row}  {case.system:9}  {_versus(per_gpu, case.tokens_per_s_per_gpu, 8, 1)}   "
+              f"{_versus(per_user, case.tokens_per_s_per_user, 6, 1)}")
     print("\nOffline throughput (trtllm-bench): the most output tokens/s per GPU at any batch that fits")
     print("row  model                    system       GPUs  in/out      tok/s/GPU pred / published    at batch")
     for run in THROUGHPUT_CASES:
         rate, batch = predict_throughput(run)
-        print(f"{run.row}  {run.model.split('/')[1][:23]:23}  {run.system:11}  {run.gpus:4}  "
-              f"{run.isl:>4}/{run.osl:<5}  {rate:8.0f} / {run.tokens_per_s_per_gpu:<8.0f} "
-              f"({rate / run.tokens_per_s_per_gpu:4.2f}x)  {batch:6}")
+        model = run.model.split("/")[1][:23]
+        print(f"{run.row}  {model:23}  {run.system:11}  {run.gpus:4}  {run.isl:>4}/{run.osl:<5}  "
+              f"{_versus(rate, run.tokens_per_s_per_gpu, 8, 0)}  {batch:6}")
     return 0
