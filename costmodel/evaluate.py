@@ -9,7 +9,7 @@ from typing import Any
 from costmodel.calibration import SCHEDULING, Calibration, default_calibration, generation_of
 from costmodel.disaggregated import FillStation, split_serving
 from costmodel.errors import ScenarioError
-from costmodel.expected_error import ExpectedError, expected_error
+from costmodel.expected_error import ExpectedError, decode_batch_per_rank, expected_error
 from costmodel.hardware import GB, SystemSpec
 from costmodel.inventory import ClusterGroup
 from costmodel.kv_report import kv_tier_report
@@ -22,11 +22,11 @@ from costmodel.precision import Dtype, bytes_per_element
 from costmodel.pricing import DirectPricer, Pricer
 from costmodel.resolve import (
     ResolvedScenario,
-    batched_expert_input,
     check_session_pools,
     compute_dtype,
     expert_compute_dtype,
     layout_warnings,
+    mxfp8_falls_back,
 )
 from costmodel.routing import placement_domains
 from costmodel.scenario import Scenario, Workload
@@ -135,16 +135,16 @@ def pool_context(resolved: ResolvedScenario, pool: Pool) -> PoolContext:
                             f"{', '.join(g.name for g in resolved.groups)}", "pools")
     system = spanning_racks(group, pool.gpus_per_instance)
     scenario = resolved.scenario
-    batched = batched_expert_input(scenario.engine, pool.role, pool.moe_ep)
+    falls_back = mxfp8_falls_back(resolved, pool.role, pool.moe_ep, pool.dp_attention)
     fmt = Formats(
         weight_bytes=bytes_per_element(resolved.weights),
         expert_bytes=resolved.expert_bytes,
         kv_dtype=resolved.kv_cache,
         activation_bytes=bytes_per_element(Dtype(scenario.precision.activations)),
         weight_compute=compute_dtype(resolved.weights, system),
-        expert_compute=expert_compute_dtype(resolved, system, batched),
+        expert_compute=expert_compute_dtype(resolved, system, falls_back),
         peaks=dict(system.peak_flops_per_s),
-        expert_tiles=expert_tiles(resolved, system, batched),
+        expert_tiles=expert_tiles(resolved, system, falls_back),
         expert_storage=resolved.experts,
         fp8_attention=scenario.engine in FP8_ATTENTION_ENGINES,
     )
@@ -164,7 +164,7 @@ def pool_context(resolved: ResolvedScenario, pool: Pool) -> PoolContext:
     return ctx
 
 
-def expert_tiles(resolved: ResolvedScenario, system: SystemSpec, batched_input: bool = False) -> tuple[int, ...]:
+def expert_tiles(resolved: ResolvedScenario, system: SystemSpec, batched_input: bool) -> tuple[int, ...]:
     """Token tiles the routed experts' grouped GEMMs pad each expert's rows to, by the rows per expert: MXFP4
     experts' kernels choose by their activations (MXFP4_TOKEN_TILES), other grouped GEMMs run one tile."""
     if resolved.mx_activations_on(system):
@@ -253,9 +253,10 @@ def plan_layout(resolved: ResolvedScenario, layout: Layout, pricer: Pricer | Non
 def evaluate(resolved: ResolvedScenario, layout: Layout, calibration: Calibration | None = None) -> Prediction:
     """Predict TTFT, TPOT, throughput per GPU and memory of `layout` serving `resolved`, with the error to
     expect of those figures."""
-    trust = expected_error(resolved, calibration, layout_systems(resolved, layout), [layout])
-    return replace(_predict_layout(resolved, layout, calibration or default_calibration()), expected_error=trust,
-                   cluster_gpus=resolved.gpus)
+    prediction = _predict_layout(resolved, layout, calibration or default_calibration())
+    runs = decode_batch_per_rank(layout, [pool["max_batch"] for pool in prediction.pools])  # what each pool runs
+    trust = expected_error(resolved, calibration, layout_systems(resolved, layout), [runs])
+    return replace(prediction, expected_error=trust, cluster_gpus=resolved.gpus)
 
 
 def layout_systems(resolved: ResolvedScenario, layout: Layout) -> list[SystemSpec]:

@@ -5,7 +5,7 @@ The figures are the accuracy benchmark's (`python -m benchmarks accuracy`, held-
 absolute percentage error of the mean TTFT and TPOT), copied into `data/calibration/expected_error.yaml` by
 `python -m benchmarks expected-error --write` with the fingerprint of the calibration they were measured on.
 Which figure applies (each over the rows of the scenario's engine where the rows have it: the engines' errors
-differ, TTFT held out by campaign 18.7% for vLLM, 26.4% for TRT-LLM, 36.7% for SGLang):
+differ, TTFT held out by campaign 18.1% for vLLM, 27.1% for TRT-LLM, 35.8% for SGLang):
 - the scenario's model, the systems of its deployment and its engine are in the calibration's rows: the error
   held out by campaign (a new engine build, system and serving mode of things the rows know: what a team's
   own deployment is most like);
@@ -124,43 +124,57 @@ def _system_name(system: SystemSpec) -> str:
 
 
 def expected_error(resolved: ResolvedScenario, calibration: Calibration | None = None,
-                   systems: Sequence[SystemSpec] | None = None, layouts: Sequence[Layout] = ()) -> ExpectedError:
+                   systems: Sequence[SystemSpec] | None = None, decode_batches: Sequence[int] = ()) -> ExpectedError:
     """The held-out error that applies to `resolved` priced with `calibration` (the bundled one if None), on
     `systems`: those a deployment's pools run on (every system of the cluster if None); its basis also names
-    what the figure does not cover (`noted`), `layouts` the deployments it is for."""
+    what the figure does not cover (`noted`), `decode_batches` the deployments it is for
+    (`decode_batch_per_rank` of each)."""
     systems = list(systems) if systems else [group.system for group in resolved.groups]
-    return noted(held_out_error(resolved, calibration, systems), resolved, systems, layouts)
+    batches = decode_batches if is_bundled(calibration) else ()
+    return noted(held_out_error(resolved, calibration, systems), resolved, systems, batches)
+
+
+def is_bundled(calibration: Calibration | None) -> bool:
+    """`calibration` is the bundled one (None: the bundled one), whose rows the packaged figures describe."""
+    return calibration is None or calibration == default_calibration() \
+        or fingerprint(calibration)["sha256"] == bundled_figures()["calibration_sha256"]
 
 
 def noted(trust: ExpectedError, resolved: ResolvedScenario, systems: Sequence[SystemSpec],
-          layouts: Sequence[Layout] = ()) -> ExpectedError:
+          decode_batches: Sequence[int] = ()) -> ExpectedError:
     """`trust` with its basis followed by what the held-out figures cannot show on `systems`: MXFP4 experts
-    priced faster than the engines run them (`microscaled_note`), and `layouts` that decode larger batches per
-    attention rank than the rows measured (`batch_note`)."""
-    notes = [note for note in (microscaled_note(resolved, systems), batch_note(resolved, layouts)) if note]
+    priced faster than the engines run them (`microscaled_note`), and deployments that decode larger batches
+    per attention rank than the bundled calibration's rows did (`batch_note`; `decode_batches`: each
+    deployment's `decode_batch_per_rank`)."""
+    notes = [note for note in (microscaled_note(resolved, systems), batch_note(resolved, decode_batches)) if note]
     return replace(trust, basis=f"{trust.basis}. Also: {'; '.join(notes)}") if notes else trust
 
 
-def decode_batches_per_rank(layout: Layout) -> list[int]:
-    """Sequences on one attention-DP rank of each decoding pool (mixed or decode) of `layout`, every deployment's
-    of a composite."""
-    parts = layout.parts if layout.serving == "composite" else [layout]
-    return [math.ceil(pool.batch / pool.dp_attention) for part in parts for pool in part.pools
-            if pool.role in ("mixed", "decode")]
+def decode_batch_per_rank(layout: Layout, max_batches: Sequence[int] | None = None) -> int:
+    """The most sequences one attention-DP rank of a decoding pool (mixed or decode) of `layout` holds, every
+    deployment's of a composite; `max_batches`: each pool's largest batch that fits, in the order of its
+    deployments' pools, where a pool asked for more runs that (`plan evaluate`); 0 without a decoding pool."""
+    pools = [pool for part in layout.parts for pool in part.pools]
+    caps = [pool.batch for pool in pools] if max_batches is None else list(max_batches)
+    return max((math.ceil(min(pool.batch, cap) / pool.dp_attention) for pool, cap in zip(pools, caps, strict=True)
+                if pool.role in ("mixed", "decode")), default=0)
 
 
-def batch_note(resolved: ResolvedScenario, layouts: Sequence[Layout]) -> str:
-    """Where some of `layouts` decode more sequences per attention rank than the calibration's rows of the
-    scenario's engine did (all rows' for an engine they lack): there the per-sequence step cost the rows fit is
-    extrapolated. Empty elsewhere."""
-    largest: dict[str, int] = bundled_figures()["largest_batch_per_rank"]
+def batch_note(resolved: ResolvedScenario, decode_batches: Sequence[int]) -> str:
+    """Where deployments decode more sequences per attention rank (`decode_batches`, one a deployment) than the
+    bundled calibration's rows of the scenario's engine did (all rows' for an engine they lack): there the
+    per-sequence step cost the rows fit is extrapolated. Empty elsewhere, and for packaged figures that do not
+    record the rows' batches."""
+    largest: dict[str, int] | None = bundled_figures().get("largest_batch_per_rank")
+    if not largest:
+        return ""
     engine = resolved.scenario.engine
     measured = largest.get(engine, largest["all"])
-    beyond = [max(batches) for batches in map(decode_batches_per_rank, layouts) if batches and max(batches) > measured]
+    beyond = [batch for batch in decode_batches if batch > measured]
     if not beyond:
         return ""
-    which = "this deployment decodes" if len(layouts) == 1 else \
-        f"{len(beyond)} of the {len(layouts)} deployments decode"
+    which = "this deployment decodes" if len(decode_batches) == 1 else \
+        f"{len(beyond)} of the {len(decode_batches)} deployments decode{'s' if len(beyond) == 1 else ''}"
     rows = f"the calibration's rows of {engine}" if engine in largest else "the calibration's rows"
     return (f"{which} up to {max(beyond)} sequences per attention rank, beyond the {measured} of {rows}: the "
             "per-sequence step cost they fit is extrapolated there (`python -m benchmarks published` checks it against "
@@ -179,9 +193,11 @@ def microscaled_note(resolved: ResolvedScenario, systems: Sequence[SystemSpec]) 
                     for name, dtype in mx_activations(engine).items())
     chosen = resolved.scenario.precision.expert_activations
     if chosen is not None:
+        fallback = " (bf16 in vLLM's decode pools with expert parallelism over attention DP, whose batched input " \
+            "its MXFP8 kernels do not take)" if chosen == "fp8" and engine == "vllm" else ""
         return (f"the routed experts are MXFP4, priced on NVIDIA fp4 tensor cores with "
-                f"{MX_ACTIVATION_NAMES[Dtype(chosen)]} activations as precision.expert_activations sets; {how}; the "
-                "bundled calibration's gpt-oss rows (older engine builds) fit the fp4 rate best")
+                f"{MX_ACTIVATION_NAMES[Dtype(chosen)]} activations as precision.expert_activations sets{fallback}; "
+                f"{how}; the bundled calibration's gpt-oss rows (older engine builds) fit the fp4 rate best")
     return (f"the routed experts are MXFP4, priced at the fp4 tensor-core rate, which the bundled calibration's "
             f"gpt-oss rows (older engine builds) fit best; {how}; the fp4 rate is up to {max(gaps):.3g}x "
             "theirs: figures where those GEMMs are compute-bound (prefill above all) may be optimistic")
@@ -191,8 +207,7 @@ def held_out_error(resolved: ResolvedScenario, calibration: Calibration | None,
                    systems: Sequence[SystemSpec]) -> ExpectedError:
     """The accuracy benchmark's held-out figures that apply (`expected_error` without its notes)."""
     data = bundled_figures()
-    if calibration is not None and calibration != default_calibration() \
-            and fingerprint(calibration)["sha256"] != data["calibration_sha256"]:
+    if not is_bundled(calibration):
         return ExpectedError((), {}, None, "a calibration other than the bundled one; `plan calibrate` prints its "
                                            "cross-validated error and writes it in the calibration's header")
     unmeasured = sorted({generation_of(system) for system in systems} - set(data["generations"]))

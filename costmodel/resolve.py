@@ -210,25 +210,36 @@ def compute_dtype(storage: Dtype, system: SystemSpec) -> Dtype:
     return storage if storage in system.peak_flops_per_s else Dtype.BF16
 
 
-def expert_compute_dtype(resolved: ResolvedScenario, system: SystemSpec, batched_input: bool = False) -> Dtype:
+def expert_compute_dtype(resolved: ResolvedScenario, system: SystemSpec, batched_input: bool) -> Dtype:
     """Format the routed experts' GEMMs compute in on `system`: their storage format's (`compute_dtype`), or, for
     MXFP4 experts on NVIDIA fp4 tensor cores, `precision.expert_activations` where set: a mixed-input kernel runs
     at the wider operand's rate (tcgen05 kind::f8f6f4 pairs e2m1 with e4m3 at the fp8 rate; MXFP4 x BF16 MoE
     kernels dequantise to bf16 and run kind::f16). MXFP8 asked of experts fed in a batched activation format
-    (`batched_expert_input`) runs with bf16 activations, as the engine falls back."""
+    (`batched_input`: `batched_expert_input`) runs with bf16 activations, as the engine falls back."""
     chosen = resolved.scenario.precision.expert_activations
     if chosen is None or not resolved.mx_activations_on(system):
         return compute_dtype(resolved.experts, system)
     return Dtype.BF16 if batched_input and chosen == "fp8" else Dtype(chosen)
 
 
-def batched_expert_input(engine: str, role: str, moe_ep: int) -> bool:
+def batched_expert_input(engine: str, role: str, moe_ep: int, dp_attention: int) -> bool:
     """The pool's routed experts take DeepEP low-latency's batched activation format: vLLM's decode pools with
-    expert parallelism, which `plan export` launches with `--all2all-backend deepep_low_latency`. vLLM's MXFP8 MoE
-    kernels take only the Standard format, so with MXFP8 asked it runs MXFP4 experts with bf16 activations (vllm
-    0.34 `fused_moe/oracle/mxfp4.py`: the batched format leaves only bf16 backends, `_warn_on_bf16_fallback`;
-    0.31 stops at start-up, so the export never asks it there)."""
-    return engine == "vllm" and role == "decode" and moe_ep > 1
+    expert parallelism over attention-DP ranks, which `plan export` launches with `--all2all-backend
+    deepep_low_latency` (vLLM runs all-to-all kernels only with DP > 1: vllm 0.34 `fused_moe/config.py`
+    use_all2all_kernels). vLLM's MXFP8 MoE kernels take only the Standard format, so with MXFP8 asked it runs
+    MXFP4 experts with bf16 activations (0.34 `fused_moe/oracle/mxfp4.py`: the batched format leaves only bf16
+    backends, `_warn_on_bf16_fallback`; 0.31 stops at start-up, so the export never asks it there). Assumption:
+    priced at the bf16 tensor-core rate with FlashInfer's bf16 token tiles, where 0.34 on Blackwell picks Batched
+    Marlin (weight-only W4A16, `marlin_moe.py`), likely slower: the figures of such pools may be optimistic."""
+    return engine == "vllm" and role == "decode" and moe_ep > 1 and dp_attention > 1
+
+
+def mxfp8_falls_back(resolved: ResolvedScenario, role: str, moe_ep: int, dp_attention: int) -> bool:
+    """MXFP8 was asked of the experts and a pool of `role` and layout takes them in the batched format, so they
+    compute with bf16 activations there (`batched_expert_input`): what a pool's context depends on beside its
+    layout."""
+    return resolved.scenario.precision.expert_activations == "fp8" and \
+        batched_expert_input(resolved.scenario.engine, role, moe_ep, dp_attention)
 
 
 def check_expert_activations(resolved: ResolvedScenario) -> None:

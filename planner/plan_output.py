@@ -16,7 +16,14 @@ import yaml
 
 from costmodel.calibration import default_calibration, fingerprint
 from costmodel.evaluate import evaluate, layout_systems
-from costmodel.expected_error import ExpectedError, expected_error, held_out_error, noted
+from costmodel.expected_error import (
+    ExpectedError,
+    decode_batch_per_rank,
+    expected_error,
+    held_out_error,
+    is_bundled,
+    noted,
+)
 from costmodel.hardware import SystemSpec
 from costmodel.kv_tiers import FETCHED_TIERS, TIERS
 from costmodel.layout import Layout
@@ -219,8 +226,9 @@ def front_expected_error(result: SolveResult) -> ExpectedError:
     if not by_systems:
         return expected_error(resolved, calibration)
     least = max(by_systems.values(), key=lambda e: (e.figures is None, (e.figures or {}).get("ttft_median_pct", 0.0)))
-    # what any point's systems or batches leave uncovered
-    return noted(least, resolved, on_front, [solved.point.layout for solved in result.front])
+    # what any point's systems or batches leave uncovered (a point's batches fit: each runs what it asks)
+    batches = [decode_batch_per_rank(solved.point.layout) for solved in result.front] if is_bundled(calibration) else []
+    return noted(least, resolved, on_front, batches)
 
 
 def pools_summary(layout: Layout) -> str:

@@ -26,7 +26,7 @@ from costmodel.kv_tiers import StoreUse, store_use
 from costmodel.layout import Pool, PoolRole
 from costmodel.modes import PoolContext
 from costmodel.pricing import TablePricer, WorkTable
-from costmodel.resolve import ResolvedScenario, batched_expert_input
+from costmodel.resolve import ResolvedScenario, mxfp8_falls_back
 from costmodel.scenario import MAX_BATCH, KvStore
 from costmodel.serving import (
     ENGINE_STEP_TOKENS,
@@ -379,11 +379,11 @@ def _context(resolved: ResolvedScenario, pool: Pool, result: CandidateSet) -> Po
     """The pool's context, shared by every batch of its layout: it depends on the scenario and the pool's
     parallel layout (and inventory group) only, not on its batch or tiers, and on its role only through the
     domains its experts are placed over (`planner.experts.pool_bank`: prefill and midfill pools may place
-    them by domain) and the activation format its experts take (`costmodel.resolve.batched_expert_input`).
+    them by domain) and the activations its experts compute with (`costmodel.resolve.mxfp8_falls_back`).
     Sharing it lets what the context caches per layout (its stages' layer counts and step work) serve every
     batch and every role placed alike."""
     key = (*layout_key(pool), getattr(pool, "group", None), getattr(pool, "cpu_offload_gb", 0.0),
-           pool_bank(resolved, pool)[1], batched_expert_input(resolved.scenario.engine, pool.role, pool.moe_ep))
+           pool_bank(resolved, pool)[1], mxfp8_falls_back(resolved, pool.role, pool.moe_ep, pool.dp_attention))
     cached = result.contexts.get(key)
     if cached is None or cached[0] is not resolved:
         cached = result.contexts[key] = (resolved, pool_context(resolved, pool))

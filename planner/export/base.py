@@ -18,7 +18,7 @@ import yaml
 
 from costmodel.hardware import SystemSpec
 from costmodel.precision import Dtype
-from costmodel.resolve import ResolvedScenario, batched_expert_input, expert_compute_dtype
+from costmodel.resolve import ResolvedScenario, expert_compute_dtype, mxfp8_falls_back
 from planner.errors import InputError
 
 # Engine versions the exports are written for: those ai-dynamo 1.6.1 is released against (its `sglang`,
@@ -278,8 +278,8 @@ def mx_priced_activations(plan: Plan, pool: Pool) -> Dtype | None:
     sets; None elsewhere (no MXFP4 experts, or GPUs that run them weight-only or pair them natively)."""
     if not plan.resolved.mx_activations_on(pool.system):
         return None
-    batched = batched_expert_input(plan.resolved.scenario.engine, pool.role, pool.moe_ep)
-    return expert_compute_dtype(plan.resolved, pool.system, batched)
+    falls_back = mxfp8_falls_back(plan.resolved, pool.role, pool.moe_ep, pool.dp_attention)
+    return expert_compute_dtype(plan.resolved, pool.system, falls_back)
 
 
 def mtp_notes(plan: Plan, pool: Pool, engine: str) -> list[str]:

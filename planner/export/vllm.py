@@ -75,9 +75,10 @@ def engine_args(plan: Plan, pool: Pool) -> list[str]:
 
 
 def _batched_experts(pool: Pool) -> bool:
-    """The pool's expert layers take DeepEP low-latency's batched input (decode pools with expert parallelism),
+    """The pool's expert layers take DeepEP low-latency's batched input (decode pools with expert parallelism
+    over attention-DP ranks),
     which vLLM's MXFP8 MoE kernels do not (FlashInfer's TRT-LLM-gen and CUTLASS experts: Standard format only)."""
-    return batched_expert_input("vllm", pool.role, pool.moe_ep)
+    return batched_expert_input("vllm", pool.role, pool.moe_ep, pool.dp_attention)
 
 
 # Model types whose vLLM 0.31 model class lacks the MixtureOfExperts protocol's members (num_moe_layers,
@@ -153,8 +154,9 @@ def unexpressed(plan: Plan, pool: Pool) -> list[str]:
         else:
             notes.append("precision.expert_activations asks for MXFP8, but vLLM's MXFP8 MoE kernels take no DeepEP "
                          "low-latency (batched) input: this decode pool runs its MXFP4 experts with bf16 activations, "
-                         "as the plan priced them (0.34 falls back with a warning; 0.31 stops at start-up, so the "
-                         "flag is not written)")
+                         "as the plan priced them (0.34 falls back with a warning, to Batched Marlin on Blackwell, "
+                         "a weight-only kernel likely slower than the bf16 rate priced; 0.31 stops at start-up, so "
+                         "the flag is not written)")
     if priced is Dtype.FP4:
         gap = mx_rate_gap(pool.system, "vllm")
         notes.append(f"vLLM computes MXFP4 experts with bf16 activations on these GPUs by default (0.34: FlashInfer's "

@@ -72,7 +72,7 @@ def test_candidates_are_priced_with_their_own_roles_placement(serving: list[str]
 
 def test_candidates_are_priced_with_their_own_roles_expert_activations() -> None:
     """vLLM's decode pools with expert parallelism run MXFP4 experts with bf16 activations where MXFP8 is asked
-    (`costmodel.resolve.batched_expert_input`), its mixed and prefill pools with MXFP8: each candidate's context
+    (`costmodel.resolve.mxfp8_falls_back`), its mixed and prefill pools with MXFP8: each candidate's context
     is the one `plan evaluate` builds for it, whichever role the shared cache saw first."""
     resolved = scenario_from_data({
         "schema_version": 1, "name": "activations", "model": "gpt-oss-120b", "engine": "vllm",

@@ -159,4 +159,3 @@ def test_a_kernel_measured_floor_holds_in_the_bundled_calibration_and_the_priors
         assert floor <= getattr(default_calibration().generations[generation], field)
         assert floor <= getattr(prior_calibration().generations[generation], field)
         assert factor_bounds(name)[0] == floor
-

@@ -177,23 +177,30 @@ def test_evaluate_carries_the_expected_error_into_its_json(capsys: pytest.Captur
 
 def test_decoding_more_sequences_per_rank_than_the_rows_did_is_said() -> None:
     """The rows decode at most `largest_batch_per_rank` sequences per attention rank (512); a deployment beyond that
-    extrapolates their per-sequence step cost, and its basis says so (by its busiest decoding pool)."""
+    extrapolates their per-sequence step cost, and its basis says so (by its busiest decoding pool, at the batch
+    it runs: a mixed pool asked for more than fits runs the largest that fits)."""
     measured = bundled_figures()["largest_batch_per_rank"]["trtllm"]
     assert measured == 512
+    one_b200 = _resolved("qwen3-30b", cluster={"system": "b200-sxm", "gpus": 2})
 
     def basis(*pools: dict[str, Any]) -> str:
         serving = "disaggregated" if len(pools) > 1 else "aggregated"
-        return evaluate(_resolved(), _layout(serving, *pools)).to_dict()["expected_error"]["basis"]
+        return evaluate(one_b200, _layout(serving, *pools)).to_dict()["expected_error"]["basis"]
 
-    at_limit = {"role": "mixed", "tp": 1, "dp_attention": 8, "moe_ep": 8, "batch": 8 * measured}
-    assert "sequences per attention rank" not in basis(at_limit)
-    beyond = basis({**at_limit, "batch": 8 * measured + 1})
-    assert f"decodes up to {measured + 1} sequences per attention rank, beyond the 512" in beyond
+    mixed = {"role": "mixed", "tp": 1, "batch": measured}
+    assert "sequences per attention rank" not in basis(mixed)
+    assert f"this deployment decodes up to {measured + 1} sequences per attention rank, beyond the 512" in \
+        basis({**mixed, "batch": measured + 1})
+    oversized = evaluate(one_b200, _layout("aggregated", {**mixed, "batch": 100_000}))
+    runs = oversized.pools[0]["max_batch"]
+    assert measured < runs < 100_000 and f"up to {runs} sequences" in oversized.to_dict()["expected_error"]["basis"]
     # a prefill pool's batch is not a decode batch; the decode pool's is
-    prefill = {"role": "prefill", "tp": 1, "dp_attention": 8, "moe_ep": 8, "batch": 8 * 600}
-    decode = {"role": "decode", "tp": 1, "dp_attention": 8, "moe_ep": 8, "batch": 8}
+    prefill, decode = {"role": "prefill", "tp": 1, "batch": 600}, {"role": "decode", "tp": 1, "batch": 8}
     assert "sequences per attention rank" not in basis(prefill, decode)
-    assert "up to 600 sequences" in basis({**prefill, "batch": 8}, {**decode, "batch": 8 * 600})
+    assert "up to 540 sequences" in basis({**prefill, "batch": 8}, {**decode, "batch": 540})
+    # a calibration of one's own: the bundled rows' batches say nothing of it
+    own = default_calibration().model_copy(update={"nic_latency_s": 1e-5})
+    assert "sequences per attention rank" not in expected_error(one_b200, own, decode_batches=[4096]).basis
 
 
 def test_a_front_says_how_many_of_its_points_decode_beyond_the_rows_batches() -> None:

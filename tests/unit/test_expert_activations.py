@@ -161,7 +161,7 @@ def test_vllm_launches_mxfp8_activations_where_they_were_priced() -> None:
     assert not any("fp4 rate" in note for note in fp8.unexpressed + bf16.unexpressed)
 
 
-def _decode_plan(activations: str, engine: str) -> Any:
+def _decode_plan(activations: str, engine: str) -> Any:  # a Plan (planner.export.base)
     plan = _plan(activations)
     scenario = plan.resolved.scenario.model_copy(update={"engine": engine})
     return dataclasses.replace(plan, resolved=dataclasses.replace(plan.resolved, scenario=scenario),
@@ -178,13 +178,14 @@ def test_vllm_decode_pools_on_deepep_low_latency_say_they_cannot_run_mxfp8() -> 
         assert any("take no DeepEP low-latency (batched) input" in n and note in n for n in exported.unexpressed)
 
 
-@pytest.mark.parametrize(("engine", "role", "moe_ep", "compute"), [
-    ("vllm", "decode", 8, Dtype.BF16),  # DeepEP low-latency's batched input: vLLM falls back to bf16 activations
-    ("vllm", "decode", 1, Dtype.FP8), ("vllm", "prefill", 8, Dtype.FP8), ("sglang", "decode", 8, Dtype.FP8)])
-def test_mxfp8_asked_of_vllm_decode_pools_on_deepep_low_latency_is_priced_bf16(engine: str, role: str, moe_ep: int,
-                                                                               compute: Dtype) -> None:
+@pytest.mark.parametrize(("engine", "role", "dp", "moe_ep", "compute"), [
+    ("vllm", "decode", 8, 8, Dtype.BF16),  # DeepEP low-latency's batched input: vLLM falls back to bf16 activations
+    ("vllm", "decode", 1, 8, Dtype.FP8),  # expert parallelism without DP: no all-to-all kernels, Standard input
+    ("vllm", "decode", 8, 1, Dtype.FP8), ("vllm", "prefill", 8, 8, Dtype.FP8), ("sglang", "decode", 8, 8, Dtype.FP8)])
+def test_mxfp8_asked_of_vllm_decode_pools_on_deepep_low_latency_is_priced_bf16(engine: str, role: str, dp: int,
+                                                                               moe_ep: int, compute: Dtype) -> None:
     pools = [{"role": "prefill", "tp": 1, "dp_attention": 8, "moe_ep": 8, "batch": 8},
-             {"role": "decode", "tp": 8 // moe_ep, "dp_attention": moe_ep, "moe_tp": 8 // moe_ep, "moe_ep": moe_ep,
+             {"role": "decode", "tp": 8 // dp, "dp_attention": dp, "moe_tp": 8 // moe_ep, "moe_ep": moe_ep,
               "batch": 64}]
     layout = Layout.model_validate({"schema_version": 1, "serving": "disaggregated", "pools": pools})
     cluster = {"system": "b200-sxm", "gpus": 16}
