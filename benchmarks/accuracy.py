@@ -11,7 +11,6 @@ predicted with the full calibration and reported apart, their worker counts boun
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,7 +23,9 @@ from benchmarks.fit import layout_was_guessed
 from benchmarks.measurements import Measurement, default_measurements_path, load_measurements
 from benchmarks.worker_counts import bounded
 from costmodel.calibration import Calibration
+from costmodel.expected_error import decode_batch_per_rank
 from costmodel.fitting import PlannedRows, fit
+from costmodel.layout import Layout
 
 KEYS = ("model", "system", "engine", "serving")  # the default groupings (issue 13's targets); also: campaign
 
@@ -84,10 +85,8 @@ def largest_batch_per_rank(rows: Sequence[Measurement]) -> dict[str, int]:
     over all (`all`): how far the rows measured the per-sequence step costs (`costmodel.expected_error.batch_note`)."""
     by_engine: dict[str, int] = {}
     for row in rows:
-        for pool in row.layout["pools"]:
-            if pool["role"] in ("mixed", "decode"):
-                per_rank = math.ceil(pool["batch"] / pool.get("dp_attention", 1))
-                by_engine[row.engine] = max(by_engine.get(row.engine, 0), per_rank)
+        per_rank = decode_batch_per_rank(Layout.model_validate(row.layout))
+        by_engine[row.engine] = max(by_engine.get(row.engine, 0), per_rank)
     return {**dict(sorted(by_engine.items())), "all": max(by_engine.values(), default=0)}
 
 

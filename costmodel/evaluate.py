@@ -135,16 +135,17 @@ def pool_context(resolved: ResolvedScenario, pool: Pool) -> PoolContext:
                             f"{', '.join(g.name for g in resolved.groups)}", "pools")
     system = spanning_racks(group, pool.gpus_per_instance)
     scenario = resolved.scenario
-    falls_back = mxfp8_falls_back(resolved, pool.role, pool.moe_ep, pool.dp_attention)
+    expert_compute = expert_compute_dtype(resolved, system,
+                                          mxfp8_falls_back(resolved, pool.role, pool.moe_ep, pool.dp_attention))
     fmt = Formats(
         weight_bytes=bytes_per_element(resolved.weights),
         expert_bytes=resolved.expert_bytes,
         kv_dtype=resolved.kv_cache,
         activation_bytes=bytes_per_element(Dtype(scenario.precision.activations)),
         weight_compute=compute_dtype(resolved.weights, system),
-        expert_compute=expert_compute_dtype(resolved, system, falls_back),
+        expert_compute=expert_compute,
         peaks=dict(system.peak_flops_per_s),
-        expert_tiles=expert_tiles(resolved, system, falls_back),
+        expert_tiles=expert_tiles(resolved, system, expert_compute),
         expert_storage=resolved.experts,
         fp8_attention=scenario.engine in FP8_ATTENTION_ENGINES,
     )
@@ -164,11 +165,12 @@ def pool_context(resolved: ResolvedScenario, pool: Pool) -> PoolContext:
     return ctx
 
 
-def expert_tiles(resolved: ResolvedScenario, system: SystemSpec, batched_input: bool) -> tuple[int, ...]:
+def expert_tiles(resolved: ResolvedScenario, system: SystemSpec, expert_compute: Dtype) -> tuple[int, ...]:
     """Token tiles the routed experts' grouped GEMMs pad each expert's rows to, by the rows per expert: MXFP4
-    experts' kernels choose by their activations (MXFP4_TOKEN_TILES), other grouped GEMMs run one tile."""
+    experts' kernels choose by the activations they compute with (`expert_compute`: MXFP4_TOKEN_TILES), other
+    grouped GEMMs run one tile."""
     if resolved.mx_activations_on(system):
-        return MXFP4_TOKEN_TILES[expert_compute_dtype(resolved, system, batched_input)]
+        return MXFP4_TOKEN_TILES[expert_compute]
     return (EXPERT_TILE_ROWS[generation_of(system)],)
 
 

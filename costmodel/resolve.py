@@ -210,16 +210,16 @@ def compute_dtype(storage: Dtype, system: SystemSpec) -> Dtype:
     return storage if storage in system.peak_flops_per_s else Dtype.BF16
 
 
-def expert_compute_dtype(resolved: ResolvedScenario, system: SystemSpec, batched_input: bool) -> Dtype:
+def expert_compute_dtype(resolved: ResolvedScenario, system: SystemSpec, falls_back: bool) -> Dtype:
     """Format the routed experts' GEMMs compute in on `system`: their storage format's (`compute_dtype`), or, for
     MXFP4 experts on NVIDIA fp4 tensor cores, `precision.expert_activations` where set: a mixed-input kernel runs
     at the wider operand's rate (tcgen05 kind::f8f6f4 pairs e2m1 with e4m3 at the fp8 rate; MXFP4 x BF16 MoE
-    kernels dequantise to bf16 and run kind::f16). MXFP8 asked of experts fed in a batched activation format
-    (`batched_input`: `batched_expert_input`) runs with bf16 activations, as the engine falls back."""
+    kernels dequantise to bf16 and run kind::f16). `falls_back` (`mxfp8_falls_back`): the MXFP8 asked runs with
+    bf16 activations in this pool."""
     chosen = resolved.scenario.precision.expert_activations
     if chosen is None or not resolved.mx_activations_on(system):
         return compute_dtype(resolved.experts, system)
-    return Dtype.BF16 if batched_input and chosen == "fp8" else Dtype(chosen)
+    return Dtype.BF16 if falls_back else Dtype(chosen)
 
 
 def batched_expert_input(engine: str, role: str, moe_ep: int, dp_attention: int) -> bool:
