@@ -210,6 +210,12 @@ def unexpressed(plan: Plan, pool: Pool) -> list[str]:
     if pool.moe_ep > 1 and pool.moe_ep == pool.gpus_per_stage and model_type in NO_DEEPEP:
         notes.append(f"no DeepEP: SGLang's {model_type} model has no DeepEP path; the all-to-all stays SGLang's "
                      "default")
+    if mx_priced_activations(plan, pool) is Dtype.BF16 and plan.resolved.scenario.precision.expert_activations == "fp8":
+        notes.append("the plan priced this pool's MXFP4 experts with bf16 activations where MXFP8 was asked, as its "
+                     "engine, vLLM, runs them over DeepEP low-latency (costmodel.resolve.mxfp8_falls_back); "
+                     "--flashinfer-mxfp4-moe-precision bf16 launches what was priced; without it SGLang computes "
+                     "them with MXFP8 activations (its default), which the plan did not price: solve the scenario "
+                     "with engine sglang to price that")
     if mx_priced_activations(plan, pool) is Dtype.FP4:
         notes.append("SGLang computes MXFP4 experts with MXFP8 activations on these GPUs by default (0.5.23: "
                      "--flashinfer-mxfp4-moe-precision default); the plan priced them at the fp4 rate, "

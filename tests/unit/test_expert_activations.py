@@ -178,6 +178,17 @@ def test_vllm_decode_pools_on_deepep_low_latency_say_they_cannot_run_mxfp8() -> 
         assert any("take no DeepEP low-latency (batched) input" in n and note in n for n in exported.unexpressed)
 
 
+def test_sglang_says_where_a_vllm_plan_priced_mxfp8_experts_bf16() -> None:
+    """A plan solved for vLLM prices its DeepEP low-latency decode pools' MXFP4 experts with bf16 activations where
+    MXFP8 was asked; exported to SGLang it launches that format (the flag) and says why, not silently."""
+    for engine, priced_bf16 in (("vllm", True), ("sglang", False)):
+        exported = export_plan(_decode_plan("fp8", engine), "sglang")
+        words = _words(exported)
+        assert ("--flashinfer-mxfp4-moe-precision" in words) is priced_bf16
+        assert any("as its engine, vLLM, runs them over DeepEP low-latency" in n
+                   for n in exported.unexpressed) is priced_bf16
+
+
 @pytest.mark.parametrize(("engine", "role", "dp", "moe_ep", "compute"), [
     ("vllm", "decode", 8, 8, Dtype.BF16),  # DeepEP low-latency's batched input: vLLM falls back to bf16 activations
     ("vllm", "decode", 1, 8, Dtype.FP8),  # expert parallelism without DP: no all-to-all kernels, Standard input
