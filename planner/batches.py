@@ -102,6 +102,8 @@ class BatchCoverage:
     untimed: int = 0  # grid batches candidate generation left untimed at its deadline (bounded as open)
     cut_by_time: bool = False  # the time limit ended the batch search (its open intervals are in the gaps)
     unsearched: str = ""  # a block whose timed batches deploy nothing: its untimed ones bounded, not searched
+    # the grid's batches only (`_grid_only`), those between neither timed nor bounded: no point is proven over them
+    off_grid: bool = False
     # per open bound: the structure block it belongs to (index into `blocks`, each block's groups; no blocks:
     # one block, a single group's search)
     open_block: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
@@ -175,7 +177,8 @@ def batch_search(resolved: ResolvedScenario, calibration: Calibration, candidate
     if _grid_only(resolved):
         # the grid's batches only: those generation's deadline left untimed are out of the front, so the time limit
         # cut it (`SolveResult.termination`); no unit table left (`used` accounting has none)
-        search.finish(BatchCoverage(certified=False, untimed=candidates.untimed, cut_by_time=bool(candidates.untimed)))
+        search.finish(BatchCoverage(certified=False, untimed=candidates.untimed, cut_by_time=bool(candidates.untimed),
+                                    off_grid=True))
     elif candidates.untimed:  # generation's deadline left grid batches untimed: bound each (cheaply), time no more
         # every bound is kept, none screened by the front (which would need the unit table: 0.4 s on 16 racks):
         # a bound the timed front beats adds nothing to a proven point's gap
@@ -358,7 +361,7 @@ def cross_search(resolved: ResolvedScenario, calibration: Calibration, fills: Ca
                          BatchCoverage(certified=True, tolerance=tolerance),
                          TableParts() if tables is None else tables, leave_table=False, packing=None, decodes=decodes)
     if _grid_only(resolved):  # as `batch_search`: the grid's batches only
-        search.finish(BatchCoverage(certified=False))
+        search.finish(BatchCoverage(certified=False, off_grid=True))
     return search
 
 
@@ -408,6 +411,7 @@ class InventorySearch:
             rounds=max(c.rounds for c, _ in coverages), timed=sum(c.timed for c, _ in coverages),
             cut_by_time=any(c.cut_by_time for c, _ in coverages),
             unsearched=", ".join(c.unsearched for c, _ in coverages if c.unsearched),
+            off_grid=any(c.off_grid for c, _ in coverages),
             open_ttft=np.concatenate([c.open_ttft for c, _ in coverages]),
             open_value=np.concatenate([c.open_value for c, _ in coverages]),
             open_block=np.concatenate([np.full(c.open_ttft.size, i, dtype=np.int64)

@@ -57,8 +57,10 @@ def batches_dict(result: SolveResult) -> dict[str, Any]:
     why = None
     if not batches.certified:
         search, workload = result.resolved.scenario.search, result.resolved.scenario.workload
-        why = ("multi-turn sessions: KV tiers are sized per batch" if workload.sessions is not None
-               else "used GPU accounting" if search.gpu_accounting != "cluster"
+        why = ("multi-turn sessions: KV tiers are sized per batch; the batches between the grid's are neither timed "
+               "nor bounded, so every point's gap is 1" if workload.sessions is not None
+               else "used GPU accounting: the batches between the grid's are neither timed nor bounded, so every "
+               "point's gap is 1" if search.gpu_accounting != "cluster"
                else f"nothing timed deploys in {batches.unsearched}: its untimed batches are bounded, not searched "
                "(each point's gap counts what they could add)" if batches.unsearched and not batches.cut_by_time
                else "the time limit ended the batch rounds (each point's gap counts what untimed batches could add)")
@@ -365,7 +367,8 @@ def print_table(result: SolveResult, console: Any, model_stats: bool) -> None:
     coverage = result.coverage
     if coverage is not None:
         uncovered = "".join(f"; not yet searched: TTFT {a:.1f}-{b:.1f} ms" for a, b, _ in coverage.uncovered_ms[:3])
-        console.print(f"certified: every deployment of the exact front is within {coverage.certified_ms:.1f} ms "
+        grid = "over the grid's batches, " if result.batches.off_grid else ""
+        console.print(f"certified: {grid}every deployment of the exact front is within {coverage.certified_ms:.1f} ms "
                       f"TTFT of a point above with at least its throughput; hypervolume within "
                       f"{1 - coverage.hypervolume_ratio_at_least:.2%} of the exact front's "
                       f"(resolution {result.settings.resolution}{_points_note(result)}){uncovered}")

@@ -289,7 +289,12 @@ def _with_batch_bound(solved: SolvedPoint, batches: BatchCoverage, outside: Outs
     """A point that an untimed batch could still beat (batch intervals left open at the time limit) is
     feasible, its gap measured against the most such a batch could reach at its TTFT (`OutsideBound.at`:
     beside the point's deployments where the sweep composes them, with at most the point's own bound). An
-    interval closed within a tolerance could beat the front by that much, whether or not the search ended."""
+    interval closed within a tolerance could beat the front by that much, whether or not the search ended. Where
+    the search kept the grid's batches only (`BatchCoverage.off_grid`: multi-turn sessions, used accounting), the
+    batches between are neither timed nor bounded, and beat grid points by up to 27% (session 38): every point is
+    feasible, its gap unknown (1)."""
+    if batches.off_grid:
+        return replace(solved, status=SolveStatus.FEASIBLE, gap=1.0)
     value = solved.point.tokens_per_s_per_gpu
     own = value / (1 - solved.gap) if solved.gap < 1 else value  # the sweep's bound on timed deployments
     # batches closed within the tolerance (beside open ones of other blocks, where composed) reach at most this
