@@ -106,6 +106,9 @@ def validate(file: Path) -> None:
     if isinstance(document.data, dict) and ("pools" in document.data or is_plan_file(document)):
         resolved = plan_scenario(document)  # a plan file is checked against the scenario it carries
         layout = layout_from_document(document, resolved)
+        if resolved is not None and is_plan_file(document):  # and its expert banks, as the export reads them
+            from planner.export.base import read_plan
+            read_plan(file, document.data, resolved)
         against = f" for '{resolved.scenario.name}' on {resolved.cluster_text}" if resolved else ""
         click.echo(f"{file}: valid layout ({layout.serving}, {layout.gpus} GPUs){against}")
         return

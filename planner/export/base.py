@@ -165,6 +165,7 @@ def read_plan(path: Path, data: Any, resolved: ResolvedScenario) -> Plan:
         raise InputError.single(path, None, "placement.pools",
                                 f"{len(placed)} placed pools for {len(pools)} layout pools; re-run `plan solve --out`")
     banks = data.get("expert_banks") or {}
+    experts = resolved.architecture.num_experts or 0
     out = []
     for index, (pool, place) in enumerate(zip(pools, placed, strict=True)):
         group = resolved.group_named(pool.get("group") if isinstance(pool, dict) else None)
@@ -174,13 +175,38 @@ def read_plan(path: Path, data: Any, resolved: ResolvedScenario) -> Plan:
             gpus = int(place["gpus_per_instance"])
             numbers = {key: int(pool[key]) for key in ("replicas", "tp", "dp_attention", "pp", "moe_tp", "moe_ep",
                                                        "batch")}
+            name = _bank_of(place, numbers["moe_ep"])
+            bank = banks.get(name) if isinstance(banks, dict) else None
+            if bank is not None and numbers["moe_ep"] > 1:
+                _check_banks(path, f"expert_banks.{name}", bank, numbers["moe_ep"], experts)
             out.append(Pool(index=index, role=str(pool["role"]), gpus_per_instance=gpus,
                             nodes_per_instance=math.ceil(gpus / per_node), gpus_per_node=min(gpus, per_node),
-                            banks=banks.get(_bank_of(place, numbers["moe_ep"])), stages=list(place.get("stages") or []),
+                            banks=bank, stages=list(place.get("stages") or []),
                             cpu_offload_gb=float(pool.get("cpu_offload_gb") or 0.0), system=system, **numbers))
         except (KeyError, TypeError, ValueError) as exc:
             raise InputError.single(path, None, f"layout.pools.{index}", f"missing or bad field: {exc}") from None
     return Plan(path=path, data=data, resolved=resolved, pools=tuple(out))
+
+
+def _check_banks(path: Path, field: str, bank: Any, moe_ep: int, experts: int) -> None:
+    """A pool's expert banks as the export writes them into engines' placement files: `gpu_experts` holds
+    `moe_ep` ranks, each a non-empty list of expert ids of the model (0 .. experts - 1; a replica may share its
+    rank with the original where a rank's redundant slots outnumber the others' experts), every expert on some
+    rank (a hand-edited plan is refused here, not written into a file an engine reads)."""
+    ranks = bank.get("gpu_experts") if isinstance(bank, dict) else None
+    if not isinstance(ranks, list) or len(ranks) != moe_ep:
+        raise InputError.single(path, None, f"{field}.gpu_experts",
+                                f"expected a list of {moe_ep} ranks' expert ids; re-run `plan solve --out`")
+    for rank, ids in enumerate(ranks):
+        where = f"{field}.gpu_experts.{rank}"
+        bad = [e for e in ids if type(e) is not int or not 0 <= e < experts] if isinstance(ids, list) else [ids]
+        if bad or not ids:
+            raise InputError.single(path, None, where, f"expected a non-empty list of expert ids 0 .. {experts - 1} "
+                                    f"(the model's {experts} experts), found {bad[:4]!r}; re-run `plan solve --out`")
+    missing = sorted(set(range(experts)) - {e for ids in ranks for e in ids})
+    if missing:
+        raise InputError.single(path, None, f"{field}.gpu_experts", f"experts {missing[:8]} are on no rank; "
+                                "re-run `plan solve --out`")
 
 
 def _bank_of(place: dict[str, Any], moe_ep: int) -> str:

@@ -238,6 +238,24 @@ def test_a_wide_instance_lists_each_nodes_gpus_together(command: tuple[str, ...]
         in result.err
 
 
+@pytest.mark.parametrize("command", [("validate",), ("export", "--engine", "sglang")])
+@pytest.mark.parametrize(("rank", "message"), [
+    (["x", 2], "found ['x']"), ([0, 1000], "found [1000]"), ([-1, 2], "found [-1]"), ([], "found []"),
+    ([2], "are on no rank")])
+def test_a_plans_expert_banks_are_checked(command: tuple[str, ...], rank: list[object], message: str,
+                                          tmp_path: Path) -> None:
+    """Hand-edited banks went into the engines' placement files (an expert 200 of 128), or crashed the export."""
+    data = yaml.safe_load(DISAGGREGATED.read_text(encoding="utf-8"))
+    name, banks = next((k, v) for k, v in data["expert_banks"].items() if len(v["gpu_experts"]) > 1)
+    first = banks["gpu_experts"][0]
+    banks["gpu_experts"][0] = rank if message != "are on no rank" else first[1:]
+    path = tmp_path / "plan-18.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
+    result = run_cli(command[0], str(path), *command[1:])
+    assert result.code == 2 and "Traceback" not in result.err
+    assert f"{path}: expert_banks.{name}.gpu_experts" in result.err and message in result.err, result.err
+
+
 @pytest.mark.parametrize("command", [("validate",), ("export", "--engine", "vllm")])
 def test_a_plans_stages_must_be_its_layouts(command: tuple[str, ...], tmp_path: Path) -> None:
     """Stages edited by hand (layers left to no stage) were launched as the script's comments."""
