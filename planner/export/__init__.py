@@ -11,6 +11,7 @@ from pathlib import Path
 
 from costmodel.calibration import Calibration
 from costmodel.evaluate import evaluate
+from costmodel.resolve import ENGINE_VENDORS
 from planner.calibrate import calibration_mismatch
 from planner.errors import InputError
 from planner.export import dynamo, sglang, trtllm, vllm
@@ -59,9 +60,21 @@ def export_plan(plan: Plan, engine: str, backend: str | None = None, calibration
         raise InputError.single(None, None, "engine", f"unknown engine '{engine}'; use one of {', '.join(ENGINES)}")
     if plan.serving == "composite":
         return _composite(plan, engine, backend, calibration)
+    _check_vendor(plan, dynamo.backend_of(plan, backend) if engine == "dynamo" else engine,
+                  "--backend vllm or sglang" if engine == "dynamo" else "export for vllm or sglang")
     out = dynamo.export(plan, backend) if engine == "dynamo" else _EXPORTERS[engine](plan)
     out.unexpressed += draft_model_notes(plan) + checkpoint_notes(plan)
     return out
+
+
+def _check_vendor(plan: Plan, runs: str, instead: str) -> None:
+    """The engine that runs the pools (Dynamo's worker backend) runs on their GPUs, as a scenario checks its own
+    engine (`costmodel.resolve.check_engine_hardware`): TensorRT-LLM launches on AMD GPUs were written."""
+    vendor = ENGINE_VENDORS.get(runs)
+    other = sorted({pool.system.name for pool in plan.pools if vendor is not None and pool.system.vendor != vendor})
+    if other:
+        raise InputError.single(plan.path, None, "engine", f"{runs} runs on {str(vendor).upper()} GPUs only and the "
+                                f"plan's pools run on {', '.join(other)}: {instead}")
 
 
 def _composite(plan: Plan, engine: str, backend: str | None, calibration: Calibration | None) -> Export:

@@ -32,11 +32,13 @@ IMAGES = {"trtllm": "tensorrtllm-runtime", "sglang": "sglang-runtime", "vllm": "
 
 
 def backend_of(plan: Plan, requested: str | None) -> str:
-    """The worker backend: as asked, else the scenario's engine, else TensorRT-LLM."""
+    """The worker backend: as asked, else the scenario's engine, else TensorRT-LLM (vLLM where a pool runs on
+    GPUs TensorRT-LLM does not run on: AMD's)."""
     if requested is not None:
         return requested
     engine = str(plan.resolved.scenario.engine)
-    return engine if engine in BACKENDS else "trtllm"
+    nvidia = all(pool.system.vendor == "nvidia" for pool in plan.pools)
+    return engine if engine in BACKENDS else "trtllm" if nvidia else "vllm"
 
 
 def image(backend: str) -> str:

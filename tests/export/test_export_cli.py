@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from pathlib import Path
 
 import pytest
 import yaml
 
-from planner.export import export_plan, load_plan
+from costmodel.hardware import load_system
+from planner.errors import InputError
+from planner.export import dynamo, export_plan, load_plan
 from planner.export.base import read_plan
 from tests.conftest import SCENARIOS
 from tests.export.engine_check import check_args, check_every_engine, flags_of
@@ -201,6 +204,24 @@ def test_every_point_of_every_example_exports_for_every_engine(scenario: str, tm
     for path in plans:
         checked, problems = check_every_engine(load_plan(path))
         assert checked > 0 and problems == [], (path.name, problems)
+
+
+def test_trtllm_is_not_exported_for_amd_gpus() -> None:
+    """TensorRT-LLM runs on NVIDIA GPUs only, as a scenario's engine is checked (exit 2); Dynamo's default worker
+    backend on AMD GPUs is vLLM, not TensorRT-LLM."""
+    plan = load_plan(AGGREGATED)
+    scenario = plan.resolved.scenario.model_copy(update={"engine": "generic"})
+    generic = dataclasses.replace(plan.resolved, scenario=scenario)
+    plan = dataclasses.replace(plan, resolved=generic)
+    amd = dataclasses.replace(plan, pools=tuple(dataclasses.replace(p, system=load_system("mi300x"))
+                                                for p in plan.pools))
+    for engine, backend, instead in (("trtllm", None, "export for vllm or sglang"),
+                                     ("dynamo", "trtllm", "--backend vllm or sglang")):
+        with pytest.raises(InputError, match=f"trtllm runs on NVIDIA GPUs only and the plan's pools run on mi300x: "
+                                             f"{instead}"):
+            export_plan(amd, engine, backend)
+    assert dynamo.backend_of(amd, None) == "vllm" and dynamo.backend_of(plan, None) == "trtllm"  # engine generic
+    assert export_plan(amd, "vllm").commands
 
 
 def test_a_plan_for_another_cluster_is_refused() -> None:
