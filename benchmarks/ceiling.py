@@ -48,7 +48,7 @@ def with_own_factors(fold: Calibration, full: Calibration, engines: Iterable[str
     missing = sorted(set(engines) - set(full.engines))
     if missing:
         raise ValueError(f"the full calibration has no factors of {', '.join(missing)}")
-    own = {engine: fold.engine(engine).model_copy(update={f: getattr(full.engines[engine], f) for f in fields})
+    own = {engine: fold.engine(engine).model_copy(update={f: getattr(full.engine(engine), f) for f in fields})
            for engine in engines}
     return fold.model_copy(update={"engines": fold.engines | own})
 

@@ -13,7 +13,7 @@ import functools
 import hashlib
 import json
 from importlib import resources
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, cast
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field
@@ -22,6 +22,7 @@ from costmodel.hardware import SystemSpec
 from costmodel.precision import Dtype
 
 Generation = Literal["hopper", "blackwell", "cdna3", "cdna4"]
+EngineName = Literal["trtllm", "vllm", "sglang", "generic"]  # a scenario's `engine`, and a calibration's keys
 
 # Catalog system -> GPU generation. A system override keeps its generation.
 _GENERATIONS: dict[str, Generation] = {
@@ -212,13 +213,15 @@ class Calibration(_Frozen):
         description="Share of a grouped GEMM's expert-weight load (at peak HBM bandwidth) not hidden behind its "
         "multiplies (`costmodel.pricing.grouped_gemm_share`; 0: grouped GEMMs as fast as dense ones).",
     )
-    engines: dict[str, EngineFactors]
+    # a misspelt engine would be ignored (its scenarios priced with `generic`'s factors): only a scenario's engine
+    # names (`generic`, which an engine without factors of its own takes, is required: `planner.calibrate`)
+    engines: dict[EngineName, EngineFactors]
 
     def generation(self, system: SystemSpec) -> GenerationFactors:
         return self.generations[generation_of(system)]
 
     def engine(self, name: str) -> EngineFactors:
-        return self.engines.get(name) or self.engines["generic"]
+        return self.engines.get(cast(EngineName, name)) or self.engines["generic"]
 
 
 def generation_of(system: SystemSpec) -> Generation:

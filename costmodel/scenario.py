@@ -33,14 +33,13 @@ from pydantic import (
 )
 from pydantic.json_schema import WithJsonSchema
 
-from costmodel.calibration import HOLDS_PROMPTS_UNDER_DP
+from costmodel.calibration import HOLDS_PROMPTS_UNDER_DP, EngineName
 from costmodel.lengths import Lengths, LengthSpec, parse_spec
 
 DtypeName = Literal["bf16", "fp8", "fp4", "int4"]
 KvDtypeName = Literal["bf16", "fp8"]
 ServingMode = Literal["aggregated", "disaggregated"]
 SolverName = Literal["cpsat", "highs", "cbc"]
-EngineName = Literal["trtllm", "vllm", "sglang", "generic"]
 CacheTier = Literal["hbm", "host_dram", "ssd"]
 
 MAX_GPUS = 32_768  # GPUs in one cluster (455 NVL72 racks); the planner's work grows with it

@@ -151,6 +151,7 @@ def test_a_scenario_file_error_is_reported_at_its_own_line_even_with_overrides(
     (lambda data: data["generations"]["hopper"]["gemm_efficiency"].clear(), "generations.hopper.gemm_efficiency"),
     (lambda data: data["collectives"].pop("p2p"), "collectives"),
     (lambda data: data["engines"].pop("generic"), "engines"),
+    (lambda data: data["engines"].update(vlm=data["engines"].pop("vllm")), "engines.vlm"),  # was ignored
     (lambda data: data["collectives"]["p2p"].update(latency_s=float("inf")), "collectives.p2p.latency_s"),
 ])
 def test_an_incomplete_calibration_file_is_exit_2_naming_what_is_missing(
