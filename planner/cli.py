@@ -409,7 +409,7 @@ def _points(text: str) -> int | Literal["all"]:
 
 
 def _echo_json(data: Any) -> None:
-    click.echo(finite.dumps(data, indent=2))
+    report.echo_text(finite.dumps(data, indent=2))
 
 
 def main(argv: list[str] | None = None) -> None:

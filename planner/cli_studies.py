@@ -15,6 +15,7 @@ from planner.errors import PlannerError
 from planner.finite import dumps
 from planner.out_dir import OutputFolder
 from planner.report import console as report_console
+from planner.report import echo_text
 from planner.studies import compare_report
 from planner.studies.compare import compare_dict, comparison_study
 from planner.studies.progress import StudyProgress
@@ -98,7 +99,7 @@ def sweep_command(study_file: Path, out_dir: Path, ray_address: str | None, jobs
     for path in outcome.files:
         click.echo(f"wrote {path}", err=True)
     if fmt == "json":
-        click.echo(dumps(outcome.summary, indent=2))
+        echo_text(dumps(outcome.summary, indent=2))
     else:
         _print_sweep(outcome.summary)
     _check_failed(outcome.results)
@@ -171,7 +172,7 @@ def compare_command(scenario: Path, systems: str | None, gpu_counts: str | None,
         for path in out.commit():
             click.echo(f"wrote {path}", err=True)
     if fmt == "json":
-        click.echo(dumps(data, indent=2))
+        echo_text(dumps(data, indent=2))
     else:
         compare_report.print_tables(data, report_console())
     _check_failed(results)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import errno
 import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +29,22 @@ class _Console(Console):
         """The reader closed standard output: click's to handle, and the CLI's to exit with
         (`planner.cli.SIGPIPE_EXIT`); rich would point standard output at /dev/null first, hiding the closed pipe."""
         raise BrokenPipeError(errno.EPIPE, os.strerror(errno.EPIPE))
+
+
+def echo_text(text: str) -> None:
+    """`text` and a newline to standard output, every byte or a BrokenPipeError (`planner.cli.SIGPIPE_EXIT`):
+    CPython's buffered writer takes a partial write into a pipe whose reader has gone as written, and the
+    process then exited 0 with most of a large JSON document lost (`plan solve --format json | head -1`)."""
+    sys.stdout.flush()
+    try:
+        fd = sys.stdout.fileno()
+    except (AttributeError, OSError, ValueError):  # captured or replaced (tests, in-process callers)
+        sys.stdout.write(text + "\n")
+        sys.stdout.flush()
+        return
+    data = (text + "\n").encode("utf-8")
+    while data:
+        data = data[os.write(fd, data):]
 
 
 def console(width: int = 200) -> Console:

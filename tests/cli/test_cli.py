@@ -189,6 +189,22 @@ def test_a_closed_standard_output_is_exit_141_not_an_internal_error() -> None:
     assert process.wait() == 141 and error == ""
 
 
+def test_json_cut_short_by_its_reader_is_exit_141() -> None:
+    """`plan solve ... --format json | head -c 10`: the document (168 KB) outgrows the pipe; CPython took the
+    partial write as written and the CLI exited 0 with most of it lost (found by fuzzing, session 38)."""
+    import subprocess
+    import sys
+
+    command = [sys.executable, "-c", "from planner.cli import main; main()", "solve",
+               str(SCENARIOS / "deepseek-v3-8xh200.yaml"), "--format", "json", "--time-limit", "20"]
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=REPO)
+    assert process.stdout is not None and process.stderr is not None
+    assert process.stdout.read(10) == b'{\n  "statu'
+    process.stdout.close()
+    error = process.stderr.read().decode()
+    assert process.wait() == 141 and error == ""
+
+
 def test_validate_checks_a_model_file(tmp_path: Path) -> None:
     """A config.json or a model YAML from `plan import-hf` is checked as a model (it was read as a scenario: some
     40 missing scenario fields), its problems at their lines; a model YAML's KV heads must divide its heads as a
