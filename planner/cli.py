@@ -8,6 +8,7 @@ Exit codes: 0 success; 1 internal error (a bug: rerun with --debug for the trace
 
 from __future__ import annotations
 
+import errno
 import math
 import select
 import sys
@@ -53,6 +54,8 @@ FORMAT = click.option(
 )
 
 
+# errors of where the output goes, not of the planner: exit 2 with what to change, not an internal error's 1
+UNWRITABLE = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EIO, errno.EFBIG})
 SIGPIPE_EXIT = 141  # 128 + SIGPIPE: the reader closed standard output (`plan solve x | head -1`), as Unix tools exit
 
 
@@ -449,10 +452,22 @@ def _run(args: list[str], debug: bool) -> int:
         for line in str(exc).splitlines():
             click.echo(f"error: {line}", err=True)
         return code
-    except Exception as exc:  # a bug: say so, keep the traceback for --debug
+    except OSError as exc:
         interrupt.yield_to_stop()
-        if debug:
-            raise
-        click.echo(f"internal error: {type(exc).__name__}: {exc} (rerun with --debug for the traceback)", err=True)
-        return 1
+        if exc.errno not in UNWRITABLE or debug:
+            return _internal_error(exc, debug)
+        click.echo(f"error: cannot write the output: {exc.strerror} (errno {errno.errorcode[exc.errno]}): write it "
+                   "elsewhere (a disk with room, --out to a writable folder)", err=True)
+        return InputError.exit_code
+    except Exception as exc:
+        interrupt.yield_to_stop()
+        return _internal_error(exc, debug)
     return 0
+
+
+def _internal_error(exc: Exception, debug: bool) -> int:
+    """A bug: say so, keep the traceback for --debug."""
+    if debug:
+        raise exc
+    click.echo(f"internal error: {type(exc).__name__}: {exc} (rerun with --debug for the traceback)", err=True)
+    return 1

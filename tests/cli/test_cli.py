@@ -205,6 +205,19 @@ def test_json_cut_short_by_its_reader_is_exit_141() -> None:
     assert process.wait() == 141 and error == ""
 
 
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="no /dev/full on this platform")
+def test_a_full_disk_is_exit_2_not_an_internal_error() -> None:
+    """`plan ... > /dev/full` said "internal error" (exit 1, a bug's code) for where the output went."""
+    import subprocess
+    import sys
+
+    with open("/dev/full", "w") as full:
+        result = subprocess.run([sys.executable, "-c", "from planner.cli import main; main()", "catalog"],
+                                stdout=full, stderr=subprocess.PIPE, cwd=REPO, check=False)
+    assert result.returncode == 2
+    assert result.stderr.decode().startswith("error: cannot write the output: No space left on device")
+
+
 def test_validate_checks_a_model_file(tmp_path: Path) -> None:
     """A config.json or a model YAML from `plan import-hf` is checked as a model (it was read as a scenario: some
     40 missing scenario fields), its problems at their lines; a model YAML's KV heads must divide its heads as a

@@ -206,6 +206,18 @@ def test_every_point_of_every_example_exports_for_every_engine(scenario: str, tm
         assert checked > 0 and problems == [], (path.name, problems)
 
 
+def test_a_plan_that_does_not_fit_is_not_exported(tmp_path: Path) -> None:
+    """A hand-edited batch (100,000 sequences) was launched as --max-running-requests 100000."""
+    data = yaml.safe_load(AGGREGATED.read_text(encoding="utf-8"))
+    data["layout"]["pools"][0]["batch"] = 100_000
+    path = tmp_path / "plan-0.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
+    result = run_cli("export", str(path), "--engine", "vllm")
+    assert result.code == 2 and "Traceback" not in result.err
+    assert f"{path}: layout: the plan does not fit: mixed pool: needs" in result.err
+    assert "the largest batch that fits is" in result.err
+
+
 def test_trtllm_is_not_exported_for_amd_gpus() -> None:
     """TensorRT-LLM runs on NVIDIA GPUs only, as a scenario's engine is checked (exit 2); Dynamo's default worker
     backend on AMD GPUs is vLLM, not TensorRT-LLM."""
