@@ -85,11 +85,14 @@ def no_candidates(resolved: ResolvedScenario, candidates: CandidateSet) -> Infea
             f"{largest / GB:.0f} GB each at most; the weights need {need / GB:.0f} GB plus KV cache and "
             "workspace); allow larger instances (search.tp, dp_attention, pp), shorter contexts or fp8 KV cache")
     if slo.tpot_ms is not None and fastest.get("tpot", 0.0) > slo.tpot_ms:
-        return InfeasibleError(f"TPOT: the SLO asks for {slo.tpot_ms:g} ms but the fastest layout that fits "
-                               f"gives {fastest['tpot']:.1f} ms; relax slo.tpot_ms or add GPUs")
+        return InfeasibleError(f"TPOT: the SLO asks for {slo.tpot_ms:g} ms but no layout that fits decodes faster "
+                               f"than {fastest['tpot']:.1f} ms (its instance alone: a deployment's is no faster); "
+                               "relax slo.tpot_ms or add GPUs")
     if slo.ttft_ms is not None and fastest.get("ttft", 0.0) > slo.ttft_ms:
-        return InfeasibleError(f"TTFT: the SLO asks for {slo.ttft_ms:g} ms but the fastest layout that fits "
-                               f"gives {fastest['ttft']:.1f} ms; relax slo.ttft_ms or add GPUs")
+        # a bound, not the fastest deployment's TTFT (session 38: 414.1 ms quoted where deployments start at 422.3)
+        return InfeasibleError(f"TTFT: the SLO asks for {slo.ttft_ms:g} ms but no layout that fits gets under "
+                               f"{fastest['ttft']:.1f} ms (its prefill alone; queueing and KV transfer add to it); "
+                               "relax slo.ttft_ms or add GPUs")
     store = resolved.scenario.cluster.kv_store
     if store is not None and candidates.pruned.get(STORE_TOO_SMALL):
         return InfeasibleError(
