@@ -261,6 +261,17 @@ def evaluate(resolved: ResolvedScenario, layout: Layout, calibration: Calibratio
     return replace(prediction, expected_error=trust, cluster_gpus=resolved.gpus)
 
 
+def memory_reasons(resolved: ResolvedScenario, layout: Layout) -> tuple[str, ...]:
+    """Why pools of `layout` do not fit in HBM, from their own weights, KV cache and workspace (calibration-free,
+    unlike `Prediction.reasons`, whose KV-store check depends on the rate). Multi-turn sessions: none, as their
+    pools' HBM share depends on the tiers sized for the rate (`plan_layout` with a pricer)."""
+    if resolved.scenario.workload.sessions is not None:
+        return ()
+    parts = layout.parts if layout.serving == "composite" else [layout]
+    return tuple((f"deployment {i}: " if len(parts) > 1 else "") + reason for i, part in enumerate(parts)
+                 for plan in plan_layout(resolved, part).pools for reason in _memory_reasons(plan))
+
+
 def layout_systems(resolved: ResolvedScenario, layout: Layout) -> list[SystemSpec]:
     """The systems a layout's pools run on (every deployment's of a composite layout), in cluster order."""
     parts = layout.parts if layout.serving == "composite" else [layout]

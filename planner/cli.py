@@ -55,7 +55,7 @@ FORMAT = click.option(
 
 
 # errors of where the output goes, not of the planner: exit 2 with what to change, not an internal error's 1
-UNWRITABLE = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EIO, errno.EFBIG})
+UNWRITABLE = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EFBIG})
 SIGPIPE_EXIT = 141  # 128 + SIGPIPE: the reader closed standard output (`plan solve x | head -1`), as Unix tools exit
 
 
@@ -109,8 +109,10 @@ def validate(file: Path) -> None:
     if isinstance(document.data, dict) and ("pools" in document.data or is_plan_file(document)):
         resolved = plan_scenario(document)  # a plan file is checked against the scenario it carries
         layout = layout_from_document(document, resolved)
-        if resolved is not None and is_plan_file(document):  # and its expert banks, as the export reads them
-            from planner.export.base import read_plan
+        if resolved is not None and is_plan_file(document) and document.data.get("placement"):
+            from planner.export.base import check_fits, read_plan  # what the export checks: the fit, the banks
+
+            check_fits(file, resolved, layout)
             read_plan(file, document.data, resolved)
         against = f" for '{resolved.scenario.name}' on {resolved.cluster_text}" if resolved else ""
         click.echo(f"{file}: valid layout ({layout.serving}, {layout.gpus} GPUs){against}")
@@ -264,7 +266,7 @@ def solve_command(scenario: Path, fmt: str, out_dir: Path | None, solver: str | 
             data["model_statistics"] = result.model_statistics()
         _echo_json(data)
     elif fmt == "csv":
-        click.echo(plan_output.csv_text(result), nl=False)
+        report.echo_text(plan_output.csv_text(result).removesuffix("\n"))
     else:
         plan_output.print_table(result, console, model_stats)
 
@@ -362,7 +364,7 @@ def schema(what: str) -> None:
               help="Write the launch script and config files here (default: print the files).")
 @click.option("--scenario", type=click.Path(path_type=Path), help="Scenario file (default: the one in PLAN).")
 @click.option("--backend", type=click.Choice(["trtllm", "sglang", "vllm"]),
-              help="Dynamo's worker engine (default: the scenario's engine, else trtllm).")
+              help="Dynamo's worker engine (default: the scenario's engine, else trtllm; vllm on AMD GPUs).")
 @CALIBRATION
 def export_command(plan_file: Path, engine: str, out_dir: Path | None, scenario: Path | None,
                    backend: str | None, calibration: Calibration | None) -> None:
@@ -376,9 +378,8 @@ def export_command(plan_file: Path, engine: str, out_dir: Path | None, scenario:
     if mismatch and plan.serving != "composite":  # nothing is priced again: the files are the plan's
         click.echo(f"note: {plan_file}: {mismatch}", err=True)
     exported = export_plan(plan, engine, backend, calibration)
-    if out_dir is None:
-        for name, text in exported.files.items():
-            click.echo(f"# ===== {name}\n{text}", nl=False)
+    if out_dir is None:  # whole, or exit 141 (`report.echo_text`)
+        report.echo_text("".join(f"# ===== {name}\n{text}" for name, text in exported.files.items()).removesuffix("\n"))
         return
     for path in exported.write(out_dir):
         click.echo(f"wrote {path}", err=True)
@@ -454,9 +455,12 @@ def _run(args: list[str], debug: bool) -> int:
         return code
     except OSError as exc:
         interrupt.yield_to_stop()
-        if exc.errno not in UNWRITABLE or debug:
+        if exc.errno not in UNWRITABLE:
             return _internal_error(exc, debug)
-        click.echo(f"error: cannot write the output: {exc.strerror} (errno {errno.errorcode[exc.errno]}): write it "
+        if debug:
+            traceback.print_exc()
+        where = exc.filename or "the output"
+        click.echo(f"error: cannot write {where}: {exc.strerror} (errno {errno.errorcode[exc.errno]}): write it "
                    "elsewhere (a disk with room, --out to a writable folder)", err=True)
         return InputError.exit_code
     except Exception as exc:

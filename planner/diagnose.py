@@ -60,6 +60,11 @@ def _kv_binds(resolved: ResolvedScenario, gpus: int) -> InfeasibleError | None:
         "larger instances / add GPUs")
 
 
+def _down(ms: float) -> str:
+    """A lower bound to one decimal, rounded down so that it stays one."""
+    return f"{math.floor(ms * 10) / 10:.1f}"
+
+
 def no_candidates(resolved: ResolvedScenario, candidates: CandidateSet) -> InfeasibleError:
     """No instance layout survives HBM and SLO pruning: say which limit binds."""
     slo, fastest = resolved.scenario.slo, candidates.fastest_ms
@@ -86,12 +91,12 @@ def no_candidates(resolved: ResolvedScenario, candidates: CandidateSet) -> Infea
             "workspace); allow larger instances (search.tp, dp_attention, pp), shorter contexts or fp8 KV cache")
     if slo.tpot_ms is not None and fastest.get("tpot", 0.0) > slo.tpot_ms:
         return InfeasibleError(f"TPOT: the SLO asks for {slo.tpot_ms:g} ms but no layout that fits decodes faster "
-                               f"than {fastest['tpot']:.1f} ms (its instance alone: a deployment's is no faster); "
+                               f"than {_down(fastest['tpot'])} ms (its instance alone: a deployment's is no faster); "
                                "relax slo.tpot_ms or add GPUs")
     if slo.ttft_ms is not None and fastest.get("ttft", 0.0) > slo.ttft_ms:
         # a bound, not the fastest deployment's TTFT (session 38: 414.1 ms quoted where deployments start at 422.3)
         return InfeasibleError(f"TTFT: the SLO asks for {slo.ttft_ms:g} ms but no layout that fits gets under "
-                               f"{fastest['ttft']:.1f} ms (its prefill alone; queueing and KV transfer add to it); "
+                               f"{_down(fastest['ttft'])} ms (its prefill alone; queueing and KV transfer add to it); "
                                "relax slo.ttft_ms or add GPUs")
     store = resolved.scenario.cluster.kv_store
     if store is not None and candidates.pruned.get(STORE_TOO_SMALL):

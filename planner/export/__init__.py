@@ -20,6 +20,7 @@ from planner.export.base import (
     ENGINES,
     Export,
     Plan,
+    check_fits,
     checkpoint_notes,
     draft_model_notes,
     read_plan,
@@ -47,11 +48,7 @@ def load_plan(path: str | Path, scenario: str | Path | None = None) -> Plan:
     if resolved is None:
         raise InputError.single(path, None, "scenario", "the plan carries no scenario (written by an older "
                                 "`plan solve`); pass --scenario SCENARIO")
-    layout = layout_from_document(document, resolved)
-    reasons = evaluate(resolved, layout).reasons  # memory: calibration-free
-    if reasons:  # a hand-edited batch, or a --scenario of longer requests: engines would not start (or not hold it)
-        raise InputError.single(path, None, "layout", f"the plan does not fit: {'; '.join(reasons)}; re-run `plan "
-                                "solve --out`")
+    check_fits(path, resolved, layout_from_document(document, resolved))
     return read_plan(path, document.data, resolved)
 
 

@@ -16,7 +16,9 @@ from typing import Any
 
 import yaml
 
+from costmodel.evaluate import memory_reasons
 from costmodel.hardware import SystemSpec
+from costmodel.layout import Layout
 from costmodel.precision import Dtype
 from costmodel.resolve import ResolvedScenario, expert_compute_dtype, mxfp8_falls_back
 from planner.errors import InputError
@@ -186,6 +188,15 @@ def read_plan(path: Path, data: Any, resolved: ResolvedScenario) -> Plan:
         except (KeyError, TypeError, ValueError) as exc:
             raise InputError.single(path, None, f"layout.pools.{index}", f"missing or bad field: {exc}") from None
     return Plan(path=path, data=data, resolved=resolved, pools=tuple(out))
+
+
+def check_fits(path: Path, resolved: ResolvedScenario, layout: Layout) -> None:
+    """A plan's pools fit in HBM (`costmodel.evaluate.memory_reasons`): a hand-edited batch, or a --scenario of
+    longer requests, is refused before engines are told to hold it."""
+    reasons = memory_reasons(resolved, layout)
+    if reasons:
+        raise InputError.single(path, None, "layout", f"the plan does not fit: {'; '.join(reasons)}; lower the "
+                                "pool's batch to what fits, or re-run `plan solve --out`")
 
 
 def _check_banks(path: Path, field: str, bank: Any, moe_ep: int, experts: int) -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from costmodel.resolve import ENGINE_VENDORS
 from planner.export import sglang, trtllm, vllm
 from planner.export.base import (
     ENGINE_VERSIONS,
@@ -37,8 +38,8 @@ def backend_of(plan: Plan, requested: str | None) -> str:
     if requested is not None:
         return requested
     engine = str(plan.resolved.scenario.engine)
-    nvidia = all(pool.system.vendor == "nvidia" for pool in plan.pools)
-    return engine if engine in BACKENDS else "trtllm" if nvidia else "vllm"
+    trtllm_runs = all(pool.system.vendor == ENGINE_VENDORS["trtllm"] for pool in plan.pools)
+    return engine if engine in BACKENDS else "trtllm" if trtllm_runs else "vllm"
 
 
 def image(backend: str) -> str:
@@ -132,6 +133,10 @@ def export(plan: Plan, backend: str | None = None) -> Export:
     out = Export("dynamo")
     out.configs["dynamo-deployment.yaml"] = {"documents": documents}
     out.unexpressed = [c for pool in plan.pools for c in _unexpressed(plan, pool, chosen)]
+    amd = sorted({pool.system.name for pool in plan.pools if pool.system.vendor == "amd"})
+    if amd:  # Dynamo publishes CUDA runtime images only (nvcr.io/nvidia/ai-dynamo)
+        out.unexpressed.append(f"the worker image {image(chosen)} is a CUDA build: on {', '.join(amd)} (AMD) replace "
+                               f"it with a ROCm build of {chosen} with Dynamo's runtime")
     head = comment_block([f"DynamoGraphDeployment (ai-dynamo=={ENGINE_VERSIONS['dynamo'][1]}, backend {chosen}) "
                           "written by `plan export`; apply with kubectl apply -f", *comments])
     body = dump_yaml_all(documents)

@@ -206,13 +206,33 @@ def test_every_point_of_every_example_exports_for_every_engine(scenario: str, tm
         assert checked > 0 and problems == [], (path.name, problems)
 
 
-def test_a_plan_that_does_not_fit_is_not_exported(tmp_path: Path) -> None:
-    """A hand-edited batch (100,000 sequences) was launched as --max-running-requests 100000."""
+def test_plans_solved_with_a_calibration_of_ones_own_export_whatever_the_calibration(tmp_path: Path) -> None:
+    """The fit check reads HBM alone: a session plan's KV-store load depends on its rate, so a check priced with
+    the bundled calibration refused 15 of 34 plans solved with a slower one (review, session 38)."""
+    from costmodel.calibration import default_calibration
+    from planner import api
+    from tests.planner.small_scenarios import small_data
+
+    slow = default_calibration().model_copy(update={"engines": {
+        name: factors.model_copy(update={"step_overhead_s": 0.01})
+        for name, factors in default_calibration().engines.items()}})
+    scenario = tmp_path / "store.yaml"
+    scenario.write_text(yaml.safe_dump(small_data("qwen3-30b-16xh100-agent-sessions-store")), encoding="utf-8")
+    paths = api.solve(scenario, calibration=slow, time_limit_s=20).write(tmp_path / "out")
+    plans = [path for path in paths if path.name.startswith("plan-")]
+    assert plans
+    for path in plans:
+        assert export_plan(load_plan(path), "vllm", calibration=slow).commands
+
+
+@pytest.mark.parametrize("command", [("validate",), ("export", "--engine", "vllm")])
+def test_a_plan_that_does_not_fit_is_not_exported(command: tuple[str, ...], tmp_path: Path) -> None:
+    """A hand-edited batch (100,000 sequences) was launched as --max-running-requests 100000; validate said valid."""
     data = yaml.safe_load(AGGREGATED.read_text(encoding="utf-8"))
     data["layout"]["pools"][0]["batch"] = 100_000
     path = tmp_path / "plan-0.yaml"
     path.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
-    result = run_cli("export", str(path), "--engine", "vllm")
+    result = run_cli(command[0], str(path), *command[1:])
     assert result.code == 2 and "Traceback" not in result.err
     assert f"{path}: layout: the plan does not fit: mixed pool: needs" in result.err
     assert "the largest batch that fits is" in result.err
@@ -234,6 +254,7 @@ def test_trtllm_is_not_exported_for_amd_gpus() -> None:
             export_plan(amd, engine, backend)
     assert dynamo.backend_of(amd, None) == "vllm" and dynamo.backend_of(plan, None) == "trtllm"  # engine generic
     assert export_plan(amd, "vllm").commands
+    assert any("is a CUDA build: on mi300x (AMD)" in note for note in export_plan(amd, "dynamo").unexpressed)
 
 
 def test_a_plan_for_another_cluster_is_refused() -> None:

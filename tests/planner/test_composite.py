@@ -340,11 +340,11 @@ def test_batches_closed_within_the_tolerance_add_beside_open_ones() -> None:
 
 
 def test_a_grid_only_inventory_keeps_no_tolerance() -> None:
-    """Multi-turn sessions keep the grid's batches: no interval is closed within a tolerance, so none is in
-    the points' gaps (an inventory said 1%, and every point of it was labelled feasible)."""
+    """Used accounting keeps the grid's batches: no interval is closed within a tolerance (an inventory said 1%),
+    and the batches between are neither timed nor bounded (`off_grid`: the points feasible with gap 1)."""
     data = copy.deepcopy(TWO_GROUPS)
     data["search"] = {**data.get("search", {}), "gpu_accounting": "used"}
     resolved = scenario_from_data(data)
     sets = [generate(resolved.view(group), default_calibration()) for group in resolved.groups]
     coverage = refine_inventory(resolved, default_calibration(), sets, deadline=1e18, tolerance=0.01)
-    assert coverage.tolerance == 0.0 and not coverage.certified
+    assert coverage.tolerance == 0.0 and not coverage.certified and coverage.off_grid

@@ -328,4 +328,4 @@ def infeasible(**changes: object) -> str:
 def test_infeasible_scenarios_name_the_binding_resource() -> None:
     assert "HBM: the weights need 1." in infeasible(model="kimi-k2", cluster={"system": "h100-sxm", "gpus": 8})
     assert infeasible(slo={"tpot_ms": 0.5}).startswith("TPOT: the SLO asks for 0.5 ms but no layout that fits")
-    assert infeasible(slo={"ttft_ms": 1}).startswith("TTFT: the SLO asks for 1 ms")
+    assert infeasible(slo={"ttft_ms": 1}).startswith("TTFT: the SLO asks for 1 ms but no layout that fits gets under")
