@@ -350,8 +350,8 @@ def predict(plan: LayoutPlan, pricer: Pricer) -> Prediction:
     return Prediction(
         ttft_ms=ttft * 1e3,
         tpot_ms=tpot * 1e3,
-        tokens_per_s_per_gpu=rate * plan.resolved.scenario.workload.output_tokens / plan.layout.gpus,
-        tokens_per_s_per_user=1.0 / tpot,
+        tokens_per_s_per_gpu=_per_gpu(plan, timings, rate),
+        tokens_per_s_per_user=1e3 / (tpot * 1e3),  # as a front point computes it from its TPOT in ms, digit for digit
         gpus=plan.layout.gpus,
         feasible=not reasons,
         reasons=reasons,
@@ -381,6 +381,15 @@ def store_breach(resolved: ResolvedScenario, fill: PoolPlan) -> str | None:
     context = tiers.context_tokens if tiers is not None else 0.0
     kv_bytes = fill.ctx.arch.bytes_per_context_token(context, fill.ctx.fmt.kv_dtype)
     return store_use(tiers, kv_bytes, fill.pool.gpus).breach(resolved.scenario.cluster.kv_store)
+
+
+def _per_gpu(plan: LayoutPlan, timings: list[PoolTiming], rate: float) -> float:
+    """Output tokens/s per GPU; an aggregated pool's from one instance, as its front point computes it
+    (`planner.deployment.aggregated_point`: the same figure to the last digit, not the replicas' sum over theirs)."""
+    tokens = plan.resolved.scenario.workload.output_tokens
+    if plan.layout.serving == "aggregated":
+        return timings[0].requests_per_s * tokens / plan.layout.pools[0].gpus_per_instance
+    return rate * tokens / plan.layout.gpus
 
 
 def _aggregated(timing: PoolTiming) -> tuple[float, float, float, dict[str, float]]:
