@@ -258,7 +258,8 @@ def test_no_solver_package_is_imported_when_enumeration_proves_every_cap() -> No
 
 
 ELEVEN_H200 = {"schema_version": 1, "name": "eleven", "model": "qwen3-30b",
-               "cluster": {"system": "h200-sxm", "gpus": 11}, "workload": {"input_tokens": 1000, "output_tokens": 300}, "engine": "sglang",
+               "cluster": {"system": "h200-sxm", "gpus": 11},
+               "workload": {"input_tokens": 1000, "output_tokens": 300}, "engine": "sglang",
                "search": {"serving": ["aggregated"]}}
 
 
