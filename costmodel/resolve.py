@@ -294,15 +294,20 @@ def check_session_context(resolved: ResolvedScenario) -> None:
 ENGINE_VENDORS = {"trtllm": "nvidia"}
 
 
+def runs_on(engine: str, system: SystemSpec) -> bool:
+    """`engine` runs on `system`'s GPUs (`ENGINE_VENDORS`; an engine not listed runs on every vendor's)."""
+    return ENGINE_VENDORS.get(engine, system.vendor) == system.vendor
+
+
 def check_engine_hardware(resolved: ResolvedScenario) -> None:
     """The engine runs on the cluster's GPUs: a plan priced with TRT-LLM's calibration on AMD GPUs could not be
     launched (and `plan compare` would set it beside engines that can)."""
-    vendor = ENGINE_VENDORS.get(resolved.scenario.engine)
+    engine = resolved.scenario.engine
     for index, group in enumerate(resolved.groups):
-        if vendor is not None and group.system.vendor != vendor:
+        if not runs_on(engine, group.system):
             where = "cluster.system" if resolved.scenario.cluster.inventory is None else \
                 f"cluster.inventory.{index}.system"
-            raise ScenarioError(f"engine {resolved.scenario.engine} runs on {vendor.upper()} GPUs only and "
+            raise ScenarioError(f"engine {engine} runs on {ENGINE_VENDORS[engine].upper()} GPUs only and "
                                 f"{group.system.name} is {group.system.vendor.upper()}: choose engine vllm, sglang "
                                 "or generic, or other GPUs", where)
 

@@ -57,10 +57,9 @@ def batches_dict(result: SolveResult) -> dict[str, Any]:
     why = None
     if not batches.certified:
         search, workload = result.resolved.scenario.search, result.resolved.scenario.workload
-        why = ("multi-turn sessions: KV tiers are sized per batch; the batches between the grid's are neither timed "
-               "nor bounded, so every point's gap is 1" if workload.sessions is not None
-               else "used GPU accounting: the batches between the grid's are neither timed nor bounded, so every "
-               "point's gap is 1" if search.gpu_accounting != "cluster"
+        unbounded = "; the batches between the grid's are neither timed nor bounded, so every point's gap is 1"
+        why = ("multi-turn sessions: KV tiers are sized per batch" + unbounded if workload.sessions is not None
+               else "used GPU accounting" + unbounded if search.gpu_accounting != "cluster"
                else f"nothing timed deploys in {batches.unsearched}: its untimed batches are bounded, not searched "
                "(each point's gap counts what they could add)" if batches.unsearched and not batches.cut_by_time
                else "the time limit ended the batch rounds (each point's gap counts what untimed batches could add)")

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from costmodel.calibration import Calibration
 from costmodel.evaluate import evaluate
-from costmodel.resolve import ENGINE_VENDORS
+from costmodel.resolve import ENGINE_VENDORS, runs_on
 from planner.calibrate import calibration_mismatch
 from planner.errors import InputError
 from planner.export import dynamo, sglang, trtllm, vllm
@@ -71,11 +71,10 @@ def export_plan(plan: Plan, engine: str, backend: str | None = None, calibration
 def _check_vendor(plan: Plan, runs: str, instead: str) -> None:
     """The engine that runs the pools (Dynamo's worker backend) runs on their GPUs, as a scenario checks its own
     engine (`costmodel.resolve.check_engine_hardware`): TensorRT-LLM launches on AMD GPUs were written."""
-    vendor = ENGINE_VENDORS.get(runs)
-    other = sorted({pool.system.name for pool in plan.pools if vendor is not None and pool.system.vendor != vendor})
+    other = sorted({pool.system.name for pool in plan.pools if not runs_on(runs, pool.system)})
     if other:
-        raise InputError.single(plan.path, None, "engine", f"{runs} runs on {str(vendor).upper()} GPUs only and the "
-                                f"plan's pools run on {', '.join(other)}: {instead}")
+        raise InputError.single(plan.path, None, "engine", f"{runs} runs on {ENGINE_VENDORS[runs].upper()} GPUs only "
+                                f"and the plan's pools run on {', '.join(other)}: {instead}")
 
 
 def _composite(plan: Plan, engine: str, backend: str | None, calibration: Calibration | None) -> Export:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from costmodel.resolve import ENGINE_VENDORS
+from costmodel.resolve import runs_on
 from planner.export import sglang, trtllm, vllm
 from planner.export.base import (
     ENGINE_VERSIONS,
@@ -38,8 +38,9 @@ def backend_of(plan: Plan, requested: str | None) -> str:
     if requested is not None:
         return requested
     engine = str(plan.resolved.scenario.engine)
-    trtllm_runs = all(pool.system.vendor == ENGINE_VENDORS["trtllm"] for pool in plan.pools)
-    return engine if engine in BACKENDS else "trtllm" if trtllm_runs else "vllm"
+    if engine in BACKENDS:
+        return engine
+    return "trtllm" if all(runs_on("trtllm", pool.system) for pool in plan.pools) else "vllm"
 
 
 def image(backend: str) -> str:
